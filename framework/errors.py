@@ -1,0 +1,17 @@
+"""The exceptions the framework raises on bad input."""
+
+
+class MisconfigurationError(ValueError):
+    """An argument, a hook's return value or a combination of settings cannot work.
+
+    The message names the argument or hook, the value received and what is accepted.
+    It subclasses ``ValueError`` so ``except ValueError`` catches it as well.
+    """
+
+
+def describe(value: object) -> str:
+    """A short ``repr`` of ``value`` with its type, for error messages."""
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} (type {type(value).__name__})"

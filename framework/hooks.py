@@ -1,0 +1,148 @@
+"""Every hook the loops call, named once, with the loops as pseudocode.
+
+``Trainer.fit`` runs, for each hook, the callbacks first (in the order given, checkpoint
+callbacks last) and then the ``Module`` (a ``DataModule`` hook, where there is one, before
+the ``Module``'s)::
+
+    configure_callbacks                       # Module only
+    prepare_data                              # DataModule, then Module; once per node
+    setup("fit")                              # DataModule, callbacks, Module
+    configure_model                           # Module only
+    configure_optimizers                      # Module only
+    on_fit_start
+    on_sanity_check_start                     # callbacks only
+        <validation loop over num_sanity_val_steps batches>
+    on_sanity_check_end                       # callbacks only
+    on_train_start
+    for epoch:
+        on_train_epoch_start
+        for batch_idx, batch in train batches:
+            on_before_batch_transfer          # DataModule, then Module; returns the batch
+            transfer_batch_to_device          # DataModule, then Module; returns the batch
+            on_after_batch_transfer           # DataModule, then Module; returns the batch
+            on_train_batch_start              # returning -1 ends the epoch here
+            training_step
+            on_before_backward
+            backward
+            on_after_backward
+            on_before_optimizer_step          # once per optimizer step, not per micro-batch
+            configure_gradient_clipping       # Module only; clips when gradient_clip_val is set
+            optimizer step
+            on_before_zero_grad
+            zero_grad(set_to_none=True)       # right after the step, not before backward
+            LR scheduler step when due
+            on_train_batch_end
+            <validation loop when due>
+        on_train_epoch_end
+    on_train_end
+    on_fit_end
+    teardown("fit")                           # DataModule, callbacks, Module
+
+The validation loop (also ``Trainer.validate``; ``test`` and ``predict`` have the same
+shape with their own names)::
+
+    on_validation_model_eval                  # Module only
+    on_validation_start
+    on_validation_epoch_start
+    for dataloader_idx, batch_idx, batch in validation batches:
+        <batch transfer hooks>
+        on_validation_batch_start
+        validation_step
+        on_validation_batch_end
+    on_validation_epoch_end
+    on_validation_end
+    on_validation_model_train                 # Module only
+
+Any exception: ``on_exception`` (callbacks, then Module), then it propagates, except
+``KeyboardInterrupt``, which ends the run with status ``interrupted``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Target(Enum):
+    """Who implements a hook."""
+
+    BOTH = "callbacks and module"
+    MODULE = "module only"
+    CALLBACK = "callbacks only"
+
+
+class Hook(str, Enum):
+    """One member per hook; the value is the method name on ``Callback`` and ``Module``."""
+
+    target: Target
+
+    def __new__(cls, name: str, target: Target = Target.BOTH) -> Hook:
+        member = str.__new__(cls, name)
+        member._value_ = name
+        member.target = target
+        return member
+
+    CONFIGURE_CALLBACKS = "configure_callbacks", Target.MODULE
+    PREPARE_DATA = "prepare_data", Target.MODULE
+    SETUP = "setup"
+    CONFIGURE_MODEL = "configure_model", Target.MODULE
+    CONFIGURE_OPTIMIZERS = "configure_optimizers", Target.MODULE
+    TEARDOWN = "teardown"
+
+    ON_FIT_START = "on_fit_start"
+    ON_FIT_END = "on_fit_end"
+    ON_SANITY_CHECK_START = "on_sanity_check_start", Target.CALLBACK
+    ON_SANITY_CHECK_END = "on_sanity_check_end", Target.CALLBACK
+
+    ON_TRAIN_START = "on_train_start"
+    ON_TRAIN_END = "on_train_end"
+    ON_TRAIN_EPOCH_START = "on_train_epoch_start"
+    ON_TRAIN_EPOCH_END = "on_train_epoch_end"
+    ON_TRAIN_BATCH_START = "on_train_batch_start"
+    ON_TRAIN_BATCH_END = "on_train_batch_end"
+
+    ON_BEFORE_BATCH_TRANSFER = "on_before_batch_transfer", Target.MODULE
+    TRANSFER_BATCH_TO_DEVICE = "transfer_batch_to_device", Target.MODULE
+    ON_AFTER_BATCH_TRANSFER = "on_after_batch_transfer", Target.MODULE
+
+    ON_BEFORE_BACKWARD = "on_before_backward"
+    ON_AFTER_BACKWARD = "on_after_backward"
+    ON_BEFORE_OPTIMIZER_STEP = "on_before_optimizer_step"
+    CONFIGURE_GRADIENT_CLIPPING = "configure_gradient_clipping", Target.MODULE
+    ON_BEFORE_ZERO_GRAD = "on_before_zero_grad"
+
+    ON_VALIDATION_MODEL_EVAL = "on_validation_model_eval", Target.MODULE
+    ON_VALIDATION_MODEL_TRAIN = "on_validation_model_train", Target.MODULE
+    ON_VALIDATION_START = "on_validation_start"
+    ON_VALIDATION_END = "on_validation_end"
+    ON_VALIDATION_EPOCH_START = "on_validation_epoch_start"
+    ON_VALIDATION_EPOCH_END = "on_validation_epoch_end"
+    ON_VALIDATION_BATCH_START = "on_validation_batch_start"
+    ON_VALIDATION_BATCH_END = "on_validation_batch_end"
+
+    ON_TEST_MODEL_EVAL = "on_test_model_eval", Target.MODULE
+    ON_TEST_MODEL_TRAIN = "on_test_model_train", Target.MODULE
+    ON_TEST_START = "on_test_start"
+    ON_TEST_END = "on_test_end"
+    ON_TEST_EPOCH_START = "on_test_epoch_start"
+    ON_TEST_EPOCH_END = "on_test_epoch_end"
+    ON_TEST_BATCH_START = "on_test_batch_start"
+    ON_TEST_BATCH_END = "on_test_batch_end"
+
+    ON_PREDICT_MODEL_EVAL = "on_predict_model_eval", Target.MODULE
+    ON_PREDICT_START = "on_predict_start"
+    ON_PREDICT_END = "on_predict_end"
+    ON_PREDICT_EPOCH_START = "on_predict_epoch_start"
+    ON_PREDICT_EPOCH_END = "on_predict_epoch_end"
+    ON_PREDICT_BATCH_START = "on_predict_batch_start"
+    ON_PREDICT_BATCH_END = "on_predict_batch_end"
+
+    ON_SAVE_CHECKPOINT = "on_save_checkpoint"
+    ON_LOAD_CHECKPOINT = "on_load_checkpoint"
+    ON_EXCEPTION = "on_exception"
+
+
+def overrides(obj: object, base: type, name: str) -> bool:
+    """Whether ``obj``'s class defines ``name`` differently from ``base`` (an instance attribute counts)."""
+    if name in getattr(obj, "__dict__", {}):
+        return True
+    return getattr(type(obj), name, None) is not getattr(base, name, None)

@@ -1,0 +1,62 @@
+"""``save_hyperparameters``: capture a constructor's arguments, and keep them checkpoint-safe."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+from types import FrameType
+from typing import Any
+
+
+class AttributeDict(dict):
+    """A dict whose keys read as attributes too: ``hparams.lr`` is ``hparams["lr"]``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"No hyperparameter named {name!r}; saved: {sorted(self)}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+def init_arguments(frame: FrameType | None, obj: object) -> dict[str, Any]:
+    """The arguments of every ``__init__`` of ``obj`` on the stack from ``frame`` up; the subclass's win."""
+    collected: dict[str, Any] = {}
+    while frame is not None:
+        if frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
+            info = inspect.getargvalues(frame)
+            found = {name: info.locals[name] for name in info.args[1:] if name in info.locals}
+            if info.keywords:
+                found.update(info.locals.get(info.keywords) or {})
+            collected = {**found, **collected}
+        frame = frame.f_back
+    return collected
+
+
+def checkpoint_safe(hparams: dict[str, Any]) -> dict[str, Any]:
+    """The hyperparameters that load with ``weights_only=True``; others are left out with a warning."""
+    safe = {}
+    for key, value in hparams.items():
+        if _is_plain(value):
+            safe[key] = copy.deepcopy(value)
+        else:
+            warnings.warn(
+                f"Hyperparameter {key!r} ({type(value).__name__}) is not saved in checkpoints: only numbers, strings, "
+                f"None and lists/dicts of them are. Pass it again to load_from_checkpoint(..., {key}=...), or leave it "
+                f"out with save_hyperparameters(ignore=[{key!r}]).",
+                stacklevel=3,
+            )
+    return safe
+
+
+def _is_plain(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _is_plain(v) for k, v in value.items())
+    return False

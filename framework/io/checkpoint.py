@@ -1,0 +1,30 @@
+"""The checkpoint file: one dict of tensors, numbers, strings, lists and dicts.
+
+Nothing pickled beyond that, so every checkpoint loads with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+import torch
+
+from framework.io.fs import read_bytes, write_bytes_atomic
+
+
+def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write ``checkpoint`` to ``path`` atomically (any fsspec path)."""
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
+    """Read a checkpoint written by ``save_checkpoint`` (or by Lightning) without unpickling code."""
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Checkpoint {os.fspath(path)!r} does not exist.") from None
+    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)

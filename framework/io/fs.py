@@ -1,0 +1,53 @@
+"""Paths through fsspec: any installed protocol (``file://``, ``memory://``, ``s3://`` ...)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+
+def filesystem(path: str | os.PathLike) -> tuple[Any, str]:
+    """The fsspec filesystem for ``path`` and the path as that filesystem spells it."""
+    from fsspec.core import url_to_fs
+
+    return url_to_fs(os.fspath(path))
+
+
+def exists(path: str | os.PathLike) -> bool:
+    fs, inner = filesystem(path)
+    return fs.exists(inner)
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    fs, inner = filesystem(path)
+    with fs.open(inner, "rb") as handle:
+        return handle.read()
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees either the old file or the new one.
+
+    The bytes go to a temporary name beside the target first and are renamed over it only
+    once complete, so a crash mid-write never leaves a truncated file at ``path``.
+    """
+    fs, inner = filesystem(path)
+    parent = os.path.dirname(inner.rstrip("/"))
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    temporary = f"{inner}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with fs.open(temporary, "wb") as handle:
+            handle.write(data)
+        if _is_local(fs):
+            os.replace(temporary, inner)
+        else:
+            fs.mv(temporary, inner)
+    finally:
+        if fs.exists(temporary):
+            fs.rm(temporary)
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")

@@ -1,0 +1,382 @@
+"""``Module``: the user's model, its step functions and its hooks."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from framework.errors import MisconfigurationError, describe
+from framework.hparams import AttributeDict, init_arguments
+from framework.runtime.transfer import move_to_device
+
+
+class Module(nn.Module):
+    """A ``torch.nn.Module`` that also says how to train, validate, test and predict.
+
+    Example::
+
+        class Regressor(framework.Module):
+            def __init__(self, lr=0.1):
+                super().__init__()
+                self.save_hyperparameters()
+                self.net = torch.nn.Linear(4, 1)
+
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                loss = torch.nn.functional.mse_loss(self.net(x), y)
+                self.log("train_loss", loss)
+                return loss
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._trainer: Any = None
+        self._results: Any = None
+        self._hparams = AttributeDict()
+        self._log_hyperparams = True
+        self.automatic_optimization: bool = True
+        self.example_input_array: Any = None
+
+    # -- what the trainer tells the module ----------------------------------------------------------
+    @property
+    def trainer(self) -> Any:
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__qualname__} is not attached to a Trainer; call trainer.fit(model) first.")
+        return self._trainer
+
+    @trainer.setter
+    def trainer(self, trainer: Any) -> None:
+        self._trainer = trainer
+
+    @property
+    def device(self) -> torch.device:
+        for tensor in self.parameters():
+            return tensor.device
+        for tensor in self.buffers():
+            return tensor.device
+        return torch.device("cpu")
+
+    @property
+    def global_step(self) -> int:
+        return self._trainer.state.global_step if self._trainer is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        return self._trainer.state.current_epoch if self._trainer is not None else 0
+
+    @property
+    def global_rank(self) -> int:
+        return self._trainer.global_rank if self._trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        return self._trainer.local_rank if self._trainer is not None else 0
+
+    @property
+    def logger(self) -> Any:
+        return self._trainer.logger if self._trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        return self._trainer.loggers if self._trainer is not None else []
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only."""
+        if self.global_rank == 0:
+            print(*args, **kwargs)
+
+    # -- hyperparameters -----------------------------------------------------------------------------
+    @property
+    def hparams(self) -> AttributeDict:
+        return self._hparams
+
+    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True,
+                             frame: Any = None) -> None:
+        """Store the ``__init__`` arguments in ``self.hparams`` (and so in checkpoints and logs).
+
+        With no ``args`` every argument is kept; with names only those; with one dict (or
+        Namespace) that dict. ``ignore`` leaves names out (e.g. a backbone module).
+        """
+        caller = frame if frame is not None else inspect.currentframe().f_back
+        init_args = init_arguments(caller, self)
+        if len(args) == 1 and not isinstance(args[0], str):
+            source = args[0]
+            chosen = dict(vars(source) if not isinstance(source, Mapping) else source)
+        elif args:
+            missing = [name for name in args if name not in init_args]
+            if missing:
+                raise MisconfigurationError(
+                    f"save_hyperparameters{args!r}: {missing} are not arguments of __init__; they are: {sorted(init_args)}."
+                )
+            chosen = {name: init_args[name] for name in args}
+        else:
+            chosen = init_args
+        ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
+        self._hparams = AttributeDict({k: v for k, v in chosen.items() if k not in ignored})
+        self._log_hyperparams = logger
+
+    # -- logging ------------------------------------------------------------------------------------------
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
+            on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str | Callable = "mean",
+            enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
+            add_dataloader_idx: bool = True, batch_size: int | None = None, metric_attribute: str | None = None,
+            rank_zero_only: bool = False) -> None:
+        """Record ``value`` under ``name`` for loggers, the progress bar and ``trainer.callback_metrics``.
+
+        Defaults follow Lightning: inside ``training_step`` (and the training batch hooks)
+        ``on_step=True, on_epoch=False``; everywhere else ``on_step=False, on_epoch=True``.
+        Epoch values are batch-size-weighted means unless ``reduce_fx`` says otherwise
+        ("sum", "max", "min" or a callable). ``value`` may be a number, a one-element tensor
+        or a torchmetrics ``Metric`` (computed and reset at the epoch's end).
+        """
+        results = self._results
+        if results is None:
+            warnings.warn(f"self.log({name!r}, ...) was called outside a Trainer loop; the value is dropped.",
+                          stacklevel=2)
+            return
+        results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx,
+                    batch_size)
+
+    def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool | None = None,
+                 on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str | Callable = "mean",
+                 enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
+                 add_dataloader_idx: bool = True, batch_size: int | None = None,
+                 rank_zero_only: bool = False) -> None:
+        """``self.log`` for every item of ``dictionary`` with the same settings."""
+        if not isinstance(dictionary, Mapping):
+            raise MisconfigurationError(f"log_dict(dictionary=...) needs a mapping; got {describe(dictionary)}.")
+        for name, value in dictionary.items():
+            self.log(name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
+                     reduce_fx=reduce_fx, sync_dist=sync_dist, add_dataloader_idx=add_dataloader_idx,
+                     batch_size=batch_size)
+
+    # -- steps ---------------------------------------------------------------------------------------------
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise MisconfigurationError(f"{type(self).__qualname__} must define training_step(batch, batch_idx) to fit.")
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Not overriding it turns validation off."""
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise MisconfigurationError(f"{type(self).__qualname__} must define test_step(batch, batch_idx) to test.")
+
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        """By default, the module called on the batch."""
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        """Return an optimizer, a list of them, ``([optimizers], [schedulers])`` or a dict (see the docs)."""
+        return None
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module needs; they replace Trainer callbacks of the same type."""
+        return []
+
+    def configure_model(self) -> None:
+        """Create layers here to build them after the strategy is known (e.g. sharded at creation)."""
+
+    def configure_gradient_clipping(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clip before each optimizer step; by default with the Trainer's settings."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer,
+                       optimizer_closure: Callable[[], Any] | None = None) -> None:
+        """Override to change how the optimizer steps (e.g. a learning-rate warm-up); call ``optimizer.step``."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Optimizer) -> None:
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step one LR scheduler; ``metric`` is the monitored value for ReduceLROnPlateau."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Compute gradients; override to change how (the Trainer's precision scales it where needed)."""
+        self.trainer.runtime.backward(loss, *args, module=self, **kwargs)
+
+    # -- optimization helpers --------------------------------------------------------------------------------
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizer (or list of them) from ``configure_optimizers``; in manual optimization,
+        stepping them counts ``global_step`` and goes through the precision."""
+        optimizers = self.trainer.optimizers
+        if use_pl_optimizer and not self.automatic_optimization:
+            optimizers = self.trainer.manual_optimizers
+        return optimizers[0] if len(optimizers) == 1 else list(optimizers)
+
+    def lr_schedulers(self) -> Any:
+        """The LR scheduler (or list of them), or None."""
+        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        if not schedulers:
+            return None
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``loss.backward()`` for manual optimization, through the precision and the strategy."""
+        if self.automatic_optimization:
+            raise MisconfigurationError("manual_backward is for manual optimization; set self.automatic_optimization = False.")
+        self.trainer.run_backward(loss, *args, **kwargs)
+
+    def clip_gradients(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str | None = None) -> None:
+        """Clip the gradients of ``optimizer``'s parameters by "norm" (default) or by "value"."""
+        if gradient_clip_val is None or gradient_clip_val == 0:
+            return
+        algorithm = gradient_clip_algorithm or "norm"
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        runtime = self.trainer.runtime
+        if algorithm == "norm":
+            runtime.clip_gradients(self, optimizer, max_norm=gradient_clip_val)
+        elif algorithm == "value":
+            runtime.clip_gradients(self, optimizer, clip_val=gradient_clip_val)
+        else:
+            raise MisconfigurationError(
+                f"gradient_clip_algorithm={algorithm!r} is not supported; accepted: 'norm', 'value'."
+            )
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Freeze every parameter not optimized by ``optimizer`` (for alternating updates, e.g. GANs)."""
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self._toggled = {}
+        for param in self.parameters():
+            if id(param) not in own:
+                self._toggled[param] = param.requires_grad
+                param.requires_grad = False
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Undo ``toggle_optimizer``."""
+        for param, requires_grad in getattr(self, "_toggled", {}).items():
+            param.requires_grad = requires_grad
+        self._toggled = {}
+
+    def freeze(self) -> None:
+        """No gradients for any parameter, and eval mode."""
+        for param in self.parameters():
+            param.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        for param in self.parameters():
+            param.requires_grad = True
+        self.train()
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Gather tensors (in any nesting) from every rank, stacked along a new first dimension."""
+        gather = self.trainer.runtime.all_gather
+        if isinstance(data, torch.Tensor):
+            return gather(data)
+        if isinstance(data, Mapping):
+            return {key: self.all_gather(value) for key, value in data.items()}
+        if isinstance(data, (list, tuple)):
+            return type(data)(self.all_gather(value) for value in data)
+        return gather(torch.as_tensor(data))
+
+    # -- hooks (see framework.hooks for when each runs) ------------------------------------------------------
+    def prepare_data(self) -> None: ...
+    def setup(self, stage: str) -> None: ...
+    def teardown(self, stage: str) -> None: ...
+
+    def on_fit_start(self) -> None: ...
+    def on_fit_end(self) -> None: ...
+    def on_train_start(self) -> None: ...
+    def on_train_end(self) -> None: ...
+    def on_train_epoch_start(self) -> None: ...
+    def on_train_epoch_end(self) -> None: ...
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None: ...
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+    def on_after_backward(self) -> None: ...
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None: ...
+    def on_before_zero_grad(self, optimizer: Optimizer) -> None: ...
+
+    def on_validation_model_eval(self) -> None:
+        self.eval()
+
+    def on_validation_model_train(self) -> None:
+        self.train()
+
+    def on_test_model_eval(self) -> None:
+        self.eval()
+
+    def on_test_model_train(self) -> None:
+        self.train()
+
+    def on_predict_model_eval(self) -> None:
+        self.eval()
+
+    def on_validation_start(self) -> None: ...
+    def on_validation_end(self) -> None: ...
+    def on_validation_epoch_start(self) -> None: ...
+    def on_validation_epoch_end(self) -> None: ...
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_test_start(self) -> None: ...
+    def on_test_end(self) -> None: ...
+    def on_test_epoch_start(self) -> None: ...
+    def on_test_epoch_end(self) -> None: ...
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_predict_start(self) -> None: ...
+    def on_predict_end(self) -> None: ...
+    def on_predict_epoch_start(self) -> None: ...
+    def on_predict_epoch_end(self) -> None: ...
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_exception(self, exception: BaseException) -> None: ...
+
+    # -- checkpoints -----------------------------------------------------------------------------------------------
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None,
+                             strict: bool = True, **overrides: Any) -> Module:
+        """Rebuild the module from a checkpoint: ``cls(**saved hparams, **overrides)``, then its weights.
+
+        Example::
+
+            model = Regressor.load_from_checkpoint("epoch=3-step=400.ckpt", lr=0.01)
+        """
+        from framework.io.checkpoint import load_checkpoint
+
+        checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu")
+        hparams = {**checkpoint.get("hyper_parameters", {}), **overrides}
+        try:
+            model = cls(**hparams)
+        except TypeError as error:
+            raise MisconfigurationError(
+                f"{cls.__qualname__}.load_from_checkpoint could not call {cls.__qualname__}(**{sorted(hparams)}): {error}. "
+                "Pass the missing arguments as keyword overrides, or call save_hyperparameters() in __init__."
+            ) from error
+        model.on_load_checkpoint(checkpoint)
+        model.load_state_dict(checkpoint["state_dict"], strict=strict)
+        if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
+            model.to(map_location)
+        return model

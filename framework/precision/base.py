@@ -1,0 +1,69 @@
+"""The Precision contract and its 32-bit base, which changes nothing."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+
+class Precision:
+    """Full 32-bit precision: every method is the plain PyTorch operation.
+
+    Mixed and true low-precision modes subclass this and override the few methods they
+    change, so the loops call the same methods in every mode and never branch on it.
+
+    Example::
+
+        precision = Precision()
+        with precision.autocast():
+            loss = model(x).sum()
+        precision.backward(loss)
+        stepped = precision.optimizer_step(optimizer)   # False if the step was skipped
+    """
+
+    name = "32-true"
+    param_dtype: torch.dtype = torch.float32
+    reduce_dtype: torch.dtype | None = None
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        """Cast the module's parameters where the mode needs it (here: nothing)."""
+        return module
+
+    def convert_input(self, data: Any) -> Any:
+        """Cast floating inputs where the mode needs it (here: nothing)."""
+        return data
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        """The context forward passes and step functions run in."""
+        yield
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Compute gradients of ``loss`` (scaled first in fp16 modes)."""
+        loss.backward(*args, **kwargs)
+
+    def unscale(self, optimizer: Optimizer) -> None:
+        """Bring the gradients of ``optimizer``'s parameters to their true scale before clipping."""
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any) -> bool:
+        """Step ``optimizer``; return False when the step was skipped (fp16 found inf/nan)."""
+        if closure is None:
+            optimizer.step(**kwargs)
+        else:
+            optimizer.step(closure=closure, **kwargs)
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """What must be saved to resume (the fp16 loss scale, for example)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"

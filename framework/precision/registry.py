@@ -1,0 +1,44 @@
+"""Turns what users type for ``precision=`` into a Precision object."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from framework.errors import MisconfigurationError, describe
+from framework.precision.base import Precision
+
+# Every spelling Lightning and Accelerate accept, mapped to our canonical name.
+CANONICAL: dict[object, str] = {
+    32: "32-true", "32": "32-true", "32-true": "32-true", "fp32": "32-true", "no": "32-true",
+    64: "64-true", "64": "64-true", "64-true": "64-true",
+    16: "16-mixed", "16": "16-mixed", "fp16": "16-mixed", "16-mixed": "16-mixed",
+    "bf16": "bf16-mixed", "bf16-mixed": "bf16-mixed",
+    "bf16-true": "bf16-true", "16-true": "16-true",
+}
+
+_BUILDERS: dict[str, Callable[[], Precision]] = {"32-true": Precision}
+
+
+def register_precision(name: str, builder: Callable[[], Precision]) -> None:
+    """Make ``precision=name`` build ``builder()``."""
+    _BUILDERS[name] = builder
+
+
+def resolve_precision(precision: object) -> Precision:
+    """A Precision instance for ``precision`` (an instance, or any accepted spelling)."""
+    if isinstance(precision, Precision):
+        return precision
+    key = precision.lower() if isinstance(precision, str) else precision
+    canonical = CANONICAL.get(key) if isinstance(key, (int, str)) and not isinstance(key, bool) else None
+    if canonical is None:
+        accepted = ", ".join(repr(k) for k in CANONICAL)
+        raise MisconfigurationError(
+            f"precision={describe(precision)} is not a precision mode. Accepted: {accepted}, or a Precision instance."
+        )
+    builder = _BUILDERS.get(canonical)
+    if builder is None:
+        available = ", ".join(repr(k) for k in sorted(_BUILDERS))
+        raise MisconfigurationError(
+            f"precision={precision!r} ({canonical}) is not available in this version of framework; available: {available}."
+        )
+    return builder()

@@ -1,0 +1,5 @@
+"""The Runtime: device, Strategy and Precision, public on its own for hand-written loops."""
+
+from framework.runtime.runtime import Runtime
+
+__all__ = ["Runtime"]

@@ -1,0 +1,186 @@
+"""The Runtime: device, Strategy and Precision in one object, usable without the Trainer."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from framework.errors import MisconfigurationError, describe
+from framework.io.checkpoint import load_checkpoint, save_checkpoint
+from framework.precision import Precision, resolve_precision
+from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
+from framework.runtime.transfer import move_to_device
+from framework.strategies import Strategy, resolve_strategy
+
+
+class Runtime:
+    """Everything a training loop needs that depends on hardware, precision or distribution.
+
+    The ``Trainer`` is built on it; people who keep their own loop use it directly::
+
+        runtime = Runtime(accelerator="cpu", precision="32-true")
+        model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        for batch in loader:
+            x, y = runtime.to_device(batch)
+            with runtime.autocast():
+                loss = torch.nn.functional.mse_loss(model(x), y)
+            runtime.backward(loss)
+            runtime.optimizer_step(optimizer)
+            optimizer.zero_grad()
+    """
+
+    def __init__(
+        self,
+        accelerator: str = "auto",
+        devices: int | str | list[int] = "auto",
+        strategy: str | Strategy = "auto",
+        precision: str | int | Precision = "32-true",
+        num_nodes: int = 1,
+    ) -> None:
+        if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
+            raise MisconfigurationError(f"num_nodes={describe(num_nodes)} must be a positive int.")
+        self.accelerator = resolve_accelerator(accelerator)
+        self.device_ids = resolve_devices(devices, self.accelerator)
+        self.num_nodes = num_nodes
+        self.strategy = resolve_strategy(strategy)
+        self.precision = resolve_precision(precision)
+        if (len(self.device_ids) > 1 or num_nodes > 1) and self.strategy.world_size == 1:
+            raise MisconfigurationError(
+                f"devices={devices!r} with num_nodes={num_nodes} needs one process per device, which strategy="
+                f"{strategy!r} ({type(self.strategy).__name__}) does not do. Use devices=1, or a multi-process "
+                "strategy once one is registered."
+            )
+        self.device = device_for(self.accelerator, self.device_ids[0])
+        self.strategy.connect(self.device, self.precision)
+
+    # -- ranks -------------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.strategy.world_size
+
+    @property
+    def global_rank(self) -> int:
+        return self.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        return self.strategy.node_rank
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.strategy.is_global_zero
+
+    # -- set-up --------------------------------------------------------------------------------------
+    def setup_environment(self) -> None:
+        self.strategy.setup_environment()
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Convert ``module`` for the precision, then place/wrap it for the strategy."""
+        return self.strategy.setup_module(self.precision.convert_module(module))
+
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        return self.strategy.setup_optimizer(optimizer)
+
+    def setup(self, module: nn.Module, *optimizers: Optimizer) -> Any:
+        """Set up ``module`` and ``optimizers``; returns the module, or ``(module, *optimizers)``."""
+        self.setup_environment()
+        module = self.setup_module(module)
+        if not optimizers:
+            return module
+        return (module, *(self.setup_optimizer(optimizer) for optimizer in optimizers))
+
+    def to_device(self, batch: Any) -> Any:
+        """``batch`` (tensors in any nesting) on this runtime's device, inputs cast for the precision."""
+        return self.precision.convert_input(move_to_device(batch, self.device))
+
+    # -- the step -------------------------------------------------------------------------------------
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return self.precision.autocast()
+
+    def backward(self, loss: torch.Tensor, *args: Any, module: nn.Module | None = None, **kwargs: Any) -> None:
+        self.strategy.backward(loss, module, *args, **kwargs)
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Any = None, **kwargs: Any) -> bool:
+        """Step ``optimizer`` through the precision; False when the step was skipped."""
+        return self.strategy.optimizer_step(optimizer, closure, **kwargs)
+
+    def clip_gradients(
+        self,
+        module: nn.Module,
+        optimizer: Optimizer,
+        clip_val: float | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+    ) -> torch.Tensor | None:
+        """Clip by value (``clip_val``) or by total norm (``max_norm``); returns the norm when clipping by norm."""
+        if (clip_val is None) == (max_norm is None):
+            raise MisconfigurationError("clip_gradients needs exactly one of clip_val= or max_norm=.")
+        if max_norm is not None:
+            return self.strategy.clip_gradients_norm(module, optimizer, float(max_norm), norm_type)
+        self.strategy.clip_gradients_value(module, optimizer, float(clip_val))
+        return None
+
+    def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
+        """Skip the gradient all-reduce inside this context (gradient accumulation micro-batches)."""
+        return self.strategy.no_backward_sync(module, enabled)
+
+    # -- collectives ---------------------------------------------------------------------------------
+    def all_reduce(self, tensor: torch.Tensor, reduce_op: str = "mean") -> torch.Tensor:
+        return self.strategy.all_reduce(tensor, reduce_op)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.strategy.all_gather(tensor)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return self.strategy.broadcast(obj, src)
+
+    def barrier(self, name: str | None = None) -> None:
+        self.strategy.barrier(name)
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        return self.strategy.reduce_boolean_decision(decision, all)
+
+    # -- files ------------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, state: dict[str, Any]) -> None:
+        """Save ``state``; modules and optimizers in it are replaced by their ``state_dict()``."""
+        self.strategy.save_checkpoint(_to_state_dicts(state, self.strategy), os.fspath(path))
+
+    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Load a checkpoint; objects in ``state`` get their entries loaded in place, the rest is returned."""
+        checkpoint = load_checkpoint(path, map_location="cpu")
+        if state is None:
+            return checkpoint
+        for key, target in state.items():
+            if hasattr(target, "load_state_dict") and key in checkpoint:
+                if isinstance(target, nn.Module):
+                    self.strategy.unwrap(target).load_state_dict(checkpoint.pop(key))
+                else:
+                    target.load_state_dict(checkpoint.pop(key))
+        return checkpoint
+
+    def teardown(self) -> None:
+        self.strategy.teardown()
+
+    def __repr__(self) -> str:
+        return f"Runtime(device={self.device}, strategy={self.strategy!r}, precision={self.precision!r})"
+
+
+def _to_state_dicts(state: dict[str, Any], strategy: Strategy) -> dict[str, Any]:
+    converted = {}
+    for key, value in state.items():
+        if isinstance(value, nn.Module):
+            converted[key] = strategy.module_state_dict(value)
+        elif hasattr(value, "state_dict") and callable(value.state_dict):
+            converted[key] = value.state_dict()
+        else:
+            converted[key] = value
+    return converted

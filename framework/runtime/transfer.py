@@ -1,0 +1,50 @@
+"""Moves a batch of any nesting to a device."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor in it on ``device``.
+
+    Handles tensors, dicts (any Mapping that can be rebuilt from its items), lists,
+    tuples, namedtuples, dataclasses and any object with a ``.to(device)`` method;
+    everything else is returned unchanged.
+
+    Example::
+
+        move_to_device({"x": torch.ones(2), "meta": ["a", "b"]}, torch.device("cpu"))
+    """
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=device.type == "cuda")
+    if isinstance(batch, (list, tuple)):
+        moved = [move_to_device(item, device) for item in batch]
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+            return type(batch)(*moved)
+        return type(batch)(moved) if type(batch) not in (list, tuple) else (moved if isinstance(batch, list) else tuple(moved))
+    if isinstance(batch, Mapping):
+        items = {key: move_to_device(value, device) for key, value in batch.items()}
+        try:
+            return type(batch)(items)
+        except TypeError:
+            return items
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return _move_dataclass(batch, device)
+    to = getattr(batch, "to", None)
+    if callable(to):
+        return to(device)
+    return batch
+
+
+def _move_dataclass(batch: Any, device: torch.device) -> Any:
+    changes = {f.name: move_to_device(getattr(batch, f.name), device) for f in dataclasses.fields(batch) if f.init}
+    moved = dataclasses.replace(batch, **changes)
+    for f in dataclasses.fields(batch):
+        if not f.init:
+            setattr(moved, f.name, move_to_device(getattr(batch, f.name), device))
+    return moved

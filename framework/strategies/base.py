@@ -1,0 +1,149 @@
+"""The Strategy contract: how a module is placed, wrapped, synchronised and saved."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from framework.precision.base import Precision
+
+
+class Strategy:
+    """Where the model runs and how ranks talk to each other.
+
+    Subclasses (DDP, sharded, FSDP) override the methods they change; the loops only
+    call these methods and never ask which strategy is in use. The base implements one
+    process on one device, so the collectives return their input.
+    """
+
+    name = "base"
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+        self.precision = Precision()
+
+    def connect(self, device: torch.device, precision: Precision) -> None:
+        """Called by the Runtime once it has resolved the device and the precision."""
+        self.device = device
+        self.precision = precision
+
+    # -- ranks ---------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        return 0
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas`` and ``rank`` for a DistributedSampler, or None when not distributed."""
+        return None
+
+    # -- set-up ----------------------------------------------------------------------------
+    def setup_environment(self) -> None:
+        """Start the process group, where there is one."""
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Move ``module`` to the device and wrap it (DDP, fully_shard) where needed."""
+        return module.to(self.device)
+
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """Wrap ``optimizer`` where the strategy shards its state."""
+        return optimizer
+
+    def unwrap(self, module: nn.Module) -> nn.Module:
+        """The user's module inside whatever ``setup_module`` wrapped it in."""
+        return module
+
+    # -- the step ----------------------------------------------------------------------------
+    def step_function(self, model: nn.Module, name: str) -> Any:
+        """The callable that runs the user's ``training_step`` (or another step) on the set-up ``model``.
+
+        Wrapping strategies route it through the wrapper's ``forward`` so their hooks run.
+        """
+        return getattr(self.unwrap(model), name)
+
+    def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
+        """Context for gradient-accumulation micro-batches: no gradient sync across ranks."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor, module: nn.Module | None = None, *args: Any, **kwargs: Any) -> None:
+        self.precision.backward(loss, *args, **kwargs)
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Any = None, **kwargs: Any) -> bool:
+        return self.precision.optimizer_step(optimizer, closure, **kwargs)
+
+    def clip_gradients_norm(
+        self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        self.precision.unscale(optimizer)
+        return torch.nn.utils.clip_grad_norm_(_parameters_of(optimizer), max_norm, norm_type=norm_type)
+
+    def clip_gradients_value(self, module: nn.Module, optimizer: Optimizer, clip_value: float) -> None:
+        self.precision.unscale(optimizer)
+        torch.nn.utils.clip_grad_value_(_parameters_of(optimizer), clip_value)
+
+    # -- collectives ------------------------------------------------------------------------
+    def all_reduce(self, tensor: torch.Tensor, reduce_op: str = "mean") -> torch.Tensor:
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Stack ``tensor`` from every rank along a new first dimension."""
+        return tensor.unsqueeze(0)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    def barrier(self, name: str | None = None) -> None:
+        pass
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """The same decision on every rank: all ranks agree (``all``) or any rank wants it."""
+        return decision
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        return self.unwrap(module).state_dict()
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
+        """Write ``checkpoint`` to ``path`` (one file here; rank 0 only when distributed)."""
+        from framework.io.checkpoint import save_checkpoint
+
+        if self.is_global_zero:
+            save_checkpoint(checkpoint, path)
+        self.barrier("save_checkpoint")
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        from framework.io.checkpoint import load_checkpoint
+
+        return load_checkpoint(path, map_location="cpu")
+
+    def teardown(self) -> None:
+        """Undo ``setup_environment`` (a barrier, then destroy the process group)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.device})"
+
+
+def _parameters_of(optimizer: Optimizer) -> Iterator[torch.Tensor]:
+    for group in optimizer.param_groups:
+        yield from group["params"]

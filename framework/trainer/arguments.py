@@ -1,0 +1,118 @@
+"""Checks of the Trainer's arguments: each bad value gets an error naming it and what is accepted."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from typing import Any
+
+from framework.errors import MisconfigurationError, describe
+
+
+def _fail(name: str, value: Any, accepted: str) -> MisconfigurationError:
+    return MisconfigurationError(f"Trainer({name}={describe(value)}): accepted {accepted}.")
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(name, value, "True or False")
+    return value
+
+
+def check_int(name: str, value: Any, minimum: int, none_means: Any = "reject") -> Any:
+    """An int >= ``minimum``; None becomes ``none_means`` unless that is "reject"."""
+    if value is None and none_means != "reject":
+        return none_means
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise _fail(name, value, f"an int >= {minimum}" + (" or None" if none_means != "reject" else ""))
+    return value
+
+
+def check_optional_number(name: str, value: Any, minimum: float = 0.0) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < minimum:
+        raise _fail(name, value, f"a number >= {minimum} or None")
+    return float(value)
+
+
+def check_limit(name: str, value: Any) -> int | float:
+    """``limit_*_batches`` and ``overfit_batches``: an int count of batches or a float fraction in [0, 1]."""
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(name, value, "an int number of batches (>= 0) or a float fraction between 0.0 and 1.0")
+    if isinstance(value, float):
+        if not 0.0 <= value <= 1.0:
+            raise _fail(name, value, "a float between 0.0 and 1.0 (a fraction of the batches), or an int count")
+    elif value < 0:
+        raise _fail(name, value, "an int number of batches (>= 0) or a float fraction between 0.0 and 1.0")
+    return value
+
+
+def check_val_check_interval(value: Any) -> int | float:
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail("val_check_interval", value, "an int number of training batches (>= 1) or a float in (0.0, 1.0]")
+    if isinstance(value, float) and not 0.0 < value <= 1.0:
+        raise _fail("val_check_interval", value, "a float fraction of the epoch in (0.0, 1.0], or an int >= 1")
+    if isinstance(value, int) and value < 1:
+        raise _fail("val_check_interval", value, "an int number of training batches >= 1, or a float in (0.0, 1.0]")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: tuple) -> Any:
+    if not any(value is choice or (type(value) is type(choice) and value == choice) for choice in choices):
+        raise _fail(name, value, "one of " + ", ".join(repr(c) for c in choices))
+    return value
+
+
+def check_fast_dev_run(value: Any) -> int:
+    """The number of batches fast_dev_run runs (0 when off)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and value >= 0:
+        return value
+    raise _fail("fast_dev_run", value, "True, False or an int number of batches >= 0")
+
+
+_DURATION = re.compile(r"^(\d+):(\d+):(\d+):(\d+)$")
+
+
+def parse_max_time(value: Any) -> timedelta | None:
+    """``max_time`` as a timedelta: "DD:HH:MM:SS", a timedelta, or a dict of timedelta keywords."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, str):
+        match = _DURATION.match(value.strip())
+        if match:
+            days, hours, minutes, seconds = map(int, match.groups())
+            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    if isinstance(value, dict):
+        try:
+            return timedelta(**value)
+        except TypeError:
+            pass
+    raise _fail("max_time", value, "a string 'DD:HH:MM:SS', a datetime.timedelta, or a dict such as {'hours': 1}")
+
+
+def check_root_dir(value: Any) -> str:
+    if value is None:
+        return os.getcwd()
+    if not isinstance(value, (str, os.PathLike)):
+        raise _fail("default_root_dir", value, "a path (str or os.PathLike) or None")
+    return os.fspath(value)
+
+
+def check_list_of(name: str, value: Any, kind: type, noun: str) -> list:
+    if value is None:
+        return []
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if not isinstance(item, kind):
+            raise _fail(name, item, f"a {noun} instance or a list of them (got an item that is not)")
+    return items

@@ -1,0 +1,83 @@
+"""Assembling the checkpoint dict from a trainer, and restoring a trainer from one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from framework.errors import MisconfigurationError
+from framework.hooks import Hook
+from framework.hparams import checkpoint_safe
+
+
+def framework_version() -> str:
+    from framework import __version__
+
+    return __version__
+
+
+def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
+    """Everything needed to resume: weights, optimizers, schedulers, counters, callbacks, precision."""
+    state = trainer.state
+    module = trainer.module
+    checkpoint: dict[str, Any] = {
+        "framework_version": framework_version(),
+        "epoch": state.current_epoch,
+        "global_step": state.global_step,
+        "loops": {"fit": state.state_dict()},
+        "state_dict": trainer.runtime.strategy.module_state_dict(trainer.model),
+    }
+    if not weights_only:
+        checkpoint["optimizer_states"] = [optimizer.state_dict() for optimizer in trainer.optimizers]
+        checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs]
+        checkpoint["precision"] = trainer.runtime.precision.state_dict()
+        checkpoint["callbacks"] = {cb.state_key: cb.state_dict() for cb in trainer.callbacks}
+        if trainer.datamodule is not None:
+            checkpoint["datamodule"] = trainer.datamodule.state_dict()
+    if module.hparams:
+        checkpoint["hyper_parameters"] = checkpoint_safe(dict(module.hparams))
+    for callback in trainer.callbacks:
+        callback.on_save_checkpoint(trainer, module, checkpoint)
+    module.on_save_checkpoint(checkpoint)
+    return checkpoint
+
+
+def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool) -> None:
+    """Load ``checkpoint`` into the trainer's module (and, when ``training``, everything needed to resume)."""
+    trainer.hooks.call(Hook.ON_LOAD_CHECKPOINT, checkpoint)
+    if "state_dict" not in checkpoint:
+        raise MisconfigurationError("The checkpoint has no 'state_dict' entry; it was not written by a Trainer.")
+    trainer.runtime.strategy.unwrap(trainer.model).load_state_dict(checkpoint["state_dict"])
+    if not training:
+        return
+    if "optimizer_states" not in checkpoint:
+        raise MisconfigurationError(
+            "The checkpoint holds weights only (saved with weights_only=True), so training cannot resume from it. "
+            "Load the weights with Module.load_from_checkpoint and start a new fit instead."
+        )
+    for optimizer, saved in zip(trainer.optimizers, checkpoint["optimizer_states"]):
+        optimizer.load_state_dict(saved)
+    for config, saved in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+        config.scheduler.load_state_dict(saved)
+    trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
+    saved_callbacks = checkpoint.get("callbacks", {})
+    for callback in trainer.callbacks:
+        if callback.state_key in saved_callbacks:
+            callback.load_state_dict(saved_callbacks[callback.state_key])
+    if trainer.datamodule is not None and "datamodule" in checkpoint:
+        trainer.datamodule.load_state_dict(checkpoint["datamodule"])
+    _restore_counters(trainer, checkpoint)
+
+
+def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
+    state = trainer.state
+    loops = checkpoint.get("loops", {})
+    if "fit" in loops:
+        state.load_state_dict(loops["fit"])
+        if state.epoch_finished:  # saved at the epoch's end: resume with the next one
+            state.current_epoch += 1
+            state.batch_idx = 0
+            state.epoch_finished = False
+    else:  # a Lightning checkpoint: epoch and global_step only, resumed at the next epoch
+        state.current_epoch = int(checkpoint.get("epoch", -1)) + 1
+        state.global_step = int(checkpoint.get("global_step", 0))
+        state.batches_stepped = state.global_step

@@ -1,0 +1,102 @@
+"""Calls hooks on callbacks, the DataModule and the Module, in the order ``framework.hooks`` documents.
+
+Which object overrides which hook is worked out once per run (``HookRunner``); on the
+hot path a hook nobody overrides costs one ``is None`` test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from framework.callbacks.base import Callback
+from framework.datamodule import DataModule
+from framework.hooks import Hook, Target, overrides
+from framework.module import Module
+
+# Module hooks whose base implementation does work (eval/train mode, moving the batch),
+# so they run even when the user did not override them.
+_ACTING_DEFAULTS = frozenset({
+    Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN, Hook.ON_TEST_MODEL_EVAL,
+    Hook.ON_TEST_MODEL_TRAIN, Hook.ON_PREDICT_MODEL_EVAL, Hook.TRANSFER_BATCH_TO_DEVICE,
+})
+# Hooks a DataModule also has; its version runs before the Module's.
+_DATAMODULE_HOOKS = frozenset({
+    Hook.PREPARE_DATA, Hook.SETUP, Hook.TEARDOWN, Hook.ON_BEFORE_BATCH_TRANSFER,
+    Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER,
+})
+_BATCH_HOOKS = frozenset({Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER})
+
+
+class HookRunner:
+    """The overriding implementations of every hook, bound once.
+
+    ``runner.get(Hook.ON_TRAIN_BATCH_END)`` is a function taking the hook's Module-side
+    arguments, or None when neither a callback nor the Module overrides the hook.
+    """
+
+    def __init__(self, trainer: Any, module: Module, callbacks: list[Callback], datamodule: DataModule | None) -> None:
+        self.trainer = trainer
+        self.module = module
+        self.callbacks = callbacks
+        self.datamodule = datamodule
+        self._callers: dict[Hook, Callable[..., Any] | None] = {hook: self._build(hook) for hook in Hook}
+
+    def get(self, hook: Hook) -> Callable[..., Any] | None:
+        return self._callers[hook]
+
+    def call(self, hook: Hook, *args: Any) -> Any:
+        """Run ``hook`` now; returns the Module's return value (None when it has none)."""
+        caller = self._callers[hook]
+        return caller(*args) if caller is not None else None
+
+    def call_epoch_end(self, hook: Hook) -> None:
+        """An epoch-end hook: callbacks that read epoch metrics run after the Module, which may log more."""
+        readers = [cb for cb in self._overriding(hook) if cb.reads_epoch_metrics]
+        for callback in self._overriding(hook):
+            if not callback.reads_epoch_metrics:
+                getattr(callback, hook.value)(self.trainer, self.module)
+        if overrides(self.module, Module, hook.value):
+            getattr(self.module, hook.value)()
+        for callback in readers:
+            getattr(callback, hook.value)(self.trainer, self.module)
+
+    def _overriding(self, hook: Hook) -> list[Callback]:
+        return [cb for cb in self.callbacks if overrides(cb, Callback, hook.value)]
+
+    def _build(self, hook: Hook) -> Callable[..., Any] | None:
+        name = hook.value
+        trainer, module = self.trainer, self.module
+        callback_fns = [getattr(cb, name) for cb in self._overriding(hook)] if hook.target != Target.MODULE else []
+        module_fn = None
+        if hook.target != Target.CALLBACK and (hook in _ACTING_DEFAULTS or overrides(module, Module, name)):
+            module_fn = getattr(module, name)
+        datamodule_fn = None
+        if self.datamodule is not None and hook in _DATAMODULE_HOOKS and overrides(self.datamodule, DataModule, name):
+            datamodule_fn = getattr(self.datamodule, name)
+        if hook in _BATCH_HOOKS:
+            return _chain_batch(datamodule_fn, module_fn)
+        if not callback_fns and module_fn is None and datamodule_fn is None:
+            return None
+        if not callback_fns and datamodule_fn is None:
+            return module_fn
+
+        def run(*args: Any) -> Any:
+            if datamodule_fn is not None:
+                datamodule_fn(*args)
+            for fn in callback_fns:
+                fn(trainer, module, *args)
+            return module_fn(*args) if module_fn is not None else None
+
+        return run
+
+
+def _chain_batch(first: Callable[..., Any] | None, second: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """Batch hooks return the batch: the DataModule's result feeds the Module's."""
+    if first is None or second is None:
+        return first or second
+
+    def run(batch: Any, *args: Any) -> Any:
+        return second(first(batch, *args), *args)
+
+    return run

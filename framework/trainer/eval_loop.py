@@ -1,0 +1,118 @@
+"""The validation, test and predict loops (validation also runs inside ``fit``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from framework.hooks import Hook, overrides
+from framework.module import Module
+from framework.trainer.data import limited
+from framework.trainer.results import Results
+from framework.trainer.state import RunningStage
+
+
+@dataclass(frozen=True)
+class _Names:
+    step: str
+    model_eval: Hook
+    model_train: Hook | None
+    start: Hook
+    epoch_start: Hook
+    batch_start: Hook
+    batch_end: Hook
+    epoch_end: Hook
+    end: Hook
+
+
+_LOOPS = {
+    "validate": _Names(
+        "validation_step", Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN, Hook.ON_VALIDATION_START,
+        Hook.ON_VALIDATION_EPOCH_START, Hook.ON_VALIDATION_BATCH_START, Hook.ON_VALIDATION_BATCH_END,
+        Hook.ON_VALIDATION_EPOCH_END, Hook.ON_VALIDATION_END,
+    ),
+    "test": _Names(
+        "test_step", Hook.ON_TEST_MODEL_EVAL, Hook.ON_TEST_MODEL_TRAIN, Hook.ON_TEST_START,
+        Hook.ON_TEST_EPOCH_START, Hook.ON_TEST_BATCH_START, Hook.ON_TEST_BATCH_END,
+        Hook.ON_TEST_EPOCH_END, Hook.ON_TEST_END,
+    ),
+    "predict": _Names(
+        "predict_step", Hook.ON_PREDICT_MODEL_EVAL, None, Hook.ON_PREDICT_START,
+        Hook.ON_PREDICT_EPOCH_START, Hook.ON_PREDICT_BATCH_START, Hook.ON_PREDICT_BATCH_END,
+        Hook.ON_PREDICT_EPOCH_END, Hook.ON_PREDICT_END,
+    ),
+}
+
+
+def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) -> list[dict[str, Any]]:
+    """Run ``kind`` ("validate", "test" or "predict") over ``loaders``.
+
+    Returns, for validate/test, one dict of epoch metrics per loader; for predict, one list
+    of batch predictions per loader.
+    """
+    names = _LOOPS[kind]
+    hooks, module = trainer.hooks, trainer.module
+    modes = {sub: sub.training for sub in module.modules()}
+    hooks.call(names.model_eval)
+    results = Results(training=False)
+    module._results = results
+    outputs: list[Any] = []
+    try:
+        with _grad_off(trainer.inference_mode):
+            hooks.call(names.start)
+            hooks.call(names.epoch_start)
+            outputs = _run_batches(trainer, names, results, loaders, limits, keep=kind == "predict")
+            if kind == "predict":
+                hooks.call(names.epoch_end)
+            else:
+                trainer.metrics.ending = results
+                hooks.call_epoch_end(names.epoch_end)
+                trainer.metrics.ending = None
+                outputs = trainer.finish_evaluation(results, len(loaders))
+            hooks.call(names.end)
+    finally:
+        module._results = trainer.train_results if trainer.state.stage == RunningStage.TRAINING else None
+        results.reset()
+    if names.model_train is not None and overrides(module, Module, names.model_train.value):
+        hooks.call(names.model_train)
+    else:  # give every submodule back the mode it had (a frozen backbone stays in eval)
+        for sub, training in modes.items():
+            sub.training = training
+    return outputs
+
+
+def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, limits: list[float],
+                 keep: bool) -> list[Any]:
+    hooks = trainer.hooks
+    step = trainer.strategy_step(names.step)
+    log_steps = bool(trainer.loggers) and not keep and trainer.state.stage != RunningStage.SANITY_CHECKING
+    batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
+    several = len(loaders) > 1
+    collected: list[list[Any]] = []
+    for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+        extra = (dataloader_idx,) if several else ()
+        predictions: list[Any] = []
+        for batch_idx, batch in enumerate(limited(loader, limit)):
+            batch = trainer.transfer_batch(batch, dataloader_idx)
+            results.start_batch(batch, dataloader_idx if several else None)
+            if batch_start is not None:
+                batch_start(batch, batch_idx, *extra)
+            with trainer.runtime.autocast():
+                output = step(batch, batch_idx, *extra)
+            if keep:
+                predictions.append(output)
+            if batch_end is not None:
+                batch_end(output, batch, batch_idx, *extra)
+            results.in_batch = False
+            if log_steps:
+                trainer.log_eval_step(results)
+        collected.append(predictions)
+    if keep:
+        return collected[0] if len(collected) == 1 else collected
+    return []
+
+
+def _grad_off(inference_mode: bool) -> Any:
+    return torch.inference_mode() if inference_mode else torch.no_grad()

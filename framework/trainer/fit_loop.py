@@ -1,0 +1,345 @@
+"""The training loop of ``Trainer.fit``: epochs, batches, the optimizer step and when to validate.
+
+The hook order is the one ``framework.hooks`` documents. Per batch the loop does only
+what that batch needs: hooks nobody overrides were resolved to None before the first
+batch, nothing is read back from the device, and logging I/O happens every
+``log_every_n_steps`` optimizer steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from framework.errors import MisconfigurationError, describe
+from framework.hooks import Hook, overrides
+from framework.module import Module
+from framework.trainer.data import INFINITE, limited, set_sampler_epoch
+from framework.trainer.eval_loop import run_evaluation
+from framework.trainer.metrics import step_views
+from framework.trainer.optimizers import OptimizerProxy
+from framework.trainer.state import RunningStage
+
+
+class FitLoop:
+    """Runs sanity checking, then training epochs with validation when due, for one ``fit`` call."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.started_at = time.monotonic()
+
+    # -- the whole fit -------------------------------------------------------------------------------
+    def run(self) -> None:
+        trainer = self.trainer
+        if trainer.sanity_steps and trainer.val_enabled and trainer.state.global_step == 0:
+            self._sanity_check()
+        trainer.hooks.call(Hook.ON_TRAIN_START)
+        while not self._done():
+            self._run_epoch()
+        trainer.hooks.call(Hook.ON_TRAIN_END)
+
+    def _done(self) -> bool:
+        trainer, state = self.trainer, self.trainer.state
+        if trainer.max_steps != -1 and state.global_step >= trainer.max_steps:
+            return True
+        if trainer.max_epochs != -1 and state.current_epoch >= trainer.max_epochs:
+            return True
+        if trainer.num_training_batches == 0:
+            return True
+        if self._time_is_up():
+            return True
+        return state.should_stop and self.can_stop_early()
+
+    def can_stop_early(self) -> bool:
+        """``should_stop`` is obeyed only once ``min_epochs`` and ``min_steps`` are met."""
+        trainer, state = self.trainer, self.trainer.state
+        met_epochs = trainer.min_epochs is None or state.current_epoch >= trainer.min_epochs
+        met_steps = trainer.min_steps is None or state.global_step >= trainer.min_steps
+        return met_epochs and met_steps
+
+    def _time_is_up(self) -> bool:
+        max_time = self.trainer.max_time
+        if max_time is not None and time.monotonic() - self.started_at >= max_time.total_seconds():
+            self.trainer.state.should_stop = True
+            return True
+        return False
+
+    def _sanity_check(self) -> None:
+        trainer = self.trainer
+        trainer.state.stage = RunningStage.SANITY_CHECKING
+        trainer.hooks.call(Hook.ON_SANITY_CHECK_START)
+        limits = [min(n, trainer.sanity_steps) for n in trainer.num_val_batches]
+        run_evaluation(trainer, "validate", trainer.val_loaders, limits)
+        trainer.hooks.call(Hook.ON_SANITY_CHECK_END)
+        trainer.metrics.clear()
+        trainer.state.stage = RunningStage.TRAINING
+
+    # -- one epoch -------------------------------------------------------------------------------------
+    def _run_epoch(self) -> None:
+        trainer, state, hooks = self.trainer, self.trainer.state, self.trainer.hooks
+        trainer.reload_train_loader_if_due()
+        loader = trainer.train_loader
+        set_sampler_epoch(loader, state.current_epoch)
+        results = trainer.train_results
+        results.reset()
+        trainer.module._results = results
+        trainer.metrics.live = results
+        state.stage = RunningStage.TRAINING
+        hooks.call(Hook.ON_TRAIN_EPOCH_START)
+
+        step = self._automatic_step if trainer.module.automatic_optimization else self._manual_step
+        transfer = trainer.transfer_batch
+        batch_start = hooks.get(Hook.ON_TRAIN_BATCH_START)
+        batch_end = hooks.get(Hook.ON_TRAIN_BATCH_END)
+        total = trainer.num_training_batches
+        log_every = trainer.log_every_n_steps if trainer.loggers else 0
+        max_steps = trainer.max_steps
+        watch_time = trainer.max_time is not None
+        first = state.batch_idx  # > 0 only when resuming inside an epoch
+
+        for batch_idx, batch, is_last in _numbered(loader, total, first):
+            batch = transfer(batch, 0)
+            results.start_batch(batch)
+            if batch_start is not None and batch_start(batch, batch_idx) == -1:
+                break
+            stepped_before = state.batches_stepped
+            outputs = step(batch, batch_idx, is_last)
+            state.batch_idx = batch_idx + 1
+            state.total_batch_idx += 1
+            if batch_end is not None:
+                batch_end(outputs, batch, batch_idx)
+            results.in_batch = False
+            if log_every and state.batches_stepped != stepped_before and state.batches_stepped % log_every == 0:
+                trainer.metrics.log_step(results, state.batches_stepped - 1, state.current_epoch)
+            if self._should_validate(batch_idx, is_last):
+                trainer.run_validation_in_fit()
+            if max_steps != -1 and state.global_step >= max_steps:
+                break
+            if watch_time and self._time_is_up():
+                break
+            if state.should_stop and self.can_stop_early():
+                break
+        self._end_epoch()
+
+    def _end_epoch(self) -> None:
+        trainer, state = self.trainer, self.trainer.state
+        state.epoch_finished = True
+        last_step = step_views(trainer.train_results)
+        trainer.metrics.store(last_step)
+        trainer.metrics.logged.update(last_step[0])
+        trainer.metrics.ending = trainer.train_results
+        trainer.hooks.call_epoch_end(Hook.ON_TRAIN_EPOCH_END)
+        trainer.metrics.ending = None
+        trainer.metrics.log_epoch(trainer.train_results, max(state.batches_stepped - 1, 0), state.current_epoch)
+        trainer.metrics.live = None
+        trainer.train_results.reset()
+        state.current_epoch += 1
+        state.batch_idx = 0
+        state.epoch_finished = False
+        trainer.step_schedulers("epoch", plateau=True)
+
+    def _should_validate(self, batch_idx: int, is_last: bool) -> bool:
+        trainer, state = self.trainer, self.trainer.state
+        if not trainer.val_enabled:
+            return False
+        every_n = trainer.check_val_every_n_epoch
+        if every_n is not None and (state.current_epoch + 1) % every_n != 0:
+            return False
+        if state.should_stop and self.can_stop_early():
+            return True
+        check_batch = trainer.val_check_batch
+        if check_batch == INFINITE:
+            return is_last
+        position = state.total_batch_idx - 1 if every_n is None else batch_idx
+        return (position + 1) % check_batch == 0
+
+    # -- one batch -----------------------------------------------------------------------------------------
+    def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> Any:
+        trainer, state = self.trainer, self.trainer.state
+        accumulate = trainer.accumulate_grad_batches
+        stepping = is_last or (batch_idx + 1) % accumulate == 0
+        optimizer = trainer.optimizers[0]
+        closure = _StepClosure(self, batch, batch_idx, optimizer, stepping)
+        if not stepping:
+            with trainer.runtime.no_backward_sync(trainer.model):
+                closure()
+            return closure.outputs
+        stepped = self._optimizer_step(optimizer, closure, batch_idx)
+        hooks = self.trainer.step_hooks
+        if hooks.before_zero_grad is not None:
+            hooks.before_zero_grad(optimizer)
+        if hooks.zero_grad is not None:
+            hooks.zero_grad(state.current_epoch, batch_idx, optimizer)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+        if stepped:
+            state.global_step += 1
+            if trainer.has_step_schedulers:
+                trainer.step_schedulers("step", plateau=None)
+            if is_last:
+                trainer.step_schedulers("epoch", plateau=False)
+        state.batches_stepped += 1
+        return closure.outputs
+
+    def _optimizer_step(self, optimizer: torch.optim.Optimizer, closure: _StepClosure, batch_idx: int) -> bool:
+        trainer = self.trainer
+        user_step = trainer.step_hooks.optimizer_step
+        if user_step is None:
+            return trainer.runtime.optimizer_step(optimizer, closure)
+        outcome: list[bool] = []
+
+        def step_through(opt: torch.optim.Optimizer, step_closure: Any = None, **kwargs: Any) -> Any:
+            outcome.append(trainer.runtime.optimizer_step(opt, step_closure, **kwargs))
+
+        user_step(trainer.state.current_epoch, batch_idx, OptimizerProxy(optimizer, step_through), closure)
+        if not closure.ran:
+            raise MisconfigurationError(
+                "Your optimizer_step override did not call optimizer.step(closure=optimizer_closure); the closure "
+                "runs training_step and backward, so without it nothing is trained."
+            )
+        return all(outcome) and bool(outcome)
+
+    def _manual_step(self, batch: Any, batch_idx: int, is_last: bool) -> Any:
+        trainer = self.trainer
+        with trainer.runtime.autocast():
+            output = trainer.training_step(batch, batch_idx)
+        loss = check_training_output(output, manual=True)
+        trainer.state.batches_stepped += 1
+        return _outputs_for_hooks(output, loss)
+
+    def manual_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
+        """``opt.step()`` inside a manual ``training_step``: hooks, precision, then count the step."""
+        trainer = self.trainer
+        hook = trainer.hooks.get(Hook.ON_BEFORE_OPTIMIZER_STEP)
+        if hook is not None:
+            hook(optimizer)
+        stepped = trainer.runtime.optimizer_step(optimizer, closure, **kwargs)
+        trainer.state.global_step += 1
+        return stepped
+
+
+class _StepClosure:
+    """training_step, backward and the pre-step hooks of one batch, as the callable ``optimizer.step`` takes."""
+
+    __slots__ = ("loop", "batch", "batch_idx", "optimizer", "stepping", "outputs", "ran")
+
+    def __init__(self, loop: FitLoop, batch: Any, batch_idx: int, optimizer: Any, stepping: bool) -> None:
+        self.loop = loop
+        self.batch = batch
+        self.batch_idx = batch_idx
+        self.optimizer = optimizer
+        self.stepping = stepping
+        self.outputs: Any = None
+        self.ran = False
+
+    def __call__(self) -> torch.Tensor | None:
+        trainer = self.loop.trainer
+        hooks = trainer.step_hooks
+        self.ran = True
+        with trainer.runtime.autocast():
+            output = trainer.training_step(self.batch, self.batch_idx)
+        loss = check_training_output(output, manual=False)
+        if loss is not None and trainer.accumulate_grad_batches > 1:
+            loss = loss / trainer.accumulate_grad_batches
+        self.outputs = _outputs_for_hooks(output, loss)
+        if loss is None:
+            return None
+        if hooks.before_backward is not None:
+            hooks.before_backward(loss)
+        hooks.backward(loss)
+        if hooks.after_backward is not None:
+            hooks.after_backward()
+        if self.stepping:
+            if hooks.before_optimizer_step is not None:
+                hooks.before_optimizer_step(self.optimizer)
+            if hooks.clip is not None:
+                hooks.clip(self.optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+        return loss
+
+
+def _outputs_for_hooks(output: Any, loss: torch.Tensor | None) -> dict[str, Any]:
+    """What ``on_train_batch_end`` receives, as in Lightning: ``{"loss": detached loss, **other keys}``.
+
+    The loss is the one backward saw (divided by ``accumulate_grad_batches``); ``{}`` for None.
+    """
+    outputs = dict(output) if isinstance(output, dict) else {}
+    if loss is not None:
+        outputs["loss"] = loss.detach()
+    return outputs
+
+
+def check_training_output(output: Any, manual: bool) -> torch.Tensor | None:
+    """The loss in what ``training_step`` returned; a clear error for anything not accepted."""
+    if isinstance(output, torch.Tensor):
+        if not manual and output.numel() != 1:
+            raise MisconfigurationError(
+                f"training_step returned a tensor of shape {tuple(output.shape)}; the loss must be a single number."
+            )
+        return output
+    if output is None:
+        return None
+    if isinstance(output, dict):
+        loss = output.get("loss")
+        if isinstance(loss, torch.Tensor) or (manual and "loss" not in output):
+            return loss
+        raise MisconfigurationError(
+            f"training_step returned a dict whose 'loss' is {describe(loss)}; it must hold the loss tensor under 'loss'."
+        )
+    if manual:
+        return None
+    raise MisconfigurationError(
+        f"training_step returned {describe(output)}; accepted: the loss tensor, a dict with a 'loss' tensor, or None "
+        "to skip the batch."
+    )
+
+
+def _numbered(loader: Iterable, total: float, skip: int) -> Iterator[tuple[int, Any, bool]]:
+    """``(batch_idx, batch, is_last)`` for the first ``total`` batches, after skipping ``skip`` of them."""
+    batches: Iterator[Any] = limited(loader, total)
+    if skip:
+        batches = itertools.islice(batches, skip, None)
+    if total != INFINITE:
+        last = int(total) - 1
+        for batch_idx, batch in enumerate(batches, start=skip):
+            yield batch_idx, batch, batch_idx == last
+        return
+    # No length: look one batch ahead to know which is last.
+    batch_idx = skip
+    try:
+        current = next(batches)
+    except StopIteration:
+        return
+    for upcoming in batches:
+        yield batch_idx, current, False
+        current = upcoming
+        batch_idx += 1
+    yield batch_idx, current, True
+
+
+class StepHooks:
+    """The hooks of the optimizer step, resolved once per fit (None where nothing overrides them)."""
+
+    def __init__(self, trainer: Any) -> None:
+        hooks, module, runtime = trainer.hooks, trainer.module, trainer.runtime
+        self.before_backward = hooks.get(Hook.ON_BEFORE_BACKWARD)
+        self.after_backward = hooks.get(Hook.ON_AFTER_BACKWARD)
+        self.before_optimizer_step = hooks.get(Hook.ON_BEFORE_OPTIMIZER_STEP)
+        self.before_zero_grad = hooks.get(Hook.ON_BEFORE_ZERO_GRAD)
+        self.clip = hooks.get(Hook.CONFIGURE_GRADIENT_CLIPPING)
+        if self.clip is None and trainer.gradient_clip_val:
+            self.clip = module.configure_gradient_clipping
+        self.optimizer_step = module.optimizer_step if overrides(module, Module, "optimizer_step") else None
+        self.zero_grad = module.optimizer_zero_grad if overrides(module, Module, "optimizer_zero_grad") else None
+        if overrides(module, Module, "backward"):
+            self.backward = module.backward
+        else:
+            model = trainer.model
+
+            def backward(loss: torch.Tensor) -> None:
+                runtime.backward(loss, module=model)
+
+            self.backward = backward

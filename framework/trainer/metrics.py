@@ -1,0 +1,131 @@
+"""``trainer.callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics``, and the hand-off to loggers.
+
+Names logged with both ``on_step`` and ``on_epoch`` appear as ``name_step`` and
+``name_epoch`` to loggers and the progress bar, and under all three names in
+``callback_metrics``, as in Lightning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from framework.trainer.results import Results
+
+Views = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
+
+
+def step_views(results: Results) -> Views:
+    """(for loggers, for the progress bar, for callbacks) from the values logged in the current batch."""
+    log, bar, callback = {}, {}, {}
+    for key, entry in results.step_values().items():
+        value = entry.step_value
+        shown = key + "_step" if entry.on_epoch else key
+        callback[key] = value
+        callback[shown] = value
+        if entry.logger:
+            log[shown] = value
+        if entry.prog_bar:
+            bar[shown] = value
+    return log, bar, callback
+
+
+def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tensor]) -> Views:
+    """The same three dicts from the epoch's reduced values."""
+    log, bar, callback = {}, {}, {}
+    for key, entry in results.entries.items():
+        if not entry.on_epoch:
+            continue
+        value = entry.epoch_value(sync)
+        if value is None:
+            continue
+        shown = key + "_epoch" if entry.on_step else key
+        callback[key] = value
+        callback[shown] = value
+        if entry.logger:
+            log[shown] = value
+        if entry.prog_bar:
+            bar[shown] = value
+    return log, bar, callback
+
+
+class MetricStore:
+    """The latest value of every metric, across stages, as tensors; floats only for loggers.
+
+    ``live`` is the training loop's Results while an epoch runs (its step values show in
+    ``callback_metrics`` at once), and ``ending`` the Results whose epoch-end hooks are
+    running (their epoch values show too, so a callback's ``on_train_epoch_end`` sees them).
+    """
+
+    def __init__(self, loggers: list[Any], sync: Callable[[torch.Tensor, str], torch.Tensor]) -> None:
+        self.loggers = loggers
+        self.sync = sync
+        self.callback: dict[str, Any] = {}
+        self.logged: dict[str, Any] = {}
+        self.progress_bar: dict[str, Any] = {}
+        self.live: Results | None = None
+        self.ending: Results | None = None
+
+    def callback_view(self) -> dict[str, Any]:
+        """``callback_metrics``: what was stored, with running values on top."""
+        view = dict(self.callback)
+        if self.live is not None:
+            view.update(step_views(self.live)[2])
+        if self.ending is not None:
+            view.update(epoch_views(self.ending, self.sync)[2])
+        return view
+
+    def logged_view(self) -> dict[str, Any]:
+        """``logged_metrics``: what went to loggers, with the running batch's step values on top."""
+        view = dict(self.logged)
+        if self.live is not None:
+            view.update(step_views(self.live)[0])
+        return view
+
+    def progress_bar_view(self) -> dict[str, float]:
+        view = dict(self.progress_bar)
+        if self.live is not None:
+            view.update(step_views(self.live)[1])
+        return to_floats(view)
+
+    def store(self, views: Views) -> dict[str, Any]:
+        """Keep ``views`` as the latest values; returns the part meant for loggers."""
+        log, bar, callback = views
+        self.callback.update(callback)
+        self.progress_bar.update(bar)
+        return log
+
+    def log_step(self, results: Results, step: int, epoch: int | None) -> None:
+        """Hand the current batch's step values to the loggers (every ``log_every_n_steps``)."""
+        self.send(self.store(step_views(results)), step, epoch)
+
+    def log_epoch(self, results: Results, step: int, epoch: int | None) -> dict[str, Any]:
+        """Store the epoch values of ``results`` and hand them to the loggers; returns the logger part."""
+        log = self.store(epoch_views(results, self.sync))
+        self.send(log, step, epoch)
+        return log
+
+    def send(self, metrics: dict[str, Any], step: int, epoch: int | None) -> None:
+        """Loggers get floats, with the epoch under "epoch" (None: step values of evaluation, as Lightning)."""
+        self.logged.update(metrics)
+        if not self.loggers or not metrics:
+            return
+        floats = to_floats(metrics)
+        if epoch is not None:
+            floats["epoch"] = epoch
+        for logger in self.loggers:
+            logger.log_metrics(floats, step)
+
+    def clear(self) -> None:
+        self.callback.clear()
+        self.logged.clear()
+        self.progress_bar.clear()
+        self.live = None
+        self.ending = None
+
+
+def to_floats(metrics: dict[str, Any]) -> dict[str, float]:
+    """Loggers get Python floats; this is where tensors are read back (once per flush)."""
+    return {key: float(value.item()) if isinstance(value, torch.Tensor) else float(value) for key, value in metrics.items()}

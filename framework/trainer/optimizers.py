@@ -1,0 +1,164 @@
+"""The forms ``configure_optimizers`` may return, and LR scheduler stepping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch.optim import Optimizer
+
+from framework.errors import MisconfigurationError, describe
+
+ACCEPTED_FORMS = """configure_optimizers may return:
+  - an optimizer
+  - a list or tuple of optimizers
+  - a tuple of two lists: ([optimizers], [lr_schedulers])
+  - a dict {"optimizer": optimizer, "lr_scheduler": scheduler or scheduler config}
+  - a list or tuple of such dicts
+  - None (only with manual optimization)
+A scheduler config is a dict {"scheduler": scheduler, "interval": "step" or "epoch", "frequency": int,
+"monitor": "metric name" (needed by ReduceLROnPlateau), "strict": bool, "name": str}."""
+
+_CONFIG_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau"}
+
+
+@dataclass
+class LRSchedulerConfig:
+    """One LR scheduler and when to step it."""
+
+    scheduler: Any
+    name: str | None = None
+    interval: str = "epoch"
+    frequency: int = 1
+    reduce_on_plateau: bool = False
+    monitor: str | None = None
+    strict: bool = True
+
+
+def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+    """The optimizers and scheduler configs in whatever ``configure_optimizers`` returned."""
+    if returned is None:
+        return [], []
+    if _is_optimizer(returned):
+        return [returned], []
+    if isinstance(returned, Mapping):
+        return _parse_dicts([returned])
+    if isinstance(returned, (list, tuple)):
+        items = list(returned)
+        if not items:
+            raise _bad_form(returned)
+        if all(_is_optimizer(item) for item in items):
+            return items, []
+        if all(isinstance(item, Mapping) for item in items):
+            return _parse_dicts(items)
+        if len(items) == 2 and isinstance(items[0], (list, tuple)) and isinstance(items[1], (list, tuple)):
+            optimizers = list(items[0])
+            if not optimizers or not all(_is_optimizer(o) for o in optimizers):
+                raise _bad_form(returned)
+            return optimizers, [_scheduler_config(s) for s in items[1]]
+        if len(items) == 2 and _is_optimizer(items[0]):
+            # (optimizer, scheduler) without lists — Lightning rejects it, but the intent is unambiguous.
+            return [items[0]], [_scheduler_config(items[1])]
+    raise _bad_form(returned)
+
+
+def _parse_dicts(items: Sequence[Mapping]) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+    optimizers, configs = [], []
+    for item in items:
+        unknown = set(item) - {"optimizer", "lr_scheduler", "monitor"}
+        if "optimizer" not in item or not _is_optimizer(item["optimizer"]) or unknown:
+            raise _bad_form(item)
+        optimizers.append(item["optimizer"])
+        if item.get("lr_scheduler") is not None:
+            config = _scheduler_config(item["lr_scheduler"])
+            if config.monitor is None and "monitor" in item:
+                config.monitor = item["monitor"]
+            configs.append(config)
+    return optimizers, configs
+
+
+def _scheduler_config(value: Any) -> LRSchedulerConfig:
+    if isinstance(value, Mapping):
+        unknown = set(value) - _CONFIG_KEYS
+        if "scheduler" not in value or unknown:
+            raise MisconfigurationError(
+                f"LR scheduler config {dict(value)!r} is not valid: it needs a 'scheduler' key"
+                + (f" and has unknown keys {sorted(unknown)}" if unknown else "")
+                + f". Accepted keys: {sorted(_CONFIG_KEYS - {'reduce_on_plateau'})}."
+            )
+        config = LRSchedulerConfig(**{key: value[key] for key in value if key != "reduce_on_plateau"})
+    else:
+        config = LRSchedulerConfig(scheduler=value)
+    if not hasattr(config.scheduler, "step"):
+        raise MisconfigurationError(f"LR scheduler {describe(config.scheduler)} has no step() method.")
+    if config.interval not in ("step", "epoch"):
+        raise MisconfigurationError(
+            f"LR scheduler config interval={config.interval!r} is not valid; accepted: 'step', 'epoch'."
+        )
+    if not isinstance(config.frequency, int) or config.frequency < 1:
+        raise MisconfigurationError(f"LR scheduler config frequency={config.frequency!r} must be a positive int.")
+    config.reduce_on_plateau = _is_plateau(config.scheduler)
+    if config.reduce_on_plateau and config.monitor is None:
+        raise MisconfigurationError(
+            "ReduceLROnPlateau needs a metric to monitor: return {'optimizer': opt, 'lr_scheduler': "
+            "{'scheduler': scheduler, 'monitor': 'val_loss'}} from configure_optimizers."
+        )
+    return config
+
+
+def _is_plateau(scheduler: Any) -> bool:
+    from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+    return isinstance(scheduler, ReduceLROnPlateau)
+
+
+def _is_optimizer(value: Any) -> bool:
+    return isinstance(value, Optimizer) or (hasattr(value, "step") and hasattr(value, "param_groups"))
+
+
+def _bad_form(value: Any) -> MisconfigurationError:
+    return MisconfigurationError(f"configure_optimizers returned {describe(value)}, which is not understood.\n{ACCEPTED_FORMS}")
+
+
+class OptimizerProxy:
+    """An optimizer whose ``step()`` goes through the Trainer (precision, ``global_step``).
+
+    What ``self.optimizers()`` returns in manual optimization, and what a Module's own
+    ``optimizer_step`` override receives. The rest of the optimizer's interface is spelled
+    out here on purpose (no implicit attribute forwarding); ``.optimizer`` is the real one.
+    """
+
+    def __init__(self, optimizer: Optimizer, step: Callable[..., Any]) -> None:
+        self.optimizer = optimizer
+        self._step = step
+
+    def step(self, closure: Any = None, **kwargs: Any) -> Any:
+        return self._step(self.optimizer, closure, **kwargs)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    @property
+    def state(self) -> Any:
+        return self.optimizer.state
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return self.optimizer.defaults
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def __repr__(self) -> str:
+        return f"OptimizerProxy({self.optimizer!r})"

@@ -1,0 +1,231 @@
+"""What ``self.log`` stores: per-name step values and epoch accumulators, kept as tensors.
+
+Nothing here calls ``.item()`` or synchronises devices; values become floats only when
+the trainer hands them to loggers (every ``log_every_n_steps``) or an epoch ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from framework.errors import MisconfigurationError, describe
+
+REDUCTIONS = ("mean", "sum", "max", "min")
+# Step values are appended to a list and folded into one tensor only every so often: a
+# list append costs far less than a tensor operation on every step.
+_FOLD_EVERY = 1024
+_TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", max: "max", min: "min", sum: "sum"}
+
+
+class LoggedValue:
+    """One logged name in one loop: its settings, its latest step value and its epoch accumulator."""
+
+    __slots__ = (
+        "name", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "reduce_fx", "sync_dist",
+        "step_value", "step_stamp", "pending", "weights", "folded", "folded_weight", "metric",
+    )
+
+    def __init__(self, name: str, on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool,
+                 reduce_fx: str | Callable, sync_dist: bool) -> None:
+        self.name = name
+        self.on_step = on_step
+        self.on_epoch = on_epoch
+        self.prog_bar = prog_bar
+        self.logger = logger
+        self.reduce_fx = reduce_fx
+        self.reduce = reduce_fx if isinstance(reduce_fx, str) else _TORCH_REDUCTIONS.get(reduce_fx, "callable")
+        self.sync_dist = sync_dist
+        self.step_value: Any = None
+        self.step_stamp = -1
+        self.pending: list[Any] = []
+        self.weights: list[float] = []
+        self.folded: torch.Tensor | None = None
+        self.folded_weight = 0.0
+        self.metric: Any = None
+
+    def add(self, value: Any, weight: float) -> None:
+        pending = self.pending
+        pending.append(value)
+        self.weights.append(weight)
+        if len(pending) >= _FOLD_EVERY and self.reduce != "callable":
+            self._fold()
+
+    def _fold(self) -> None:
+        values = _stack(self.pending)
+        weights = self.weights
+        if self.reduce == "mean":
+            w = torch.tensor(weights, dtype=values.dtype, device=values.device)
+            part = (values * w).sum()
+        elif self.reduce == "sum":
+            part = values.sum()
+        elif self.reduce == "max":
+            part = values.max()
+        else:
+            part = values.min()
+        if self.folded is None:
+            self.folded = part
+        elif self.reduce in ("mean", "sum"):
+            self.folded = self.folded + part
+        elif self.reduce == "max":
+            self.folded = torch.maximum(self.folded, part)
+        else:
+            self.folded = torch.minimum(self.folded, part)
+        self.folded_weight += sum(weights)
+        self.pending, self.weights = [], []
+
+    def epoch_value(self, sync: Callable[[torch.Tensor, str], torch.Tensor]) -> torch.Tensor | None:
+        """The epoch's reduced value (synced across ranks when ``sync_dist``), or None if nothing was logged."""
+        if self.metric is not None:
+            return self.metric.compute()
+        if self.reduce == "callable":
+            if not self.pending:
+                return None
+            return torch.as_tensor(self.reduce_fx(_stack(self.pending)))
+        if self.pending:
+            self._fold()
+        if self.folded is None:
+            return None
+        total = self.folded
+        if self.reduce == "mean":
+            weight = torch.tensor(self.folded_weight, dtype=total.dtype, device=total.device)
+            if self.sync_dist:
+                total, weight = sync(total, "sum"), sync(weight, "sum")
+            return total / weight
+        return sync(total, self.reduce) if self.sync_dist else total
+
+    def reset_epoch(self) -> None:
+        self.pending, self.weights, self.folded, self.folded_weight = [], [], None, 0.0
+        if self.metric is not None:
+            self.metric.reset()
+
+
+def _stack(values: list[Any]) -> torch.Tensor:
+    device = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
+    stacked = torch.stack([torch.as_tensor(v, device=device).reshape(()) for v in values])
+    return stacked if stacked.is_floating_point() else stacked.float()
+
+
+class Results:
+    """Everything logged in one loop (training, validation, test) since its epoch began."""
+
+    def __init__(self, training: bool) -> None:
+        self.training = training
+        self.entries: dict[str, LoggedValue] = {}
+        self.batch: Any = None
+        self.batch_size: int | None = None
+        self.stamp = 0
+        self.in_batch = False
+        self.dataloader_idx: int | None = None
+
+    def start_batch(self, batch: Any, dataloader_idx: int | None = None) -> None:
+        self.batch = batch
+        self.batch_size = None
+        self.stamp += 1
+        self.in_batch = True
+        self.dataloader_idx = dataloader_idx
+
+    def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
+            on_epoch: bool | None, reduce_fx: str | Callable, sync_dist: bool, add_dataloader_idx: bool,
+            batch_size: int | None) -> None:
+        key = name
+        if self.dataloader_idx is not None and add_dataloader_idx:
+            key = f"{name}/dataloader_idx_{self.dataloader_idx}"
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self._new_entry(key, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+        if entry.metric is not None:
+            # A Metric's epoch value is its compute(); its step value is the batch value of forward().
+            if entry.on_step:
+                entry.step_value = getattr(entry.metric, "_forward_cache", None)
+                entry.step_stamp = self.stamp if entry.step_value is not None else -1
+            return
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise MisconfigurationError(
+                    f"self.log({name!r}, value) needs a single number; got a tensor of shape {tuple(value.shape)}. "
+                    "Reduce it first (e.g. value.mean()) or log a torchmetrics Metric."
+                )
+            if value.requires_grad:
+                value = value.detach()
+        elif not isinstance(value, (int, float)):
+            raise MisconfigurationError(
+                f"self.log({name!r}, value) got {describe(value)}; accepted: a Python number, a one-element tensor "
+                "or a torchmetrics Metric."
+            )
+        if entry.on_step:
+            entry.step_value = value
+            entry.step_stamp = self.stamp
+        if entry.on_epoch:
+            if batch_size is None and entry.reduce == "mean":
+                batch_size = self.current_batch_size()
+            entry.add(value, batch_size or 1)
+
+    def _new_entry(self, key: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
+                   on_epoch: bool | None, reduce_fx: str | Callable, sync_dist: bool) -> LoggedValue:
+        if not isinstance(key, str) or not key:
+            raise MisconfigurationError(f"self.log(name=...) needs a non-empty string; got {describe(key)}.")
+        if isinstance(reduce_fx, str):
+            if reduce_fx.lower() not in REDUCTIONS:
+                raise MisconfigurationError(
+                    f"self.log({key!r}, reduce_fx={reduce_fx!r}): accepted are {', '.join(map(repr, REDUCTIONS))} or a callable."
+                )
+            reduce_fx = reduce_fx.lower()
+        elif not callable(reduce_fx):
+            raise MisconfigurationError(
+                f"self.log({key!r}, reduce_fx={describe(reduce_fx)}): accepted are "
+                f"{', '.join(map(repr, REDUCTIONS))} or a callable."
+            )
+        step_default = self.training and self.in_batch
+        entry = LoggedValue(
+            key,
+            on_step=step_default if on_step is None else bool(on_step),
+            on_epoch=(not step_default) if on_epoch is None else bool(on_epoch),
+            prog_bar=bool(prog_bar),
+            logger=True if logger is None else bool(logger),
+            reduce_fx=reduce_fx,
+            sync_dist=bool(sync_dist),
+        )
+        if _is_metric(value):
+            entry.metric = value
+        self.entries[key] = entry
+        return entry
+
+    def current_batch_size(self) -> int:
+        if self.batch_size is None:
+            self.batch_size = extract_batch_size(self.batch)
+        return self.batch_size
+
+    def step_values(self) -> dict[str, LoggedValue]:
+        """Entries logged with ``on_step=True`` during the current batch."""
+        stamp = self.stamp
+        return {key: e for key, e in self.entries.items() if e.on_step and e.step_stamp == stamp}
+
+    def reset(self) -> None:
+        for entry in self.entries.values():
+            entry.reset_epoch()
+        self.entries.clear()
+        self.in_batch = False
+        self.dataloader_idx = None
+
+
+def extract_batch_size(batch: Any) -> int:
+    """The length of the first tensor found in ``batch`` (1 when there is none)."""
+    stack = [batch]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, torch.Tensor):
+            return int(item.shape[0]) if item.ndim > 0 else 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif hasattr(item, "__dataclass_fields__"):
+            stack.extend(getattr(item, name) for name in item.__dataclass_fields__)
+    return 1
+
+
+def _is_metric(value: Any) -> bool:
+    return hasattr(value, "compute") and hasattr(value, "update") and hasattr(value, "reset")

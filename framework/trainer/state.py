@@ -1,0 +1,84 @@
+"""All loop counters and the run's status, in one object with ``state_dict()``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class TrainerFn(str, Enum):
+    """The entry point the user called."""
+
+    FITTING = "fit"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+
+class RunningStage(str, Enum):
+    """The loop that is running now (fit runs sanity checking, training and validation)."""
+
+    TRAINING = "train"
+    SANITY_CHECKING = "sanity_check"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+
+class TrainerStatus(str, Enum):
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass
+class TrainerState:
+    """What the trainer is doing and how far it has come.
+
+    ``global_step`` counts optimizer steps (every ``optimizer.step()`` in manual
+    optimization), ``current_epoch`` counts finished training epochs, ``batch_idx`` is the
+    index of the next training batch inside the current epoch, ``epoch_finished`` says
+    every batch of ``current_epoch`` has run (its epoch-end hooks are running), and
+    ``batches_stepped`` counts training batches that ended with an optimizer step (manual
+    optimization: every batch); step-level logs are numbered with it, as in Lightning.
+    """
+
+    fn: TrainerFn | None = None
+    stage: RunningStage | None = None
+    status: TrainerStatus = TrainerStatus.INITIALIZING
+    current_epoch: int = 0
+    global_step: int = 0
+    batch_idx: int = 0
+    total_batch_idx: int = 0
+    batches_stepped: int = 0
+    epoch_finished: bool = False
+    should_stop: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.status == TrainerStatus.FINISHED
+
+    @property
+    def stopped(self) -> bool:
+        return self.status == TrainerStatus.INTERRUPTED
+
+    @property
+    def sanity_checking(self) -> bool:
+        return self.stage == RunningStage.SANITY_CHECKING
+
+    counters: tuple[str, ...] = field(
+        default=("current_epoch", "global_step", "batch_idx", "total_batch_idx", "batches_stepped", "epoch_finished"),
+        init=False,
+        repr=False,
+    )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters as plain integers (the checkpoint's ``loops`` entry holds them)."""
+        return {name: getattr(self, name) for name in self.counters}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in self.counters:
+            if name in state:
+                setattr(self, name, type(getattr(self, name))(state[name]))

@@ -1,0 +1,713 @@
+"""``Trainer``: its arguments, and ``fit`` / ``validate`` / ``test`` / ``predict``."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from framework.callbacks.base import Callback
+from framework.datamodule import DataModule
+from framework.errors import MisconfigurationError, describe
+from framework.hooks import Hook, overrides
+from framework.loggers.base import Logger
+from framework.module import Module
+from framework.runtime import Runtime
+from framework.trainer import arguments as check
+from framework.trainer.checkpoint import dump_checkpoint, restore_checkpoint
+from framework.trainer.data import INFINITE, apply_limit, batch_count, find_loaders, with_sequential_order
+from framework.trainer.dispatch import HookRunner
+from framework.trainer.eval_loop import run_evaluation
+from framework.trainer.fit_loop import FitLoop, StepHooks
+from framework.trainer.metrics import MetricStore, to_floats
+from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy, parse_optimizers
+from framework.trainer.report import print_results
+from framework.trainer.results import Results
+from framework.trainer.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
+
+
+class Trainer:
+    """Runs a ``Module``'s fit, validate, test and predict loops; arguments as in Lightning.
+
+    Example::
+
+        trainer = Trainer(max_epochs=5, accelerator="cpu", log_every_n_steps=10)
+        trainer.fit(model, train_loader, val_loader)
+        trainer.test(model, test_loader)
+    """
+
+    def __init__(
+        self,
+        *,
+        accelerator: str = "auto",
+        strategy: Any = "auto",
+        devices: Any = "auto",
+        num_nodes: int = 1,
+        precision: Any = None,
+        logger: Any = None,
+        callbacks: Any = None,
+        fast_dev_run: int | bool = False,
+        max_epochs: int | None = None,
+        min_epochs: int | None = None,
+        max_steps: int = -1,
+        min_steps: int | None = None,
+        max_time: str | timedelta | dict | None = None,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0,
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
+        enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None,
+        enable_model_summary: bool | None = None,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        use_distributed_sampler: bool = True,
+        profiler: Any = None,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        plugins: Any = None,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        default_root_dir: str | os.PathLike | None = None,
+    ) -> None:
+        self.runtime = Runtime(accelerator, devices, strategy, "32-true" if precision is None else precision, num_nodes)
+        self.fast_dev_run = check.check_fast_dev_run(fast_dev_run)
+        self.max_steps = check.check_int("max_steps", max_steps, -1)
+        self.min_steps = check.check_int("min_steps", min_steps, 0, none_means=None)
+        self.max_time = check.parse_max_time(max_time)
+        max_epochs = check.check_int("max_epochs", max_epochs, -1, none_means=None)
+        if max_epochs is None:
+            max_epochs = 1000 if self.max_steps == -1 and self.max_time is None else -1
+        self.max_epochs = max_epochs
+        self.min_epochs = check.check_int("min_epochs", min_epochs, 0, none_means=None)
+        self.limit_train_batches = check.check_limit("limit_train_batches", limit_train_batches)
+        self.limit_val_batches = check.check_limit("limit_val_batches", limit_val_batches)
+        self.limit_test_batches = check.check_limit("limit_test_batches", limit_test_batches)
+        self.limit_predict_batches = check.check_limit("limit_predict_batches", limit_predict_batches)
+        self.overfit_batches = check.check_limit("overfit_batches", overfit_batches)
+        self.val_check_interval = check.check_val_check_interval(val_check_interval)
+        self.check_val_every_n_epoch = check.check_int("check_val_every_n_epoch", check_val_every_n_epoch, 1, None)
+        self.num_sanity_val_steps = check.check_int("num_sanity_val_steps", num_sanity_val_steps, -1, 2)
+        self.log_every_n_steps = check.check_int("log_every_n_steps", log_every_n_steps, 0, 50)
+        self.accumulate_grad_batches = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)
+        self.gradient_clip_val = check.check_optional_number("gradient_clip_val", gradient_clip_val)
+        self.gradient_clip_algorithm = check.check_choice(
+            "gradient_clip_algorithm", gradient_clip_algorithm if gradient_clip_algorithm is not None else "norm",
+            ("norm", "value"),
+        )
+        self.reload_dataloaders_every_n_epochs = check.check_int(
+            "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0
+        )
+        self.deterministic = check.check_choice("deterministic", deterministic, (None, True, False, "warn"))
+        self.benchmark = check.check_choice("benchmark", benchmark, (None, True, False))
+        self.inference_mode = check.check_bool("inference_mode", inference_mode)
+        self.use_distributed_sampler = check.check_bool("use_distributed_sampler", use_distributed_sampler)
+        self.detect_anomaly = check.check_bool("detect_anomaly", detect_anomaly)
+        self.barebones = check.check_bool("barebones", barebones)
+        self.sync_batchnorm = check.check_bool("sync_batchnorm", sync_batchnorm)
+        self.enable_checkpointing = check.check_bool("enable_checkpointing", _default(enable_checkpointing, True))
+        self.enable_progress_bar = check.check_bool("enable_progress_bar", _default(enable_progress_bar, True))
+        self.enable_model_summary = check.check_bool("enable_model_summary", _default(enable_model_summary, True))
+        for name, value in (("profiler", profiler), ("plugins", plugins)):
+            if value is not None:
+                raise MisconfigurationError(f"Trainer({name}={describe(value)}): only None is supported for now.")
+        self._default_root_dir = check.check_root_dir(default_root_dir)
+        self.callbacks: list[Callback] = check.check_list_of("callbacks", callbacks, Callback, "Callback")
+        self.loggers: list[Logger] = self._resolve_loggers(logger)
+        if self.fast_dev_run:
+            self._apply_fast_dev_run()
+        self._apply_torch_flags()
+
+        self.state = TrainerState()
+        self.metrics = MetricStore(self.loggers, self.runtime.all_reduce)
+        self.train_results = Results(training=True)
+        self.module: Module | None = None
+        self.model: torch.nn.Module | None = None
+        self.datamodule: DataModule | None = None
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
+        self.manual_optimizers: list[OptimizerProxy] = []
+        self.hooks: HookRunner | None = None
+        self.step_hooks: StepHooks | None = None
+        self.fit_loop: FitLoop | None = None
+        self.train_loader: Iterable | None = None
+        self.val_loaders: list[Iterable] = []
+        self.num_training_batches: float = INFINITE
+        self.num_val_batches: list[float] = []
+        self.val_check_batch: float = INFINITE
+        self.predictions: list[Any] | None = None
+        self._given_loaders: dict[str, Any] = {}
+        self._last_train_reload = -1
+        self._eval_log_step = 0
+        self._module_setup = False
+
+    # -- arguments that change others ------------------------------------------------------------------
+    def _apply_fast_dev_run(self) -> None:
+        n = self.fast_dev_run
+        self.limit_train_batches = self.limit_val_batches = n
+        self.limit_test_batches = self.limit_predict_batches = n
+        self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0
+        self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
+        self.loggers = []
+        self.callbacks = [cb for cb in self.callbacks if not cb.runs_last]
+
+    def _apply_torch_flags(self) -> None:
+        if self.deterministic is not None:
+            torch.use_deterministic_algorithms(bool(self.deterministic), warn_only=self.deterministic == "warn")
+        if self.benchmark is not None and torch.backends.cudnn.is_available():
+            torch.backends.cudnn.benchmark = self.benchmark
+
+    def _resolve_loggers(self, logger: Any) -> list[Logger]:
+        if logger is None or logger is True:
+            return default_loggers(self._default_root_dir)
+        if logger is False:
+            return []
+        return check.check_list_of("logger", logger, Logger, "Logger")
+
+    # -- what users read --------------------------------------------------------------------------------
+    @property
+    def current_epoch(self) -> int:
+        return self.state.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        return self.state.global_step
+
+    @property
+    def should_stop(self) -> bool:
+        return self.state.should_stop
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        self.state.should_stop = bool(value)
+
+    @property
+    def callback_metrics(self) -> dict[str, Any]:
+        return self.metrics.callback_view()
+
+    @property
+    def logged_metrics(self) -> dict[str, Any]:
+        return self.metrics.logged_view()
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, Any]:
+        return self.metrics.progress_bar_view()
+
+    @property
+    def strategy(self) -> Any:
+        return self.runtime.strategy
+
+    @property
+    def precision(self) -> str:
+        return self.runtime.precision.name
+
+    @property
+    def lightning_module(self) -> Module | None:
+        return self.module
+
+    @property
+    def world_size(self) -> int:
+        return self.runtime.world_size
+
+    @property
+    def global_rank(self) -> int:
+        return self.runtime.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.runtime.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        return self.runtime.node_rank
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.runtime.is_global_zero
+
+    @property
+    def num_nodes(self) -> int:
+        return self.runtime.num_nodes
+
+    @property
+    def device_ids(self) -> list[int]:
+        return self.runtime.device_ids
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.runtime.device_ids)
+
+    @property
+    def logger(self) -> Logger | None:
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def default_root_dir(self) -> str:
+        return self._default_root_dir
+
+    @property
+    def log_dir(self) -> str:
+        """The first logger's directory, else ``default_root_dir``."""
+        if self.loggers and self.loggers[0].log_dir is not None:
+            return self.loggers[0].log_dir
+        return self._default_root_dir
+
+    @property
+    def sanity_checking(self) -> bool:
+        return self.state.sanity_checking
+
+    @property
+    def training(self) -> bool:
+        return self.state.stage == RunningStage.TRAINING
+
+    @property
+    def checkpoint_callbacks(self) -> list[Callback]:
+        return [cb for cb in self.callbacks if cb.runs_last]
+
+    @property
+    def checkpoint_callback(self) -> Callback | None:
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def estimated_stepping_batches(self) -> float:
+        """How many optimizer steps ``fit`` will take, from max_steps, max_epochs and the batch counts."""
+        if self.max_steps != -1:
+            return self.max_steps
+        if self.num_training_batches == INFINITE or self.max_epochs == -1:
+            return INFINITE
+        per_epoch = math.ceil(self.num_training_batches / self.accumulate_grad_batches)
+        return per_epoch * self.max_epochs
+
+    @property
+    def sanity_steps(self) -> float:
+        return INFINITE if self.num_sanity_val_steps == -1 else self.num_sanity_val_steps
+
+    @property
+    def val_enabled(self) -> bool:
+        return bool(self.val_loaders) and any(n > 0 for n in self.num_val_batches)
+
+    # -- entry points ------------------------------------------------------------------------------------
+    def fit(self, model: Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
+            datamodule: DataModule | None = None, ckpt_path: str | os.PathLike | None = None) -> None:
+        """Train ``model``; validation runs when due if there is validation data and a ``validation_step``."""
+        if isinstance(train_dataloaders, DataModule):
+            datamodule, train_dataloaders = train_dataloaders, None
+        self._run(TrainerFn.FITTING, model, datamodule, {"train": train_dataloaders, "val": val_dataloaders},
+                  ckpt_path)
+
+    def validate(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
+                 verbose: bool = True, datamodule: DataModule | None = None) -> list[dict[str, float]]:
+        """Run one validation epoch; returns one dict of metrics per dataloader."""
+        return self._evaluate(TrainerFn.VALIDATING, model, dataloaders, ckpt_path, verbose, datamodule)
+
+    def test(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
+             verbose: bool = True, datamodule: DataModule | None = None) -> list[dict[str, float]]:
+        """Run one test epoch; returns one dict of metrics per dataloader."""
+        return self._evaluate(TrainerFn.TESTING, model, dataloaders, ckpt_path, verbose, datamodule)
+
+    def predict(self, model: Module | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
+                return_predictions: bool | None = None, ckpt_path: str | None = None) -> list[Any] | None:
+        """Run ``predict_step`` over the data; returns the predictions in order (a list per loader if several)."""
+        if isinstance(dataloaders, DataModule):
+            datamodule, dataloaders = dataloaders, None
+        self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path)
+        return self.predictions if return_predictions is not False else None
+
+    def _evaluate(self, fn: TrainerFn, model: Module | None, dataloaders: Any, ckpt_path: str | None,
+                  verbose: bool, datamodule: DataModule | None) -> list[dict[str, float]]:
+        if isinstance(dataloaders, DataModule):
+            datamodule, dataloaders = dataloaders, None
+        stage = "val" if fn == TrainerFn.VALIDATING else "test"
+        results = self._run(fn, model, datamodule, {stage: dataloaders}, ckpt_path)
+        if verbose and self.is_global_zero:
+            print_results("Validate" if stage == "val" else "Test", results)
+        return results
+
+    # -- one run ---------------------------------------------------------------------------------------------
+    def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
+             ckpt_path: Any) -> Any:
+        module = self._attach(fn, model, datamodule)
+        self._given_loaders = loaders
+        self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
+        self.state.should_stop = False
+        if fn != TrainerFn.FITTING:
+            self._eval_log_step = 0
+        stage = "fit" if fn == TrainerFn.FITTING else fn.value
+        try:
+            self._setup(stage)
+            if fn == TrainerFn.FITTING:
+                outcome = self._run_fit(ckpt_path)
+            elif fn == TrainerFn.PREDICTING:
+                outcome = self._run_predict(ckpt_path)
+            else:
+                outcome = self._run_eval(fn, ckpt_path)
+            self._teardown(stage)
+            self.state.status = TrainerStatus.FINISHED
+            self._finalize_loggers("success")
+            return outcome
+        except KeyboardInterrupt as interruption:
+            self.state.status = TrainerStatus.INTERRUPTED
+            self._on_exception(interruption)
+            self._finalize_loggers("interrupted")
+            warnings.warn("Detected KeyboardInterrupt: the run was stopped (trainer.state.status is 'interrupted').",
+                          stacklevel=3)
+            return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
+        except BaseException as error:
+            self.state.status = TrainerStatus.INTERRUPTED
+            self._on_exception(error)
+            self._finalize_loggers("failed")
+            raise
+        finally:
+            self.state.stage = None
+            module._results = None
+
+    def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
+        if model is None:
+            if self.module is None:
+                raise MisconfigurationError(
+                    f"trainer.{fn.value}() needs a model: pass one, or call trainer.fit(model) first."
+                )
+            model = self.module
+        if not isinstance(model, Module):
+            raise MisconfigurationError(
+                f"trainer.{fn.value}(model={describe(model)}): the model must subclass framework.Module."
+            )
+        if datamodule is not None and not isinstance(datamodule, DataModule):
+            raise MisconfigurationError(
+                f"trainer.{fn.value}(datamodule={describe(datamodule)}): it must subclass framework.DataModule."
+            )
+        if model is not self.module:
+            self._module_setup = False
+        self.module = model
+        model.trainer = self
+        self.datamodule = datamodule
+        if datamodule is not None:
+            datamodule.trainer = self
+        return model
+
+    def _setup(self, stage: str) -> None:
+        module = self.module
+        self._merge_module_callbacks(stage)
+        self.hooks = HookRunner(self, module, self.callbacks, self.datamodule)
+        self.runtime.setup_environment()
+        if self.runtime.local_rank == 0:
+            self.hooks.call(Hook.PREPARE_DATA)
+        self.runtime.barrier("prepare_data")
+        self.hooks.call(Hook.SETUP, stage)
+        self.hooks.call(Hook.CONFIGURE_MODEL)  # every run, as in Lightning: it must be idempotent
+        if not self._module_setup:
+            self.model = self.runtime.setup_module(module)
+            self._module_setup = True
+        self.training_step = self.runtime.strategy.step_function(self.model, "training_step")
+        if self.loggers and module._log_hyperparams and module.hparams and self.is_global_zero:
+            for logger in self.loggers:
+                logger.log_hyperparams(dict(module.hparams))
+
+    def _merge_module_callbacks(self, stage: str) -> None:
+        if stage != "fit":
+            self.callbacks.sort(key=lambda cb: cb.runs_last)
+            return
+        extra = self.module.configure_callbacks()
+        extra = [extra] if isinstance(extra, Callback) else list(extra or [])
+        for callback in extra:
+            if not isinstance(callback, Callback):
+                raise MisconfigurationError(
+                    f"configure_callbacks returned {describe(callback)}; it must return Callback instances."
+                )
+        replaced = {type(cb) for cb in extra}
+        kept = [cb for cb in self.callbacks if type(cb) not in replaced]
+        self.callbacks = sorted(kept + extra, key=lambda cb: cb.runs_last)
+
+    def _teardown(self, stage: str) -> None:
+        self.hooks.call(Hook.TEARDOWN, stage)
+
+    def _on_exception(self, error: BaseException) -> None:
+        if self.hooks is not None:
+            self.hooks.call(Hook.ON_EXCEPTION, error)
+
+    def _finalize_loggers(self, status: str) -> None:
+        for logger in self.loggers:
+            logger.finalize(status)
+
+    # -- fit -------------------------------------------------------------------------------------------------------
+    def _run_fit(self, ckpt_path: Any) -> None:
+        module = self.module
+        self._configure_optimizers()
+        self._check_fit_settings()
+        self._load_train_loader()
+        self._load_val_loaders()
+        self.state.stage = RunningStage.TRAINING
+        self.step_hooks = StepHooks(self)
+        self.fit_loop = FitLoop(self)
+        if ckpt_path is not None:
+            restore_checkpoint(self, self._load(ckpt_path), training=True)
+        self.hooks.call(Hook.ON_FIT_START)
+        module.train()
+        torch.autograd.set_detect_anomaly(self.detect_anomaly)
+        self.fit_loop.run()
+        self.hooks.call(Hook.ON_FIT_END)
+
+    def _configure_optimizers(self) -> None:
+        module = self.module
+        self.optimizers, self.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
+        if module.automatic_optimization:
+            if not self.optimizers:
+                raise MisconfigurationError(
+                    "configure_optimizers returned None: automatic optimization needs an optimizer. Return one "
+                    "from configure_optimizers, or set self.automatic_optimization = False."
+                )
+            if len(self.optimizers) > 1:
+                raise MisconfigurationError(
+                    f"configure_optimizers returned {len(self.optimizers)} optimizers. Several optimizers need manual "
+                    "optimization: set self.automatic_optimization = False and step them in training_step."
+                )
+        self.optimizers = [self.runtime.setup_optimizer(optimizer) for optimizer in self.optimizers]
+        self.manual_optimizers = [OptimizerProxy(opt, self.manual_optimizer_step) for opt in self.optimizers]
+        self.has_step_schedulers = any(c.interval == "step" for c in self.lr_scheduler_configs)
+
+    def _check_fit_settings(self) -> None:
+        if not self.module.automatic_optimization:
+            if self.gradient_clip_val:
+                raise MisconfigurationError(
+                    f"Trainer(gradient_clip_val={self.gradient_clip_val}) does nothing in manual optimization; "
+                    "call self.clip_gradients(optimizer, gradient_clip_val=...) in training_step instead."
+                )
+            if self.accumulate_grad_batches != 1:
+                raise MisconfigurationError(
+                    f"Trainer(accumulate_grad_batches={self.accumulate_grad_batches}) does nothing in manual "
+                    "optimization; accumulate in training_step by stepping every N batches."
+                )
+        if not overrides(self.module, Module, "training_step"):
+            raise MisconfigurationError(f"{type(self.module).__qualname__} must define training_step to fit.")
+
+    def _load_train_loader(self) -> None:
+        loaders = find_loaders("train", self._given_loaders.get("train"), self.datamodule, self.module)
+        if loaders is None:
+            raise MisconfigurationError(
+                "trainer.fit found no training data: pass train_dataloaders=, a datamodule=, or define "
+                "train_dataloader() on the Module."
+            )
+        if len(loaders) != 1:
+            raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
+        loader = loaders[0]
+        if self.overfit_batches:
+            loader = with_sequential_order(loader)
+        available = batch_count(loader)
+        if available == 0:
+            raise MisconfigurationError(
+                "The training dataloader is empty (0 batches): check the dataset's length, batch_size and drop_last."
+            )
+        limit = self.overfit_batches if self.overfit_batches else self.limit_train_batches
+        self.train_loader = loader
+        self.num_training_batches = apply_limit("limit_train_batches", available, limit)
+        self._last_train_reload = self.state.current_epoch
+        self._set_val_check_batch()
+
+    def _set_val_check_batch(self) -> None:
+        interval, total = self.val_check_interval, self.num_training_batches
+        if self.check_val_every_n_epoch is None and not isinstance(interval, int):
+            raise MisconfigurationError(
+                f"Trainer(val_check_interval={interval}, check_val_every_n_epoch=None): without epochs to count "
+                "in, val_check_interval must be an int number of training batches."
+            )
+        if isinstance(interval, int):
+            if self.check_val_every_n_epoch is not None and total != INFINITE and interval > total:
+                raise MisconfigurationError(
+                    f"Trainer(val_check_interval={interval}) is more than the {int(total)} training batches of an "
+                    "epoch. Lower it, or set check_val_every_n_epoch=None to count batches across epochs."
+                )
+            self.val_check_batch = interval
+        elif total == INFINITE:
+            if interval != 1.0:
+                raise MisconfigurationError(
+                    f"Trainer(val_check_interval={interval}) is a fraction of an epoch, but the training loader has "
+                    "no length; give an int number of batches."
+                )
+            self.val_check_batch = INFINITE
+        else:
+            self.val_check_batch = max(1, int(total * interval))
+
+    def _load_val_loaders(self) -> None:
+        self.val_loaders, self.num_val_batches = [], []
+        if not overrides(self.module, Module, "validation_step"):
+            return
+        loaders = find_loaders("val", self._given_loaders.get("val"), self.datamodule, self.module)
+        if loaders is None:
+            return
+        limit = self.overfit_batches if self.overfit_batches else self.limit_val_batches
+        self.val_loaders = loaders
+        self.num_val_batches = [apply_limit("limit_val_batches", batch_count(loader), limit) for loader in loaders]
+
+    def reload_train_loader_if_due(self) -> None:
+        n = self.reload_dataloaders_every_n_epochs
+        if n and self.state.current_epoch - self._last_train_reload >= n:
+            self._given_loaders = {**self._given_loaders, "train": None, "val": None} if self._reloadable() else \
+                self._given_loaders
+            self._load_train_loader()
+            self._load_val_loaders()
+
+    def _reloadable(self) -> bool:
+        """Loaders passed to fit() directly cannot be rebuilt; those from *_dataloader() methods can."""
+        return self._given_loaders.get("train") is None
+
+    def run_validation_in_fit(self) -> None:
+        """One validation pass inside fit (the fit loop calls it when due)."""
+        self.state.stage = RunningStage.VALIDATING
+        run_evaluation(self, "validate", self.val_loaders, self.num_val_batches)
+        self.state.stage = RunningStage.TRAINING
+        self.module._results = self.train_results
+        self.step_schedulers("step", plateau=True)
+
+    # -- validate / test / predict ------------------------------------------------------------------------------------
+    def _run_eval(self, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
+        kind = "validate" if fn == TrainerFn.VALIDATING else "test"
+        stage = "val" if kind == "validate" else "test"
+        step_name = "validation_step" if kind == "validate" else "test_step"
+        if not overrides(self.module, Module, step_name):
+            raise MisconfigurationError(f"trainer.{fn.value}() needs {type(self.module).__qualname__}.{step_name}.")
+        loaders, limits = self._eval_loaders(stage, getattr(self, f"limit_{stage}_batches"))
+        self._restore_for_eval(ckpt_path)
+        self.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
+        return run_evaluation(self, kind, loaders, limits)
+
+    def _run_predict(self, ckpt_path: Any) -> list[Any]:
+        loaders, limits = self._eval_loaders("predict", self.limit_predict_batches)
+        self._restore_for_eval(ckpt_path)
+        self.state.stage = RunningStage.PREDICTING
+        self.predictions = run_evaluation(self, "predict", loaders, limits)
+        return self.predictions
+
+    def _eval_loaders(self, stage: str, limit: int | float) -> tuple[list[Iterable], list[float]]:
+        loaders = find_loaders(stage, self._given_loaders.get(stage), self.datamodule, self.module)
+        if loaders is None:
+            raise MisconfigurationError(
+                f"No {stage} data: pass dataloaders=, a datamodule=, or define {stage}_dataloader() on the Module."
+            )
+        limits = [apply_limit(f"limit_{stage}_batches", batch_count(loader), limit) for loader in loaders]
+        if all(count == 0 for count in limits) and limit != 0:
+            raise MisconfigurationError(f"The {stage} dataloader is empty (0 batches).")
+        return loaders, limits
+
+    def _restore_for_eval(self, ckpt_path: Any) -> None:
+        if ckpt_path is not None:
+            restore_checkpoint(self, self._load(ckpt_path), training=False)
+
+    def finish_evaluation(self, results: Results, num_loaders: int) -> list[dict[str, float]]:
+        """Store and log an evaluation epoch's metrics; returns one dict of floats per dataloader."""
+        during_fit = self.state.fn == TrainerFn.FITTING
+        sanity = self.state.stage == RunningStage.SANITY_CHECKING
+        if sanity:
+            return []
+        step = max(self.state.batches_stepped - 1, 0) if during_fit else self.state.batches_stepped
+        metrics = to_floats(self.metrics.log_epoch(results, step, self.state.current_epoch))
+        per_loader = []
+        for idx in range(num_loaders):
+            suffix = f"/dataloader_idx_{idx}"
+            own = {k: v for k, v in metrics.items() if k.endswith(suffix) or "/dataloader_idx_" not in k}
+            per_loader.append(own)
+        return per_loader
+
+    # -- services the loops and the Module call ------------------------------------------------------------------------
+    def transfer_batch(self, batch: Any, dataloader_idx: int) -> Any:
+        hooks = self.hooks
+        before = hooks.get(Hook.ON_BEFORE_BATCH_TRANSFER)
+        if before is not None:
+            batch = before(batch, dataloader_idx)
+        batch = hooks.get(Hook.TRANSFER_BATCH_TO_DEVICE)(batch, self.runtime.device, dataloader_idx)
+        batch = self.runtime.precision.convert_input(batch)
+        after = hooks.get(Hook.ON_AFTER_BATCH_TRANSFER)
+        return after(batch, dataloader_idx) if after is not None else batch
+
+    def log_eval_step(self, results: Results) -> None:
+        """Step-level values logged in validation/test go to loggers every batch, numbered per loop."""
+        if results.step_values():
+            self.metrics.log_step(results, self._eval_log_step, epoch=None)
+        self._eval_log_step += 1
+
+    def strategy_step(self, name: str) -> Any:
+        return self.runtime.strategy.step_function(self.model, name)
+
+    def run_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``manual_backward``: the backward hooks around the runtime's backward."""
+        before = self.hooks.get(Hook.ON_BEFORE_BACKWARD)
+        if before is not None:
+            before(loss)
+        if overrides(self.module, Module, "backward"):
+            self.module.backward(loss, *args, **kwargs)
+        else:
+            self.runtime.backward(loss, *args, module=self.model, **kwargs)
+        after = self.hooks.get(Hook.ON_AFTER_BACKWARD)
+        if after is not None:
+            after()
+
+    def manual_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
+        return self.fit_loop.manual_optimizer_step(optimizer, closure, **kwargs)
+
+    def step_schedulers(self, interval: str, plateau: bool | None) -> None:
+        """Step the schedulers of ``interval`` that are due (``plateau``: only/no ReduceLROnPlateau; None: all)."""
+        state = self.state
+        count = state.global_step if interval == "step" else state.current_epoch + (0 if plateau else 1)
+        for config in self.lr_scheduler_configs:
+            if config.interval != interval or (plateau is not None and config.reduce_on_plateau != plateau):
+                continue
+            if count % config.frequency != 0:
+                continue
+            metric = None
+            if config.reduce_on_plateau:
+                metric = self.callback_metrics.get(config.monitor)
+                if metric is None:
+                    if config.strict:
+                        available = sorted(self.callback_metrics)
+                        raise MisconfigurationError(
+                            f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged. Logged metrics: "
+                            f"{available}. Log it with self.log({config.monitor!r}, ...) or set 'strict': False."
+                        )
+                    continue
+            self.module.lr_scheduler_step(config.scheduler, metric)
+
+    # -- checkpoints ------------------------------------------------------------------------------------------------------
+    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False) -> None:
+        """Write a checkpoint of the current run to ``filepath`` (any fsspec path)."""
+        if self.model is None:
+            raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
+        self.runtime.strategy.save_checkpoint(dump_checkpoint(self, weights_only), os.fspath(filepath))
+
+    def _load(self, ckpt_path: Any) -> dict[str, Any]:
+        path = ckpt_path
+        if ckpt_path in ("best", "last"):
+            callback = self.checkpoint_callback
+            path = getattr(callback, f"{ckpt_path}_model_path", None) if callback is not None else None
+            if not path:
+                raise MisconfigurationError(
+                    f"ckpt_path={ckpt_path!r} needs a checkpoint callback that has saved a {ckpt_path} checkpoint; "
+                    "there is none. Pass a file path instead."
+                )
+        elif not isinstance(ckpt_path, (str, os.PathLike)):
+            raise MisconfigurationError(
+                f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', or a path to a checkpoint file."
+            )
+        return self.runtime.strategy.load_checkpoint(os.fspath(path))
+
+
+def _default(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def default_loggers(root_dir: str) -> list[Logger]:
+    """The loggers ``logger=True`` means; none until a concrete logger is registered."""
+    return []
