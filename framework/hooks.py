@@ -21,16 +21,18 @@ the ``Module``'s)::
             transfer_batch_to_device          # DataModule, then Module; returns the batch
             on_after_batch_transfer           # DataModule, then Module; returns the batch
             on_train_batch_start              # returning -1 ends the epoch here
-            training_step
-            on_before_backward
-            backward
-            on_after_backward
-            on_before_optimizer_step          # once per optimizer step, not per micro-batch
-            configure_gradient_clipping       # Module only; clips when gradient_clip_val is set
-            optimizer step
+            optimizer_step                    # Module only, when overridden: it gets the closure below
+              training_step                   #   (the closure: training_step ... clipping)
+              on_before_backward
+              backward                        #   Module only
+              on_after_backward
+              on_before_optimizer_step        #   once per optimizer step, not per micro-batch
+              configure_gradient_clipping     #   Module only; clips when gradient_clip_val is set
             on_before_zero_grad
-            zero_grad(set_to_none=True)       # right after the step, not before backward
-            LR scheduler step when due
+            optimizer_zero_grad               # Module only; zero_grad(set_to_none=True) right after
+                                              # the step, not before the next backward (Lightning)
+            lr_scheduler_step                 # Module only; "step" schedulers when due, "epoch" ones
+                                              # after the epoch's last batch
             on_train_batch_end
             <validation loop when due>
         on_train_epoch_end
@@ -105,10 +107,14 @@ class Hook(str, Enum):
     ON_AFTER_BATCH_TRANSFER = "on_after_batch_transfer", Target.MODULE
 
     ON_BEFORE_BACKWARD = "on_before_backward"
+    BACKWARD = "backward", Target.MODULE
     ON_AFTER_BACKWARD = "on_after_backward"
     ON_BEFORE_OPTIMIZER_STEP = "on_before_optimizer_step"
     CONFIGURE_GRADIENT_CLIPPING = "configure_gradient_clipping", Target.MODULE
+    OPTIMIZER_STEP = "optimizer_step", Target.MODULE
     ON_BEFORE_ZERO_GRAD = "on_before_zero_grad"
+    OPTIMIZER_ZERO_GRAD = "optimizer_zero_grad", Target.MODULE
+    LR_SCHEDULER_STEP = "lr_scheduler_step", Target.MODULE
 
     ON_VALIDATION_MODEL_EVAL = "on_validation_model_eval", Target.MODULE
     ON_VALIDATION_MODEL_TRAIN = "on_validation_model_train", Target.MODULE

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
+
+
+# nullcontext is reusable, so one instance serves every step.
+_NO_AUTOCAST = contextlib.nullcontext()
 
 
 class Precision:
@@ -38,10 +42,9 @@ class Precision:
         """Cast floating inputs where the mode needs it (here: nothing)."""
         return data
 
-    @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
-        """The context forward passes and step functions run in."""
-        yield
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The context forward passes and step functions run in (here: one that does nothing)."""
+        return _NO_AUTOCAST
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Compute gradients of ``loss`` (scaled first in fp16 modes)."""

@@ -23,7 +23,8 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=device.type == "cuda")
     if isinstance(batch, (list, tuple)):
-        moved = [move_to_device(item, device) for item in batch]
+        # Tensors are moved inline: a batch is most often a tuple of them.
+        moved = [item.to(device) if type(item) is torch.Tensor else move_to_device(item, device) for item in batch]
         if isinstance(batch, tuple) and hasattr(batch, "_fields"):
             return type(batch)(*moved)
         return type(batch)(moved) if type(batch) not in (list, tuple) else (moved if isinstance(batch, list) else tuple(moved))

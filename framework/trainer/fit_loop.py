@@ -189,7 +189,7 @@ class FitLoop:
         trainer = self.trainer
         user_step = trainer.step_hooks.optimizer_step
         if user_step is None:
-            return trainer.runtime.optimizer_step(optimizer, closure)
+            return trainer.step_hooks.runtime_optimizer_step(optimizer, closure)
         outcome: list[bool] = []
 
         def step_through(opt: torch.optim.Optimizer, step_closure: Any = None, **kwargs: Any) -> Any:
@@ -239,6 +239,10 @@ class _StepClosure:
     def __call__(self) -> torch.Tensor | None:
         trainer = self.loop.trainer
         hooks = trainer.step_hooks
+        if self.ran:
+            # Optimizers such as LBFGS evaluate the closure several times per step; gradients are
+            # otherwise zeroed only after the step, so clear the previous evaluation's here.
+            self.optimizer.zero_grad(set_to_none=True)
         self.ran = True
         with trainer.runtime.autocast():
             output = trainer.training_step(self.batch, self.batch_idx)
@@ -334,12 +338,14 @@ class StepHooks:
             self.clip = module.configure_gradient_clipping
         self.optimizer_step = module.optimizer_step if overrides(module, Module, "optimizer_step") else None
         self.zero_grad = module.optimizer_zero_grad if overrides(module, Module, "optimizer_zero_grad") else None
+        strategy = runtime.strategy
+        self.runtime_optimizer_step = strategy.optimizer_step
         if overrides(module, Module, "backward"):
             self.backward = module.backward
         else:
             model = trainer.model
 
             def backward(loss: torch.Tensor) -> None:
-                runtime.backward(loss, module=model)
+                strategy.backward(loss, model)
 
             self.backward = backward

@@ -404,6 +404,8 @@ class Trainer:
         module = self.module
         self._merge_module_callbacks(stage)
         self.hooks = HookRunner(self, module, self.callbacks, self.datamodule)
+        self._transfer_hooks = tuple(self.hooks.get(hook) for hook in (
+            Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER))
         self.runtime.setup_environment()
         if self.runtime.local_rank == 0:
             self.hooks.call(Hook.PREPARE_DATA)
@@ -624,13 +626,11 @@ class Trainer:
 
     # -- services the loops and the Module call ------------------------------------------------------------------------
     def transfer_batch(self, batch: Any, dataloader_idx: int) -> Any:
-        hooks = self.hooks
-        before = hooks.get(Hook.ON_BEFORE_BATCH_TRANSFER)
+        """The batch-transfer hooks around moving ``batch`` to the device."""
+        before, transfer, after = self._transfer_hooks
         if before is not None:
             batch = before(batch, dataloader_idx)
-        batch = hooks.get(Hook.TRANSFER_BATCH_TO_DEVICE)(batch, self.runtime.device, dataloader_idx)
-        batch = self.runtime.precision.convert_input(batch)
-        after = hooks.get(Hook.ON_AFTER_BATCH_TRANSFER)
+        batch = self.runtime.precision.convert_input(transfer(batch, self.runtime.device, dataloader_idx))
         return after(batch, dataloader_idx) if after is not None else batch
 
     def log_eval_step(self, results: Results) -> None:

@@ -1,0 +1,219 @@
+"""The bare Runtime API (no Trainer): a hand-written loop equals the same plain PyTorch loop."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+
+import fsspec
+import pytest
+import torch
+from torch import nn
+
+from framework import MisconfigurationError, Runtime
+from tests.helpers import regression_data
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def _batches(n: int = 48, batch_size: int = 8):
+    data = regression_data(n)
+    x, y = data.tensors
+    return [(x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+
+def _plain_loop(clip: str | None, amount: float) -> tuple[nn.Module, list[float]]:
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    norms = []
+    for x, y in _batches():
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if clip == "norm":
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), amount)))
+        elif clip == "value":
+            torch.nn.utils.clip_grad_value_(model.parameters(), amount)
+        optimizer.step()
+        optimizer.zero_grad()
+    return model, norms
+
+
+def _runtime_loop(clip: str | None, amount: float) -> tuple[nn.Module, list[float]]:
+    runtime = Runtime(accelerator="cpu")
+    model = _model()
+    model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    norms = []
+    for batch in _batches():
+        x, y = runtime.to_device(batch)
+        with runtime.autocast():
+            loss = nn.functional.mse_loss(model(x), y)
+        runtime.backward(loss)
+        if clip == "norm":
+            norms.append(float(runtime.clip_gradients(model, optimizer, max_norm=amount)))
+        elif clip == "value":
+            assert runtime.clip_gradients(model, optimizer, clip_val=amount) is None
+        assert runtime.optimizer_step(optimizer) is True
+        optimizer.zero_grad()
+    return model, norms
+
+
+def _assert_same_weights(actual: nn.Module, expected: nn.Module) -> None:
+    expected_state = expected.state_dict()
+    for name, value in actual.state_dict().items():
+        torch.testing.assert_close(value, expected_state[name], msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_runtime_loop_equals_plain_loop():
+    actual, _ = _runtime_loop(None, 0.0)
+    expected, _ = _plain_loop(None, 0.0)
+    _assert_same_weights(actual, expected)
+    # and it did train: the weights moved away from their initial values
+    assert not torch.equal(actual[0].weight, _model()[0].weight)
+
+
+def test_clip_by_norm_equals_plain_loop_and_returns_the_norm():
+    actual, norms = _runtime_loop("norm", 0.5)
+    expected, expected_norms = _plain_loop("norm", 0.5)
+    _assert_same_weights(actual, expected)
+    torch.testing.assert_close(torch.tensor(norms), torch.tensor(expected_norms))
+    assert max(expected_norms) > 0.5  # clipping really changed the gradients
+    unclipped, _ = _plain_loop(None, 0.0)
+    assert not torch.allclose(actual[0].weight, unclipped[0].weight)
+
+
+def test_clip_by_value_equals_plain_loop():
+    actual, _ = _runtime_loop("value", 0.05)
+    expected, _ = _plain_loop("value", 0.05)
+    _assert_same_weights(actual, expected)
+    unclipped, _ = _plain_loop(None, 0.0)
+    assert not torch.allclose(actual[0].weight, unclipped[0].weight)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"clip_val": 0.1, "max_norm": 1.0}], ids=["neither", "both"])
+def test_clip_gradients_needs_exactly_one_argument(kwargs):
+    runtime = Runtime(accelerator="cpu")
+    model = _model()
+    model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    model(torch.ones(2, 4)).sum().backward()
+    before = [p.grad.clone() for p in model.parameters()]
+    with pytest.raises(MisconfigurationError, match="clip_val.*max_norm"):
+        runtime.clip_gradients(model, optimizer, **kwargs)
+    for grad, p in zip(before, model.parameters()):
+        torch.testing.assert_close(p.grad, grad)  # nothing was clipped
+
+
+def test_setup_returns_module_alone_or_with_optimizers():
+    runtime = Runtime(accelerator="cpu")
+    model = _model()
+    assert runtime.setup(model) is model
+    first = torch.optim.SGD(model.parameters(), lr=0.1)
+    second = torch.optim.Adam(model.parameters(), lr=0.1)
+    returned = runtime.setup(model, first, second)
+    assert isinstance(returned, tuple) and len(returned) == 3
+    assert returned[0] is model and returned[1] is first and returned[2] is second
+
+
+def test_to_device_keeps_structure_and_dtype():
+    runtime = Runtime(accelerator="cpu")
+    assert runtime.device == torch.device("cpu")
+    batch = {"x": torch.ones(2, dtype=torch.float64), "meta": ("a", 1)}
+    moved = runtime.to_device(batch)
+    assert moved["x"].dtype == torch.float64 and moved["meta"] == ("a", 1)
+
+
+def test_single_device_ranks():
+    runtime = Runtime(accelerator="cpu")
+    assert runtime.world_size == 1
+    assert runtime.global_rank == 0
+    assert runtime.local_rank == 0
+    assert runtime.node_rank == 0
+    assert runtime.is_global_zero is True
+    tensor = torch.tensor([1.0, 2.0])
+    torch.testing.assert_close(runtime.all_reduce(tensor), tensor)
+    torch.testing.assert_close(runtime.all_gather(tensor), tensor.unsqueeze(0))
+    assert runtime.broadcast({"a": 1}) == {"a": 1}
+
+
+def _trained_pair():
+    runtime = Runtime(accelerator="cpu")
+    model = _model()
+    model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    for batch in _batches()[:3]:
+        x, y = runtime.to_device(batch)
+        runtime.backward(nn.functional.mse_loss(model(x), y))
+        runtime.optimizer_step(optimizer)
+        optimizer.zero_grad()
+    return runtime, model, optimizer
+
+
+@pytest.fixture
+def memory_root():
+    root = f"memory://runtime-{uuid.uuid4().hex}"
+    yield root
+    fs = fsspec.filesystem("memory")
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_save_then_load_restores_weights_and_returns_the_rest(tmp_path, memory_root, where):
+    path = str(tmp_path / "state.ckpt") if where == "local" else f"{memory_root}/state.ckpt"
+    runtime, model, optimizer = _trained_pair()
+    runtime.save(path, {"model": model, "optimizer": optimizer, "step": 3})
+
+    runtime2 = Runtime(accelerator="cpu")
+    torch.manual_seed(123)
+    model2 = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    model2, optimizer2 = runtime2.setup(model2, torch.optim.SGD(model2.parameters(), lr=0.05, momentum=0.9))
+    assert not torch.equal(model2[0].weight, model[0].weight)
+    rest = runtime2.load(path, {"model": model2, "optimizer": optimizer2})
+    assert rest == {"step": 3}
+    _assert_same_weights(model2, model)
+    # the momentum buffers came back too: one more identical step gives identical weights
+    saved_state = optimizer.state_dict()["state"]
+    loaded_state = optimizer2.state_dict()["state"]
+    assert set(saved_state) == set(loaded_state) and saved_state
+    for key in saved_state:
+        torch.testing.assert_close(loaded_state[key]["momentum_buffer"], saved_state[key]["momentum_buffer"])
+    x, y = _batches()[4]
+    for m, opt in ((model, optimizer), (model2, optimizer2)):
+        nn.functional.mse_loss(m(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    _assert_same_weights(model2, model)
+
+
+def test_saved_file_loads_with_plain_torch_weights_only(tmp_path):
+    path = tmp_path / "state.ckpt"
+    runtime, model, optimizer = _trained_pair()
+    runtime.save(path, {"model": model, "optimizer": optimizer, "step": 3})
+    loaded = torch.load(path, weights_only=True)
+    assert set(loaded) == {"model", "optimizer", "step"}
+    assert loaded["step"] == 3
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(loaded["model"][name], value)
+    assert loaded["optimizer"]["param_groups"][0]["lr"] == 0.05
+
+
+def test_load_without_state_returns_everything(tmp_path):
+    path = tmp_path / "state.ckpt"
+    runtime, model, optimizer = _trained_pair()
+    runtime.save(path, {"model": model, "step": 3})
+    loaded = Runtime(accelerator="cpu").load(path)
+    assert loaded["step"] == 3
+    torch.testing.assert_close(loaded["model"]["0.weight"], model[0].weight.detach())
+
+
+def test_load_overwrites_the_target_module_in_place(tmp_path):
+    path = tmp_path / "state.ckpt"
+    runtime, model, _ = _trained_pair()
+    runtime.save(path, {"model": model})
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.zero_()
+    runtime.load(path, {"model": other})
+    _assert_same_weights(other, model)

@@ -1,0 +1,153 @@
+"""Every hook of a Module and a Callback is called in the documented order (framework/hooks.py)."""
+
+from __future__ import annotations
+
+import torch
+
+import framework
+from framework.hooks import Hook, Target
+from tests.helpers import Regressor, loader, quiet_trainer
+
+CALLS: list[str] = []
+
+
+def _recorder(prefix: str, name: str, original):
+    def record(*args, **kwargs):
+        CALLS.append(f"{prefix}:{name}")
+        return original(*args, **kwargs)
+
+    return record
+
+
+class RecordingCallback(framework.Callback):
+    pass
+
+
+class RecordingModule(Regressor):
+    pass
+
+
+# Override every hook on both classes with a recorder that then runs the base behaviour.
+for hook in Hook:
+    if hook.target != Target.MODULE:
+        setattr(RecordingCallback, hook.value, _recorder("cb", hook.value, getattr(framework.Callback, hook.value)))
+    if hook.target != Target.CALLBACK:
+        setattr(RecordingModule, hook.value, _recorder("m", hook.value, getattr(Regressor, hook.value)))
+for step in ("training_step", "validation_step", "test_step", "predict_step"):
+    setattr(RecordingModule, step, _recorder("m", step, getattr(Regressor, step)))
+
+
+def _transfer() -> list[str]:
+    return ["m:on_before_batch_transfer", "m:transfer_batch_to_device", "m:on_after_batch_transfer"]
+
+
+def _both(name: str) -> list[str]:
+    return [f"cb:{name}", f"m:{name}"]
+
+
+def _eval_loop(stage: str, step: str, batches: int, train_hook: bool = True) -> list[str]:
+    calls = [f"m:on_{stage}_model_eval", *_both(f"on_{stage}_start"), *_both(f"on_{stage}_epoch_start")]
+    for _ in range(batches):
+        calls += [*_transfer(), *_both(f"on_{stage}_batch_start"), f"m:{step}", *_both(f"on_{stage}_batch_end")]
+    calls += [*_both(f"on_{stage}_epoch_end"), *_both(f"on_{stage}_end")]
+    if train_hook:
+        calls.append(f"m:on_{stage}_model_train")
+    return calls
+
+
+def _train_batch() -> list[str]:
+    return [
+        *_transfer(), *_both("on_train_batch_start"),
+        "m:optimizer_step", "m:training_step", *_both("on_before_backward"), "m:backward",
+        *_both("on_after_backward"), *_both("on_before_optimizer_step"), "m:configure_gradient_clipping",
+        *_both("on_before_zero_grad"), "m:optimizer_zero_grad",
+        *_both("on_train_batch_end"),
+    ]
+
+
+def _setup(stage: str) -> list[str]:
+    calls = ["m:configure_callbacks"] if stage == "fit" else []
+    return calls + ["m:prepare_data", *_both("setup"), "m:configure_model"]
+
+
+def _run(action) -> list[str]:
+    CALLS.clear()
+    action()
+    return list(CALLS)
+
+
+def test_fit_calls_every_hook_in_the_documented_order():
+    model = RecordingModule()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=1,
+                            callbacks=[RecordingCallback()])
+    calls = _run(lambda: trainer.fit(model, loader(), loader()))
+    expected = [
+        *_setup("fit"), "m:configure_optimizers", *_both("on_fit_start"),
+        "cb:on_sanity_check_start", *_eval_loop("validation", "validation_step", 1), "cb:on_sanity_check_end",
+        *_both("on_train_start"), *_both("on_train_epoch_start"),
+        *_train_batch(), *_train_batch(),
+        *_eval_loop("validation", "validation_step", 1),
+        *_both("on_train_epoch_end"), *_both("on_train_end"), *_both("on_fit_end"), *_both("teardown"),
+    ]
+    assert calls == expected
+
+
+def test_validate_test_and_predict_call_their_hooks_in_order():
+    model = RecordingModule()
+    trainer = quiet_trainer(limit_val_batches=1, limit_test_batches=1, limit_predict_batches=1,
+                            callbacks=[RecordingCallback()])
+    assert _run(lambda: trainer.validate(model, loader(), verbose=False)) == [
+        *_setup("validate"), *_eval_loop("validation", "validation_step", 1), *_both("teardown")]
+    assert _run(lambda: trainer.test(model, loader(), verbose=False)) == [
+        *_setup("test"), *_eval_loop("test", "test_step", 1), *_both("teardown")]
+    assert _run(lambda: trainer.predict(model, loader())) == [
+        *_setup("predict"), *_eval_loop("predict", "predict_step", 1, train_hook=False), *_both("teardown")]
+
+
+def test_epoch_schedulers_step_after_the_last_batch_and_accumulation_steps_once():
+    class WithScheduler(RecordingModule):
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, 1)]
+
+    model = WithScheduler()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=4, accumulate_grad_batches=2, num_sanity_val_steps=0,
+                            limit_val_batches=0)
+    calls = _run(lambda: trainer.fit(model, loader()))
+    assert calls.count("m:training_step") == 4
+    assert calls.count("m:optimizer_step") == 2
+    assert calls.count("m:on_before_optimizer_step") == 2
+    assert calls.count("m:lr_scheduler_step") == 1
+    last_batch_end = len(calls) - 1 - calls[::-1].index("m:on_train_batch_end")
+    assert calls.index("m:lr_scheduler_step") < last_batch_end
+
+
+def test_hooks_that_nobody_overrides_are_resolved_to_none():
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1)
+    trainer.fit(Regressor(), loader())
+    assert trainer.hooks.get(Hook.ON_TRAIN_BATCH_END) is None
+    assert trainer.hooks.get(Hook.ON_BEFORE_BACKWARD) is None
+    assert trainer.hooks.get(Hook.TRANSFER_BATCH_TO_DEVICE) is not None  # its default moves the batch
+
+
+def test_epoch_end_callbacks_that_read_metrics_run_after_the_module():
+    order = []
+
+    class Reader(framework.Callback):
+        reads_epoch_metrics = True
+
+        def on_train_epoch_end(self, trainer, module):
+            order.append(("reader", "late" in trainer.callback_metrics))
+
+    class Plain(framework.Callback):
+        def on_train_epoch_end(self, trainer, module):
+            order.append(("plain", "late" in trainer.callback_metrics))
+
+    class Late(Regressor):
+        def on_train_epoch_end(self):
+            order.append(("module", None))
+            self.log("late", 1.0)
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, callbacks=[Reader(), Plain()])
+    trainer.fit(Late(), loader())
+    assert order == [("plain", False), ("module", None), ("reader", True)]

@@ -1,0 +1,27 @@
+"""``import framework`` stays cheap: heavy optional modules load only when first used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_import_does_not_load_tensorboard_yaml_or_tqdm():
+    # torch itself may import some of these (it imports tqdm through torch.hub): only count
+    # what importing framework adds on top of torch.
+    code = (
+        "import sys, torch\n"
+        "names = ('tensorboard', 'yaml', 'tqdm', 'torchmetrics', 'fsspec')\n"
+        "before = {m for m in names if m in sys.modules}\n"
+        "import framework\n"
+        "print(','.join(m for m in names if m in sys.modules and m not in before))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == ""
+
+
+def test_public_names():
+    import framework
+
+    for name in ("Trainer", "Module", "DataModule", "Runtime", "seed_everything", "Callback"):
+        assert hasattr(framework, name)

@@ -1,0 +1,234 @@
+"""The training step against plain PyTorch: accumulation, clipping, manual optimization, closures."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+import framework
+from framework.trainer.state import TrainerStatus
+from tests.helpers import Regressor, loader, quiet_trainer, regression_data
+
+
+def _plain_weights(batch_size: int, steps_per_epoch: int, epochs: int, lr: float = 0.05, clip=None) -> torch.Tensor:
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    data = DataLoader(regression_data(64), batch_size=batch_size)
+    for _ in range(epochs):
+        for step, (x, y) in enumerate(data):
+            if step == steps_per_epoch:
+                break
+            nn.functional.mse_loss(net(x), y).backward()
+            if clip is not None:
+                clip(net.parameters())
+            optimizer.step()
+            optimizer.zero_grad()
+    return torch.cat([net.weight.flatten(), net.bias])
+
+
+def _weights(model: Regressor) -> torch.Tensor:
+    return torch.cat([model.net.weight.detach().flatten(), model.net.bias.detach()])
+
+
+def test_fit_matches_a_plain_pytorch_loop():
+    model = Regressor()
+    quiet_trainer(max_epochs=2).fit(model, loader(batch_size=8))
+    torch.testing.assert_close(_weights(model), _plain_weights(8, 8, 2))
+
+
+def test_gradient_accumulation_equals_a_k_times_larger_batch():
+    model = Regressor()
+    trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=4)
+    trainer.fit(model, loader(batch_size=4))
+    assert trainer.global_step == 2 * 16 // 4
+    torch.testing.assert_close(_weights(model), _plain_weights(16, 4, 2))
+
+
+def test_accumulation_steps_on_the_last_batch_of_an_epoch():
+    trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=3)
+    trainer.fit(Regressor(), loader(n=40, batch_size=4))  # 10 batches -> steps after 3, 6, 9, 10
+    assert trainer.global_step == 8 == trainer.estimated_stepping_batches
+
+
+@pytest.mark.parametrize(("algorithm", "value", "clip"), [
+    ("norm", 0.5, lambda params: nn.utils.clip_grad_norm_(params, 0.5)),
+    ("value", 0.05, lambda params: nn.utils.clip_grad_value_(params, 0.05)),
+])
+def test_gradient_clipping_equals_torch_clipping(algorithm, value, clip):
+    model = Regressor()
+    trainer = quiet_trainer(max_epochs=1, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
+    trainer.fit(model, loader(batch_size=8))
+    expected = _plain_weights(8, 8, 1, clip=clip)
+    torch.testing.assert_close(_weights(model), expected)
+    assert not torch.allclose(expected, _plain_weights(8, 8, 1)), "the clip must change something to be tested"
+
+
+def test_gradients_seen_before_the_step_are_clipped():
+    norms = []
+
+    class Check(Regressor):
+        def on_before_optimizer_step(self, optimizer):
+            norms.append(None)
+
+        def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            grads = [p.grad for p in self.parameters()]
+            norms[-1] = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+
+    quiet_trainer(max_epochs=1, gradient_clip_val=0.1).fit(Check(), loader())
+    assert len(norms) == 8 and all(n <= 0.1 + 1e-6 for n in norms)
+
+
+class TwoOptimizers(Regressor):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.other = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        first, second = self.optimizers()
+        x, y = batch
+        for optimizer, layer in ((first, self.net), (second, self.other)):
+            loss = nn.functional.mse_loss(layer(x), y)
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            self.clip_gradients(optimizer, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
+            optimizer.step()
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.net.parameters(), lr=0.05), torch.optim.SGD(self.other.parameters(), lr=0.05)]
+
+
+def test_manual_optimization_counts_every_optimizer_step():
+    trainer = quiet_trainer(max_epochs=2, limit_train_batches=16)
+    model = TwoOptimizers()
+    trainer.fit(model, loader(n=128))
+    assert trainer.global_step == 2 * 16 * 2
+
+
+def test_manual_optimization_matches_plain_pytorch():
+    class OneOptimizer(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch, batch_idx):
+            optimizer = self.optimizers()
+            loss = self.loss(batch)
+            self.manual_backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+
+    model = OneOptimizer()
+    quiet_trainer(max_epochs=2).fit(model, loader())
+    torch.testing.assert_close(_weights(model), _plain_weights(8, 8, 2))
+
+
+def test_an_optimizer_step_override_gets_a_closure_that_trains():
+    class Warmup(Regressor):
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+            for group in optimizer.param_groups:
+                group["lr"] = 0.05
+            optimizer.step(closure=optimizer_closure)
+
+    model = Warmup(lr=1.0)
+    trainer = quiet_trainer(max_epochs=2)
+    trainer.fit(model, loader())
+    assert trainer.global_step == 16
+    torch.testing.assert_close(_weights(model), _plain_weights(8, 8, 2))
+
+
+def test_lbfgs_calls_the_closure_several_times():
+    class WithLBFGS(Regressor):
+        def configure_optimizers(self):
+            return torch.optim.LBFGS(self.parameters(), lr=0.5, max_iter=5)
+
+    model = WithLBFGS()
+    trainer = quiet_trainer(max_epochs=3)
+    trainer.fit(model, loader())
+    x, y = regression_data(64).tensors
+    assert nn.functional.mse_loss(model(x), y).item() < 0.05
+
+
+def test_training_step_returning_none_skips_the_update():
+    class Skips(Regressor):
+        def training_step(self, batch, batch_idx):
+            return None if batch_idx % 2 else super().training_step(batch, batch_idx)
+
+    model = Skips()
+    before = _weights(model).clone()
+    quiet_trainer(max_epochs=1, limit_train_batches=2).fit(model, loader())
+    assert not torch.equal(before, _weights(model))
+
+
+def test_outputs_given_to_on_train_batch_end_match_lightning():
+    seen = []
+
+    class Extra(Regressor):
+        def training_step(self, batch, batch_idx):
+            return {"loss": self.loss(batch), "extra": batch_idx}
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            seen.append(outputs)
+
+    quiet_trainer(max_epochs=1, limit_train_batches=2, accumulate_grad_batches=2).fit(Extra(), loader())
+    assert [sorted(o) for o in seen] == [["extra", "loss"], ["extra", "loss"]]
+    assert not seen[0]["loss"].requires_grad
+
+
+def test_keyboard_interrupt_ends_fit_gracefully():
+    exceptions = []
+
+    class Interrupts(Regressor):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 3:
+                raise KeyboardInterrupt
+            return super().training_step(batch, batch_idx)
+
+    class Watch(framework.Callback):
+        def on_exception(self, trainer, module, exception):
+            exceptions.append(type(exception))
+
+    trainer = quiet_trainer(max_epochs=1, callbacks=[Watch()])
+    with warnings.catch_warnings(record=True):
+        trainer.fit(Interrupts(), loader())
+    assert trainer.state.status == TrainerStatus.INTERRUPTED
+    assert trainer.global_step == 3
+    assert exceptions == [KeyboardInterrupt]
+
+
+def test_other_exceptions_propagate_after_on_exception():
+    seen = []
+
+    class Fails(Regressor):
+        def training_step(self, batch, batch_idx):
+            raise RuntimeError("boom")
+
+        def on_exception(self, exception):
+            seen.append(str(exception))
+
+    trainer = quiet_trainer(max_epochs=1)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Fails(), loader())
+    assert seen == ["boom"]
+    assert trainer.state.status == TrainerStatus.INTERRUPTED
+
+
+def test_fit_twice_continues_from_the_reached_epoch():
+    model = Regressor()
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(model, loader())
+    first = copy.deepcopy(_weights(model))
+    trainer.fit_loop = None
+    trainer.max_epochs = 2
+    trainer.fit(model, loader())
+    assert trainer.current_epoch == 2 and trainer.global_step == 16
+    assert not torch.equal(first, _weights(model))

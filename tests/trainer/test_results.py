@@ -1,0 +1,222 @@
+"""``self.log``: epoch reductions checked by hand, torchmetrics objects, logged steps and metric dicts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchmetrics
+from torch.utils.data import DataLoader, TensorDataset
+
+from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
+
+
+class LogsValues(Regressor):
+    """Logs the batch's first x value with the given settings, from training and validation."""
+
+    def __init__(self, **log_settings):
+        super().__init__()
+        self.log_settings = log_settings
+        self.values: list[tuple[float, int]] = []
+
+    def training_step(self, batch, batch_idx):
+        value = batch[0][0, 0] * 10
+        self.values.append((value.item(), len(batch[0])))
+        self.log("value", value, **self.log_settings)
+        return self.loss(batch)
+
+
+def _uneven_loader() -> DataLoader:
+    return DataLoader(TensorDataset(torch.randn(10, 4), torch.randn(10, 1)), batch_size=4)  # 4, 4, 2
+
+
+def test_epoch_mean_is_weighted_by_batch_size():
+    model = LogsValues(on_step=False, on_epoch=True)
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(model, _uneven_loader())
+    expected = sum(v * n for v, n in model.values) / sum(n for _, n in model.values)
+    assert trainer.callback_metrics["value"].item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_explicit_batch_size_overrides_the_inferred_one():
+    model = LogsValues(on_step=False, on_epoch=True, batch_size=1)
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(model, _uneven_loader())
+    expected = sum(v for v, _ in model.values) / len(model.values)
+    assert trainer.callback_metrics["value"].item() == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize(("reduce_fx", "reduce"), [
+    ("sum", sum), ("max", max), ("min", min), (torch.max, max),
+    (lambda values: values.median(), lambda values: sorted(values)[(len(values) - 1) // 2]),
+])
+def test_other_reductions(reduce_fx, reduce):
+    model = LogsValues(on_step=False, on_epoch=True, reduce_fx=reduce_fx)
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(model, loader(n=48))
+    expected = reduce([v for v, _ in model.values])
+    assert trainer.callback_metrics["value"].item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_python_numbers_and_long_epochs_fold_correctly():
+    class Counts(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log("index", batch_idx, on_step=False, on_epoch=True, reduce_fx="sum")
+            self.log("mean_index", float(batch_idx), on_step=False, on_epoch=True, batch_size=1)
+            return self.loss(batch)
+
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Counts(), loader(n=3000, batch_size=1))  # more steps than one fold holds
+    assert trainer.callback_metrics["index"].item() == sum(range(3000))
+    assert trainer.callback_metrics["mean_index"].item() == pytest.approx(1499.5)
+
+
+def test_torchmetrics_object_logged_on_epoch_equals_the_whole_epoch_metric():
+    class Classifier(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.accuracy = torchmetrics.classification.BinaryAccuracy()
+            self.predictions: list[torch.Tensor] = []
+            self.targets: list[torch.Tensor] = []
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            predicted, target = (self(x) > 0).int().flatten(), (y > 0).int().flatten()
+            self.predictions.append(predicted)
+            self.targets.append(target)
+            self.accuracy(predicted, target)
+            self.log("val_acc", self.accuracy)
+
+    model = Classifier()
+    trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=0, limit_train_batches=1)
+    trainer.fit(model, loader(), loader(n=50, batch_size=8, seed=3))
+    expected = (torch.cat(model.predictions) == torch.cat(model.targets)).float().mean()
+    torch.testing.assert_close(trainer.callback_metrics["val_acc"], expected)
+    assert model.accuracy.update_count == 0, "the framework resets the metric at the epoch's end"
+
+
+def test_torchmetrics_object_on_step_gives_the_batch_value():
+    class StepMetric(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.mse = torchmetrics.MeanSquaredError()
+            self.batch_values = []
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            out = self(x)
+            self.batch_values.append(self.mse(out.detach(), y))
+            self.log("mse", self.mse, on_step=True, on_epoch=True)
+            return torch.nn.functional.mse_loss(out, y)
+
+    model = StepMetric()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=3)
+    trainer.fit(model, loader())
+    torch.testing.assert_close(trainer.callback_metrics["mse_step"], model.batch_values[-1])
+
+
+def test_logged_steps_follow_log_every_n_steps_and_accumulation():
+    """Lightning: 12 batches, accumulation 2, n=5, 2 epochs -> steps 4, 5 (epoch end), 9, 11 (epoch end)."""
+    logger = RecordingLogger()
+    model = LogsValues(on_step=True, on_epoch=True)
+    trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=2, log_every_n_steps=5, logger=logger)
+    trainer.fit(model, loader(n=48, batch_size=4))
+    assert [(step, sorted(m)) for step, m in logger.calls] == [
+        (4, ["epoch", "value_step"]), (5, ["epoch", "value_epoch"]),
+        (9, ["epoch", "value_step"]), (11, ["epoch", "value_epoch"]),
+    ]
+    assert logger.calls[0][1]["value_step"] == pytest.approx(model.values[9][0])  # the 5th optimizer step's batch
+    assert logger.finalized == ["success"]
+
+
+def test_validation_logs_at_the_training_step_and_standalone_runs_at_global_step():
+    logger = RecordingLogger()
+    model = Regressor()
+    trainer = quiet_trainer(max_epochs=2, log_every_n_steps=3, logger=logger, num_sanity_val_steps=2)
+    trainer.fit(model, loader(n=80), loader(n=24))
+    assert logger.steps_with("train_loss") == [2, 5, 8, 11, 14, 17]
+    assert logger.steps_with("val_loss") == [9, 19]
+    assert logger.calls[3][1] == {"val_loss": pytest.approx(logger.calls[3][1]["val_loss"]), "epoch": 0}
+    trainer.validate(model, loader(n=24), verbose=False)
+    assert logger.calls[-1][0] == 20 and logger.calls[-1][1]["epoch"] == 2
+    assert logger.hyperparams and logger.hyperparams[0] == {"lr": 0.05, "features": 4}
+
+
+def test_manual_optimization_logs_by_batch_count():
+    from tests.trainer.test_fit_loop import TwoOptimizers
+
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=2, limit_train_batches=8, log_every_n_steps=3, logger=logger)
+    trainer.fit(TwoOptimizers(), loader(n=128))
+    assert logger.steps_with("loss") == [2, 5, 8, 11, 14]
+    assert trainer.global_step == 32
+
+
+def test_metric_dicts_hold_what_lightning_holds():
+    seen_in_epoch_end = []
+
+    class Probe(Regressor):
+        def training_step(self, batch, batch_idx):
+            loss = self.loss(batch)
+            self.log("loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+            self.log("hidden", loss, logger=False)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", self.loss(batch), prog_bar=True)
+
+        def on_train_epoch_end(self):
+            seen_in_epoch_end.append(sorted(self.trainer.callback_metrics))
+
+    trainer = quiet_trainer(max_epochs=1, logger=RecordingLogger())
+    trainer.fit(Probe(), loader(), loader(n=16))
+    assert sorted(trainer.callback_metrics) == ["hidden", "loss", "loss_epoch", "loss_step", "val_loss"]
+    assert sorted(trainer.logged_metrics) == ["loss_epoch", "loss_step", "val_loss"]
+    assert sorted(trainer.progress_bar_metrics) == ["loss_epoch", "loss_step", "val_loss"]
+    assert all(isinstance(v, float) for v in trainer.progress_bar_metrics.values())
+    assert all(isinstance(v, torch.Tensor) for v in trainer.callback_metrics.values())
+    torch.testing.assert_close(trainer.callback_metrics["loss"], trainer.callback_metrics["loss_epoch"])
+    assert "loss_epoch" in seen_in_epoch_end[0]
+
+
+def test_validate_and_test_return_one_dict_of_floats_per_loader(capsys):
+    class Two(Regressor):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val_loss", self.loss(batch))
+            self.log("shared", 1.0, add_dataloader_idx=False)
+            self.log("not_for_loggers", 2.0, logger=False)
+
+    trainer = quiet_trainer()
+    results = trainer.validate(Two(), [loader(n=16), loader(n=24, seed=1)])
+    assert [sorted(r) for r in results] == [["shared", "val_loss/dataloader_idx_0"],
+                                            ["shared", "val_loss/dataloader_idx_1"]]
+    assert all(isinstance(v, float) for r in results for v in r.values())
+    printed = capsys.readouterr().out
+    assert "Validate metric" in printed and "DataLoader 1" in printed and "val_loss/dataloader_idx_0" in printed
+    assert trainer.test(Regressor(), loader(n=16), verbose=False) == [
+        {"test_loss": pytest.approx(trainer.callback_metrics["test_loss"].item())}]
+
+
+def test_log_in_epoch_end_hooks_defaults_to_epoch_level():
+    class EpochEnd(Regressor):
+        def on_train_epoch_end(self):
+            self.log("epoch_value", 3.0)
+
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=1, logger=logger)
+    trainer.fit(EpochEnd(), loader())
+    assert logger.steps_with("epoch_value") == [7]
+    assert trainer.callback_metrics["epoch_value"].item() == 3.0
+
+
+def test_log_dict_and_step_logging_in_validation():
+    class Dicts(Regressor):
+        def validation_step(self, batch, batch_idx):
+            loss = self.loss(batch)
+            self.log_dict({"a": loss, "b": loss * 2}, on_step=True, on_epoch=True)
+
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=2, logger=logger, num_sanity_val_steps=0, limit_train_batches=2)
+    trainer.fit(Dicts(), loader(), loader(n=24))
+    step_calls = [(step, sorted(m)) for step, m in logger.calls if "a_step" in m]
+    assert step_calls == [(i, ["a_step", "b_step"]) for i in range(6)]  # no "epoch" key, counted across epochs
+    torch.testing.assert_close(trainer.callback_metrics["b_epoch"], 2 * trainer.callback_metrics["a_epoch"])
