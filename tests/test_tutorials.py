@@ -1,0 +1,18 @@
+"""The README's main job runs and learns."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_reaches_a_good_validation_accuracy():
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "01_quickstart.py")], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    match = re.search(r"validation accuracy: ([0-9.]+)", done.stdout)
+    assert match and float(match.group(1)) > 0.9, done.stdout

@@ -1,0 +1,362 @@
+"""Bad input to the Trainer and to fit gets a MisconfigurationError naming the argument and the value."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from datetime import timedelta
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import framework
+from framework.errors import MisconfigurationError
+from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
+
+
+def test_misconfiguration_error_is_a_value_error():
+    assert issubclass(MisconfigurationError, ValueError)
+
+
+# -- Trainer(...) arguments ---------------------------------------------------------------------------
+
+_NOT_A_CALLBACK = object()
+
+# (keyword, bad value, a phrase of what is accepted that the message must also contain)
+BAD_ARGUMENTS = [
+    ("max_epochs", "x", r"int >= -1"),
+    ("max_epochs", -2, r"int >= -1"),
+    ("min_epochs", -1, r"int >= 0"),
+    ("max_steps", 1.5, r"int >= -1"),
+    ("max_time", "1 hour", r"DD:HH:MM:SS"),
+    ("max_time", {"hourz": 1}, r"timedelta"),
+    ("limit_train_batches", 1.5, r"between 0\.0 and 1\.0"),
+    ("limit_val_batches", -1, r"int number of batches"),
+    ("limit_test_batches", "all", r"int number of batches"),
+    ("overfit_batches", 2.0, r"between 0\.0 and 1\.0"),
+    ("val_check_interval", 0, r"int number of training batches >= 1"),
+    ("val_check_interval", 1.5, r"\(0\.0, 1\.0\]"),
+    ("check_val_every_n_epoch", 0, r"int >= 1 or None"),
+    ("num_sanity_val_steps", -2, r"int >= -1"),
+    ("log_every_n_steps", -1, r"int >= 0"),
+    ("accumulate_grad_batches", 0, r"int >= 1"),
+    ("gradient_clip_val", -1, r"number >= 0"),
+    ("gradient_clip_algorithm", "l3", r"'norm', 'value'"),
+    ("fast_dev_run", -1, r"True, False or an int"),
+    ("accelerator", "tpux", r"'cpu', 'cuda', 'gpu'"),
+    ("devices", "x", r"'auto', a positive int"),
+    ("devices", 0, r"'auto', a positive int"),
+    ("precision", "17", r"'32-true'"),
+    ("strategy", "nonsense", r"'single'"),
+    ("callbacks", [_NOT_A_CALLBACK], r"Callback instance"),
+    ("logger", "yes", r"Logger instance"),
+    ("default_root_dir", 3, r"a path"),
+    ("inference_mode", "yes", r"True or False"),
+    ("deterministic", "maybe", r"'warn'"),
+    ("num_nodes", 0, r"positive int"),
+]
+
+
+def _shown(value):
+    """How the message shows the offending value (one bad item of a list is shown by itself)."""
+    return value[0] if isinstance(value, list) else value
+
+
+@pytest.mark.parametrize(("name", "value", "accepted"), BAD_ARGUMENTS,
+                         ids=[f"{n}={v!r}" for n, v, _ in BAD_ARGUMENTS])
+def test_bad_trainer_argument_names_argument_and_value(name, value, accepted):
+    with pytest.raises(MisconfigurationError, match=re.escape(f"{name}={_shown(value)!r}")) as info:
+        quiet_trainer(**{name: value})
+    assert re.search(accepted, str(info.value)), str(info.value)
+
+
+def test_bad_argument_is_caught_as_value_error():
+    with pytest.raises(ValueError, match=r"max_epochs='x'"):
+        quiet_trainer(max_epochs="x")
+
+
+@pytest.mark.parametrize("value", [True, 2.0, "3"])
+def test_max_epochs_rejects_non_int_lookalikes(value):
+    with pytest.raises(MisconfigurationError, match=re.escape(f"max_epochs={value!r}")):
+        quiet_trainer(max_epochs=value)
+
+
+@pytest.mark.xfail(reason="negative max_time is accepted; fit then stops before the first batch", strict=True)
+@pytest.mark.parametrize("value", [{"hours": -1}, timedelta(seconds=-5)])
+def test_negative_max_time_is_rejected(value):
+    with pytest.raises(MisconfigurationError, match="max_time"):
+        quiet_trainer(max_time=value)
+
+
+@pytest.mark.xfail(reason="gradient_clip_val=nan passes the >= 0 check (nan < 0 is False)", strict=True)
+def test_nan_gradient_clip_val_is_rejected():
+    with pytest.raises(MisconfigurationError, match=r"gradient_clip_val=nan"):
+        quiet_trainer(gradient_clip_val=float("nan"))
+
+
+# -- valid spellings ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("00:01:00:00", timedelta(hours=1)),
+    (" 01:02:03:04 ", timedelta(days=1, hours=2, minutes=3, seconds=4)),
+    ({"hours": 1}, timedelta(hours=1)),
+    ({"minutes": 90, "seconds": 5}, timedelta(minutes=90, seconds=5)),
+    (timedelta(minutes=5), timedelta(minutes=5)),
+    (None, None),
+])
+def test_max_time_spellings(value, expected):
+    assert quiet_trainer(max_time=value).max_time == expected
+
+
+def test_valid_arguments_are_kept():
+    callback = framework.Callback()
+    recorder = RecordingLogger()
+    trainer = quiet_trainer(
+        max_epochs=-1, max_steps=7, min_epochs=0, limit_train_batches=3, limit_val_batches=0.5,
+        limit_test_batches=0, overfit_batches=0.0, val_check_interval=2, check_val_every_n_epoch=None,
+        num_sanity_val_steps=-1, log_every_n_steps=0, accumulate_grad_batches=2, gradient_clip_val=1,
+        gradient_clip_algorithm="value", devices="1", precision=32, strategy="single",
+        callbacks=callback, logger=recorder, default_root_dir=pathlib.Path("some") / "dir",
+        inference_mode=False, deterministic=None, num_nodes=1,
+    )
+    assert (trainer.max_epochs, trainer.max_steps, trainer.min_epochs) == (-1, 7, 0)
+    assert (trainer.limit_train_batches, trainer.limit_val_batches, trainer.limit_test_batches) == (3, 0.5, 0)
+    assert (trainer.val_check_interval, trainer.check_val_every_n_epoch) == (2, None)
+    assert (trainer.num_sanity_val_steps, trainer.log_every_n_steps, trainer.accumulate_grad_batches) == (-1, 0, 2)
+    assert trainer.gradient_clip_val == 1.0 and trainer.gradient_clip_algorithm == "value"
+    assert trainer.device_ids == [0] and trainer.precision == "32-true"
+    assert trainer.callbacks == [callback] and trainer.loggers == [recorder]
+    assert trainer.default_root_dir == str(pathlib.Path("some") / "dir")
+    assert trainer.inference_mode is False
+
+
+def test_defaults():
+    trainer = quiet_trainer()
+    assert trainer.max_epochs == 1000 and trainer.max_steps == -1 and trainer.max_time is None
+    assert trainer.num_sanity_val_steps == 2 and trainer.log_every_n_steps == 50
+    assert trainer.gradient_clip_algorithm == "norm" and trainer.val_check_interval == 1.0
+
+
+@pytest.mark.parametrize(("limit", "steps"), [(3, 3), (0.5, 4), (1.0, 8), (100, 8), (0, 0)])
+def test_limit_train_batches_as_int_and_float(limit, steps):
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=limit)
+    trainer.fit(Regressor(), loader(n=64, batch_size=8))  # 8 batches
+    assert trainer.global_step == steps
+
+
+def test_fast_dev_run_true_runs_one_batch():
+    trainer = quiet_trainer(fast_dev_run=True)
+    trainer.fit(Regressor(), loader(), loader())
+    assert trainer.global_step == 1
+
+
+# -- errors found while fitting -----------------------------------------------------------------------
+
+def _fit(model, train=None, val=None, ckpt_path=None, **trainer_kwargs):
+    settings = dict(max_epochs=1, num_sanity_val_steps=0)
+    settings.update(trainer_kwargs)
+    trainer = quiet_trainer(**settings)
+    trainer.fit(model, loader(n=16) if train is None else train, val, ckpt_path=ckpt_path)
+    return trainer
+
+
+class _ReturnsString(Regressor):
+    def training_step(self, batch, batch_idx):
+        return "oops"
+
+
+class _ReturnsVector(Regressor):
+    def training_step(self, batch, batch_idx):
+        return torch.stack([self.loss(batch), self.loss(batch)])
+
+
+class _ReturnsDictWithoutLoss(Regressor):
+    def training_step(self, batch, batch_idx):
+        return {"error": self.loss(batch)}
+
+
+class _ReturnsDictWithVectorLoss(Regressor):
+    def training_step(self, batch, batch_idx):
+        return {"loss": torch.stack([self.loss(batch), self.loss(batch)])}
+
+
+def test_training_step_returning_a_string():
+    with pytest.raises(MisconfigurationError, match=r"training_step returned 'oops' \(type str\)") as info:
+        _fit(_ReturnsString())
+    assert "loss tensor" in str(info.value)
+
+
+def test_training_step_returning_a_vector():
+    with pytest.raises(MisconfigurationError, match=r"training_step returned a tensor of shape \(2,\)"):
+        _fit(_ReturnsVector())
+
+
+def test_training_step_returning_a_dict_without_loss():
+    with pytest.raises(MisconfigurationError, match=r"training_step returned a dict whose 'loss' is None"):
+        _fit(_ReturnsDictWithoutLoss())
+
+
+@pytest.mark.xfail(reason="a dict's 'loss' is not checked for one element; backward raises a bare RuntimeError",
+                   strict=True)
+def test_training_step_returning_a_dict_with_a_vector_loss():
+    with pytest.raises(MisconfigurationError, match=r"training_step.*shape \(2,\)"):
+        _fit(_ReturnsDictWithVectorLoss())
+
+
+class _Optimizers(Regressor):
+    def __init__(self, returned, manual=False):
+        super().__init__()
+        self.returned = returned
+        self.automatic_optimization = not manual
+
+    def configure_optimizers(self):
+        return self.returned(self) if callable(self.returned) else self.returned
+
+    def training_step(self, batch, batch_idx):
+        if self.automatic_optimization:
+            return super().training_step(batch, batch_idx)
+        return None
+
+
+def test_configure_optimizers_returning_a_string_lists_accepted_forms():
+    with pytest.raises(MisconfigurationError, match=r"configure_optimizers returned 'adam' \(type str\)") as info:
+        _fit(_Optimizers("adam"))
+    message = str(info.value)
+    for form in ("an optimizer", "a tuple of two lists", '{"optimizer": optimizer', "None (only with manual"):
+        assert form in message, message
+
+
+def test_configure_optimizers_returning_none_with_automatic_optimization():
+    with pytest.raises(MisconfigurationError, match=r"configure_optimizers returned None.*automatic_optimization"):
+        _fit(_Optimizers(None))
+
+
+def test_configure_optimizers_returning_none_is_fine_with_manual_optimization():
+    assert _fit(_Optimizers(None, manual=True)).global_step == 0
+
+
+def test_two_optimizers_need_manual_optimization():
+    def two(module):
+        return [torch.optim.SGD(module.parameters(), lr=0.1), torch.optim.Adam(module.parameters())]
+
+    with pytest.raises(MisconfigurationError, match=r"returned 2 optimizers.*automatic_optimization = False"):
+        _fit(_Optimizers(two))
+
+
+def test_reduce_lr_on_plateau_without_monitor():
+    def plateau(module):
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)}
+
+    with pytest.raises(MisconfigurationError, match=r"ReduceLROnPlateau needs a metric to monitor.*'monitor'"):
+        _fit(_Optimizers(plateau))
+
+
+def test_reduce_lr_on_plateau_monitoring_a_metric_never_logged():
+    def plateau(module):
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_acc"}}
+
+    with pytest.raises(MisconfigurationError, match=r"monitors 'val_acc', which was not logged") as info:
+        _fit(_Optimizers(plateau))
+    assert "train_loss" in str(info.value)  # the metrics that were logged are listed
+
+
+def test_reduce_lr_on_plateau_with_strict_false_skips_the_missing_metric():
+    def plateau(module):
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "monitor": "val_acc", "strict": False}}
+
+    assert _fit(_Optimizers(plateau)).global_step == 2
+
+
+def test_empty_training_dataloader():
+    empty = DataLoader(TensorDataset(torch.empty(0, 4), torch.empty(0, 1)), batch_size=8)
+    with pytest.raises(MisconfigurationError, match=r"training dataloader is empty \(0 batches\)"):
+        _fit(Regressor(), train=empty)
+
+
+def test_val_check_interval_beyond_the_epoch():
+    with pytest.raises(MisconfigurationError, match=r"val_check_interval=20\).*10 training batches"):
+        _fit(Regressor(), train=loader(n=80, batch_size=8), val=loader(), val_check_interval=20)
+
+
+def test_val_check_interval_beyond_the_epoch_is_fine_counting_across_epochs():
+    trainer = _fit(Regressor(), train=loader(n=80, batch_size=8), val=loader(), val_check_interval=20,
+                   check_val_every_n_epoch=None, max_epochs=2)
+    assert trainer.global_step == 20 and "val_loss" in trainer.callback_metrics
+
+
+def test_float_val_check_interval_needs_epochs():
+    with pytest.raises(MisconfigurationError,
+                       match=r"val_check_interval=0\.5, check_val_every_n_epoch=None.*must be an int"):
+        _fit(Regressor(), val=loader(), val_check_interval=0.5, check_val_every_n_epoch=None)
+
+
+def test_gradient_clip_val_with_manual_optimization():
+    with pytest.raises(MisconfigurationError, match=r"gradient_clip_val=1\.0\).*manual optimization"):
+        _fit(_Optimizers(lambda m: torch.optim.SGD(m.parameters(), lr=0.1), manual=True), gradient_clip_val=1.0)
+
+
+class _Logs(Regressor):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.args, self.kwargs = args, kwargs
+
+    def training_step(self, batch, batch_idx):
+        self.log(*self.args, **self.kwargs)
+        return super().training_step(batch, batch_idx)
+
+
+def test_log_a_non_scalar_tensor():
+    with pytest.raises(MisconfigurationError, match=r"self\.log\('bad', value\).*shape \(3,\)"):
+        _fit(_Logs("bad", torch.ones(3)))
+
+
+def test_log_a_string():
+    with pytest.raises(MisconfigurationError, match=r"self\.log\('bad', value\) got 'high' \(type str\)"):
+        _fit(_Logs("bad", "high"))
+
+
+def test_log_an_unknown_reduce_fx():
+    with pytest.raises(MisconfigurationError, match=r"self\.log\('bad', reduce_fx='median'\).*'mean', 'sum'"):
+        _fit(_Logs("bad", 1.0, reduce_fx="median"))
+
+
+def test_ckpt_path_best_without_a_checkpoint_callback():
+    with pytest.raises(MisconfigurationError, match=r"ckpt_path='best' needs a checkpoint callback"):
+        _fit(Regressor(), ckpt_path="best")
+
+
+def test_test_with_ckpt_path_best_without_a_checkpoint_callback():
+    with pytest.raises(MisconfigurationError, match=r"ckpt_path='best' needs a checkpoint callback"):
+        quiet_trainer().test(Regressor(), loader(n=16), ckpt_path="best", verbose=False)
+
+
+class _TrainOnly(framework.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_validate_without_validation_step():
+    with pytest.raises(MisconfigurationError, match=r"trainer\.validate\(\) needs _TrainOnly\.validation_step"):
+        quiet_trainer().validate(_TrainOnly(), loader(n=16), verbose=False)
+
+
+def test_fit_with_a_model_that_is_not_a_framework_module():
+    with pytest.raises(MisconfigurationError,
+                       match=r"trainer\.fit\(model=Linear\(.*\(type Linear\)\).*framework\.Module"):
+        quiet_trainer(max_epochs=1).fit(nn.Linear(4, 1), loader(n=16))
