@@ -47,11 +47,13 @@ class Module(nn.Module):
         self.automatic_optimization: bool = True
         self.example_input_array: Any = None
 
-    # -- what the trainer tells the module ----------------------------------------------------------
+    # -- what the trainer tells the module ---
     @property
     def trainer(self) -> Any:
         if self._trainer is None:
-            raise RuntimeError(f"{type(self).__qualname__} is not attached to a Trainer; call trainer.fit(model) first.")
+            raise RuntimeError(
+                f"{type(self).__qualname__} is not attached to a Trainer; call trainer.fit(model) first."
+            )
         return self._trainer
 
     @trainer.setter
@@ -95,7 +97,7 @@ class Module(nn.Module):
         if self.global_rank == 0:
             print(*args, **kwargs)
 
-    # -- hyperparameters -----------------------------------------------------------------------------
+    # -- hyperparameters ---
     @property
     def hparams(self) -> AttributeDict:
         return self._hparams
@@ -116,7 +118,8 @@ class Module(nn.Module):
             missing = [name for name in args if name not in init_args]
             if missing:
                 raise MisconfigurationError(
-                    f"save_hyperparameters{args!r}: {missing} are not arguments of __init__; they are: {sorted(init_args)}."
+                    f"save_hyperparameters{args!r}: {missing} are not arguments of __init__; "
+                    f"they are: {sorted(init_args)}."
                 )
             chosen = {name: init_args[name] for name in args}
         else:
@@ -125,7 +128,7 @@ class Module(nn.Module):
         self._hparams = AttributeDict({k: v for k, v in chosen.items() if k not in ignored})
         self._log_hyperparams = logger
 
-    # -- logging ------------------------------------------------------------------------------------------
+    # -- logging ---
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
             on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str | Callable = "mean",
             enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
@@ -160,7 +163,7 @@ class Module(nn.Module):
                      reduce_fx=reduce_fx, sync_dist=sync_dist, add_dataloader_idx=add_dataloader_idx,
                      batch_size=batch_size)
 
-    # -- steps ---------------------------------------------------------------------------------------------
+    # -- steps ---
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         raise MisconfigurationError(f"{type(self).__qualname__} must define training_step(batch, batch_idx) to fit.")
 
@@ -209,7 +212,7 @@ class Module(nn.Module):
         """Compute gradients; override to change how (the Trainer's precision scales it where needed)."""
         self.trainer.runtime.backward(loss, *args, module=self, **kwargs)
 
-    # -- optimization helpers --------------------------------------------------------------------------------
+    # -- optimization helpers ---
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer (or list of them) from ``configure_optimizers``; in manual optimization,
         stepping them counts ``global_step`` and goes through the precision."""
@@ -228,8 +231,10 @@ class Module(nn.Module):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward()`` for manual optimization, through the precision and the strategy."""
         if self.automatic_optimization:
-            raise MisconfigurationError("manual_backward is for manual optimization; set self.automatic_optimization = False.")
-        self.trainer.run_backward(loss, *args, **kwargs)
+            raise MisconfigurationError(
+                "manual_backward is for manual optimization; set self.automatic_optimization = False."
+            )
+        self.trainer.fit_loop.manual_backward(loss, *args, **kwargs)
 
     def clip_gradients(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
                        gradient_clip_algorithm: str | None = None) -> None:
@@ -354,7 +359,7 @@ class Module(nn.Module):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_exception(self, exception: BaseException) -> None: ...
 
-    # -- checkpoints -----------------------------------------------------------------------------------------------
+    # -- checkpoints ---
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None,
                              strict: bool = True, **overrides: Any) -> Module:
@@ -372,7 +377,8 @@ class Module(nn.Module):
             model = cls(**hparams)
         except TypeError as error:
             raise MisconfigurationError(
-                f"{cls.__qualname__}.load_from_checkpoint could not call {cls.__qualname__}(**{sorted(hparams)}): {error}. "
+                f"{cls.__qualname__}.load_from_checkpoint could not call "
+                f"{cls.__qualname__}(**{sorted(hparams)}): {error}. "
                 "Pass the missing arguments as keyword overrides, or call save_hyperparameters() in __init__."
             ) from error
         model.on_load_checkpoint(checkpoint)

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-
 # nullcontext is reusable, so one instance serves every step.
 _NO_AUTOCAST = contextlib.nullcontext()
 

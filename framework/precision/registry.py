@@ -39,6 +39,7 @@ def resolve_precision(precision: object) -> Precision:
     if builder is None:
         available = ", ".join(repr(k) for k in sorted(_BUILDERS))
         raise MisconfigurationError(
-            f"precision={precision!r} ({canonical}) is not available in this version of framework; available: {available}."
+            f"precision={precision!r} ({canonical}) is not available in this version of framework; "
+            f"available: {available}."
         )
     return builder()

@@ -11,7 +11,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from framework.errors import MisconfigurationError, describe
-from framework.io.checkpoint import load_checkpoint, save_checkpoint
+from framework.io.checkpoint import load_checkpoint
 from framework.precision import Precision, resolve_precision
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.transfer import move_to_device
@@ -58,7 +58,7 @@ class Runtime:
         self.device = device_for(self.accelerator, self.device_ids[0])
         self.strategy.connect(self.device, self.precision)
 
-    # -- ranks -------------------------------------------------------------------------------------
+    # -- ranks ---
     @property
     def world_size(self) -> int:
         return self.strategy.world_size
@@ -102,7 +102,7 @@ class Runtime:
         """``batch`` (tensors in any nesting) on this runtime's device, inputs cast for the precision."""
         return self.precision.convert_input(move_to_device(batch, self.device))
 
-    # -- the step -------------------------------------------------------------------------------------
+    # -- the step ---
     def autocast(self) -> contextlib.AbstractContextManager:
         return self.precision.autocast()
 
@@ -133,7 +133,7 @@ class Runtime:
         """Skip the gradient all-reduce inside this context (gradient accumulation micro-batches)."""
         return self.strategy.no_backward_sync(module, enabled)
 
-    # -- collectives ---------------------------------------------------------------------------------
+    # -- collectives ---
     def all_reduce(self, tensor: torch.Tensor, reduce_op: str = "mean") -> torch.Tensor:
         return self.strategy.all_reduce(tensor, reduce_op)
 
@@ -149,7 +149,7 @@ class Runtime:
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         return self.strategy.reduce_boolean_decision(decision, all)
 
-    # -- files ------------------------------------------------------------------------------------------
+    # -- files ---
     def save(self, path: str | os.PathLike, state: dict[str, Any]) -> None:
         """Save ``state``; modules and optimizers in it are replaced by their ``state_dict()``."""
         self.strategy.save_checkpoint(_to_state_dicts(state, self.strategy), os.fspath(path))

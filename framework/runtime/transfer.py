@@ -27,7 +27,10 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
         moved = [item.to(device) if type(item) is torch.Tensor else move_to_device(item, device) for item in batch]
         if isinstance(batch, tuple) and hasattr(batch, "_fields"):
             return type(batch)(*moved)
-        return type(batch)(moved) if type(batch) not in (list, tuple) else (moved if isinstance(batch, list) else tuple(moved))
+        try:
+            return type(batch)(moved)
+        except TypeError:  # a list/tuple subclass that cannot be built from one iterable
+            return moved
     if isinstance(batch, Mapping):
         items = {key: move_to_device(value, device) for key, value in batch.items()}
         try:

@@ -32,7 +32,7 @@ class Strategy:
         self.device = device
         self.precision = precision
 
-    # -- ranks ---------------------------------------------------------------------------
+    # -- ranks ---
     @property
     def world_size(self) -> int:
         return 1
@@ -74,7 +74,7 @@ class Strategy:
         """The user's module inside whatever ``setup_module`` wrapped it in."""
         return module
 
-    # -- the step ----------------------------------------------------------------------------
+    # -- the step ---
     def step_function(self, model: nn.Module, name: str) -> Any:
         """The callable that runs the user's ``training_step`` (or another step) on the set-up ``model``.
 
@@ -102,7 +102,7 @@ class Strategy:
         self.precision.unscale(optimizer)
         torch.nn.utils.clip_grad_value_(_parameters_of(optimizer), clip_value)
 
-    # -- collectives ------------------------------------------------------------------------
+    # -- collectives ---
     def all_reduce(self, tensor: torch.Tensor, reduce_op: str = "mean") -> torch.Tensor:
         return tensor
 
@@ -120,7 +120,7 @@ class Strategy:
         """The same decision on every rank: all ranks agree (``all``) or any rank wants it."""
         return decision
 
-    # -- checkpoints ------------------------------------------------------------------------
+    # -- checkpoints ---
     def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         return self.unwrap(module).state_dict()
 

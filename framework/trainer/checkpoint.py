@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from framework.errors import MisconfigurationError
+from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook
 from framework.hparams import checkpoint_safe
 
@@ -54,9 +55,11 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool)
             "The checkpoint holds weights only (saved with weights_only=True), so training cannot resume from it. "
             "Load the weights with Module.load_from_checkpoint and start a new fit instead."
         )
-    for optimizer, saved in zip(trainer.optimizers, checkpoint["optimizer_states"]):
+    _check_count("optimizer", trainer.optimizers, checkpoint["optimizer_states"])
+    _check_count("LR scheduler", trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []))
+    for optimizer, saved in zip(trainer.optimizers, checkpoint["optimizer_states"], strict=True):
         optimizer.load_state_dict(saved)
-    for config, saved in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+    for config, saved in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=True):
         config.scheduler.load_state_dict(saved)
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
     saved_callbacks = checkpoint.get("callbacks", {})
@@ -66,6 +69,14 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool)
     if trainer.datamodule is not None and "datamodule" in checkpoint:
         trainer.datamodule.load_state_dict(checkpoint["datamodule"])
     _restore_counters(trainer, checkpoint)
+
+
+def _check_count(what: str, configured: list, saved: list) -> None:
+    if len(configured) != len(saved):
+        raise MisconfigurationError(
+            f"The checkpoint holds {len(saved)} {what} state(s) but configure_optimizers gives {len(configured)}; "
+            "resume with the same configure_optimizers the checkpoint was saved with."
+        )
 
 
 def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
@@ -81,3 +92,21 @@ def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
         state.current_epoch = int(checkpoint.get("epoch", -1)) + 1
         state.global_step = int(checkpoint.get("global_step", 0))
         state.batches_stepped = state.global_step
+
+
+def load_for(trainer: Any, ckpt_path: Any) -> dict[str, Any]:
+    """The checkpoint ``ckpt_path`` names: "best", "last" (from the checkpoint callback) or a path."""
+    path = ckpt_path
+    if ckpt_path in ("best", "last"):
+        callback = trainer.checkpoint_callback
+        path = getattr(callback, f"{ckpt_path}_model_path", None) if callback is not None else None
+        if not path:
+            raise MisconfigurationError(
+                f"ckpt_path={ckpt_path!r} needs a checkpoint callback that has saved a {ckpt_path} checkpoint; "
+                "there is none. Pass a file path instead."
+            )
+    elif not isinstance(ckpt_path, (str, os.PathLike)):
+        raise MisconfigurationError(
+            f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', or a path to a checkpoint file."
+        )
+    return trainer.runtime.strategy.load_checkpoint(os.fspath(path))

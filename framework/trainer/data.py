@@ -9,6 +9,8 @@ from typing import Any
 from torch.utils.data import DataLoader, SequentialSampler
 
 from framework.errors import MisconfigurationError, describe
+from framework.hooks import overrides
+from framework.module import Module
 
 INFINITE = math.inf
 
@@ -34,7 +36,8 @@ def find_loaders(stage: str, given: Any, datamodule: Any, module: Any) -> list[I
     for loader in loaders:
         if not isinstance(loader, Iterable):
             raise MisconfigurationError(
-                f"{method} gave {describe(loader)}; accepted: a DataLoader or any iterable of batches, or a list of them."
+                f"{method} gave {describe(loader)}; accepted: a DataLoader or any iterable of batches, "
+                "or a list of them."
             )
     return loaders
 
@@ -70,7 +73,8 @@ def apply_limit(name: str, available: float, limit: int | float) -> float:
         count = int(available * limit)
         if count == 0 and limit > 0:
             raise MisconfigurationError(
-                f"{name}={limit} of {int(available)} batches rounds down to 0; raise it to at least {1 / available:.3g}."
+                f"{name}={limit} of {int(available)} batches rounds down to 0; "
+                f"raise it to at least {1 / available:.3g}."
             )
         return count
     return min(available, limit)
@@ -116,3 +120,73 @@ def set_sampler_epoch(loader: Iterable, epoch: int) -> None:
     for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
         if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
             sampler.set_epoch(epoch)
+
+
+def load_fit_data(trainer: Any) -> None:
+    """Find fit's loaders and count their batches: sets the trainer's train/val loaders and counts."""
+    loaders = find_loaders("train", trainer.given_loaders.get("train"), trainer.datamodule, trainer.module)
+    if loaders is None:
+        raise MisconfigurationError(
+            "trainer.fit found no training data: pass train_dataloaders=, a datamodule=, or define "
+            "train_dataloader() on the Module."
+        )
+    if len(loaders) != 1:
+        raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
+    loader = loaders[0]
+    if trainer.overfit_batches:
+        loader = with_sequential_order(loader)
+    available = batch_count(loader)
+    if available == 0:
+        raise MisconfigurationError(
+            "The training dataloader is empty (0 batches): check the dataset's length, batch_size and drop_last."
+        )
+    limit = trainer.overfit_batches or trainer.limit_train_batches
+    trainer.train_loader = loader
+    trainer.num_training_batches = apply_limit("limit_train_batches", available, limit)
+    trainer.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
+                                              trainer.num_training_batches)
+    trainer.val_loaders, trainer.num_val_batches = [], []
+    if overrides(trainer.module, Module, "validation_step"):
+        loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module)
+        if loaders is not None:
+            limit = trainer.overfit_batches or trainer.limit_val_batches
+            trainer.val_loaders = loaders
+            trainer.num_val_batches = [apply_limit("limit_val_batches", batch_count(val), limit) for val in loaders]
+    trainer._last_train_reload = trainer.state.current_epoch
+
+
+def val_check_batch(interval: int | float, every_n_epochs: int | None, total: float) -> float:
+    """After how many training batches validation runs (counted in the epoch, or overall without epochs)."""
+    if every_n_epochs is None and not isinstance(interval, int):
+        raise MisconfigurationError(
+            f"Trainer(val_check_interval={interval}, check_val_every_n_epoch=None): without epochs to count "
+            "in, val_check_interval must be an int number of training batches."
+        )
+    if isinstance(interval, int):
+        if every_n_epochs is not None and total != INFINITE and interval > total:
+            raise MisconfigurationError(
+                f"Trainer(val_check_interval={interval}) is more than the {int(total)} training batches of an "
+                "epoch. Lower it, or set check_val_every_n_epoch=None to count batches across epochs."
+            )
+        return interval
+    if total == INFINITE:
+        if interval != 1.0:
+            raise MisconfigurationError(
+                f"Trainer(val_check_interval={interval}) is a fraction of an epoch, but the training loader has "
+                "no length; give an int number of batches."
+            )
+        return INFINITE
+    return max(1, int(total * interval))
+
+
+def eval_data(trainer: Any, stage: str, limit: int | float) -> tuple[list[Iterable], list[float]]:
+    """The loaders of ``stage`` ("val", "test", "predict") and how many batches of each to run."""
+    loaders = find_loaders(stage, trainer.given_loaders.get(stage), trainer.datamodule, trainer.module)
+    if loaders is None:
+        raise MisconfigurationError(
+            f"No {stage} data: pass dataloaders=, a datamodule=, or define {stage}_dataloader() on the Module."
+        )
+    limits = [apply_limit(f"limit_{stage}_batches", batch_count(loader), limit) for loader in loaders]
+    if all(count == 0 for count in limits) and limit != 0:
+        raise MisconfigurationError(f"The {stage} dataloader is empty (0 batches).")
+    return loaders, limits

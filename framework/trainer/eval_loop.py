@@ -10,8 +10,9 @@ import torch
 from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.trainer.data import limited
+from framework.trainer.metrics import to_floats
 from framework.trainer.results import Results
-from framework.trainer.state import RunningStage
+from framework.trainer.state import RunningStage, TrainerFn
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
                 trainer.metrics.ending = results
                 hooks.call_epoch_end(names.epoch_end)
                 trainer.metrics.ending = None
-                outputs = trainer.finish_evaluation(results, len(loaders))
+                outputs = _finish(trainer, results, len(loaders))
             hooks.call(names.end)
     finally:
         module._results = trainer.train_results if trainer.state.stage == RunningStage.TRAINING else None
@@ -91,7 +92,7 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
     several = len(loaders) > 1
     collected: list[list[Any]] = []
-    for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+    for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
         extra = (dataloader_idx,) if several else ()
         predictions: list[Any] = []
         for batch_idx, batch in enumerate(limited(loader, limit)):
@@ -107,11 +108,33 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
                 batch_end(output, batch, batch_idx, *extra)
             results.in_batch = False
             if log_steps:
-                trainer.log_eval_step(results)
+                _log_step(trainer, results)
         collected.append(predictions)
     if keep:
         return collected[0] if len(collected) == 1 else collected
     return []
+
+
+def _finish(trainer: Any, results: Results, num_loaders: int) -> list[dict[str, float]]:
+    """Store and log the epoch's metrics; one dict of floats per dataloader (nothing for sanity checks)."""
+    state = trainer.state
+    if state.stage == RunningStage.SANITY_CHECKING:
+        return []
+    # Inside fit, validation logs at the step of the training batch it followed, as in Lightning.
+    step = max(state.batches_stepped - 1, 0) if state.fn == TrainerFn.FITTING else state.batches_stepped
+    metrics = to_floats(trainer.metrics.log_epoch(results, step, state.current_epoch))
+    return [
+        {k: v for k, v in metrics.items() if k.endswith(f"/dataloader_idx_{idx}") or "/dataloader_idx_" not in k}
+        for idx in range(num_loaders)
+    ]
+
+
+def _log_step(trainer: Any, results: Results) -> None:
+    """Step-level values logged in validation/test go to loggers every batch, numbered per loop."""
+    metrics = trainer.metrics
+    if results.step_values():
+        metrics.log_step(results, metrics.eval_step, epoch=None)
+    metrics.eval_step += 1
 
 
 def _grad_off(inference_mode: bool) -> Any:

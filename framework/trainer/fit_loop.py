@@ -21,7 +21,7 @@ from framework.module import Module
 from framework.trainer.data import INFINITE, limited, set_sampler_epoch
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.metrics import step_views
-from framework.trainer.optimizers import OptimizerProxy
+from framework.trainer.optimizers import OptimizerProxy, step_schedulers
 from framework.trainer.state import RunningStage
 
 
@@ -30,11 +30,12 @@ class FitLoop:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
-        self.started_at = time.monotonic()
+        self.started_at = 0.0
 
-    # -- the whole fit -------------------------------------------------------------------------------
+    # -- the whole fit ---
     def run(self) -> None:
         trainer = self.trainer
+        self.started_at = time.monotonic()
         if trainer.sanity_steps and trainer.val_enabled and trainer.state.global_step == 0:
             self._sanity_check()
         trainer.hooks.call(Hook.ON_TRAIN_START)
@@ -78,7 +79,7 @@ class FitLoop:
         trainer.metrics.clear()
         trainer.state.stage = RunningStage.TRAINING
 
-    # -- one epoch -------------------------------------------------------------------------------------
+    # -- one epoch ---
     def _run_epoch(self) -> None:
         trainer, state, hooks = self.trainer, self.trainer.state, self.trainer.hooks
         trainer.reload_train_loader_if_due()
@@ -140,7 +141,7 @@ class FitLoop:
         state.current_epoch += 1
         state.batch_idx = 0
         state.epoch_finished = False
-        trainer.step_schedulers("epoch", plateau=True)
+        step_schedulers(trainer, "epoch", plateau=True)
 
     def _should_validate(self, batch_idx: int, is_last: bool) -> bool:
         trainer, state = self.trainer, self.trainer.state
@@ -157,7 +158,7 @@ class FitLoop:
         position = state.total_batch_idx - 1 if every_n is None else batch_idx
         return (position + 1) % check_batch == 0
 
-    # -- one batch -----------------------------------------------------------------------------------------
+    # -- one batch ---
     def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> Any:
         trainer, state = self.trainer, self.trainer.state
         accumulate = trainer.accumulate_grad_batches
@@ -179,9 +180,9 @@ class FitLoop:
         if stepped:
             state.global_step += 1
             if trainer.has_step_schedulers:
-                trainer.step_schedulers("step", plateau=None)
+                step_schedulers(trainer, "step", plateau=None)
             if is_last:
-                trainer.step_schedulers("epoch", plateau=False)
+                step_schedulers(trainer, "epoch", plateau=False)
         state.batches_stepped += 1
         return closure.outputs
 
@@ -210,6 +211,19 @@ class FitLoop:
         loss = check_training_output(output, manual=True)
         trainer.state.batches_stepped += 1
         return _outputs_for_hooks(output, loss)
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``self.manual_backward(loss)``: the backward hooks around the strategy's backward."""
+        trainer = self.trainer
+        hooks = trainer.step_hooks
+        if hooks.before_backward is not None:
+            hooks.before_backward(loss)
+        if overrides(trainer.module, Module, "backward"):
+            trainer.module.backward(loss, *args, **kwargs)
+        else:
+            trainer.runtime.backward(loss, *args, module=trainer.model, **kwargs)
+        if hooks.after_backward is not None:
+            hooks.after_backward()
 
     def manual_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
         """``opt.step()`` inside a manual ``training_step``: hooks, precision, then count the step."""
@@ -291,7 +305,8 @@ def check_training_output(output: Any, manual: bool) -> torch.Tensor | None:
         if isinstance(loss, torch.Tensor) or (manual and "loss" not in output):
             return loss
         raise MisconfigurationError(
-            f"training_step returned a dict whose 'loss' is {describe(loss)}; it must hold the loss tensor under 'loss'."
+            f"training_step returned a dict whose 'loss' is {describe(loss)}; "
+            "it must hold the loss tensor under 'loss'."
         )
     if manual:
         return None

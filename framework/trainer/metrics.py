@@ -67,6 +67,7 @@ class MetricStore:
         self.progress_bar: dict[str, Any] = {}
         self.live: Results | None = None
         self.ending: Results | None = None
+        self.eval_step = 0  # numbers step-level logs of validation/test batches
 
     def callback_view(self) -> dict[str, Any]:
         """``callback_metrics``: what was stored, with running values on top."""
@@ -128,4 +129,4 @@ class MetricStore:
 
 def to_floats(metrics: dict[str, Any]) -> dict[str, float]:
     """Loggers get Python floats; this is where tensors are read back (once per flush)."""
-    return {key: float(value.item()) if isinstance(value, torch.Tensor) else float(value) for key, value in metrics.items()}
+    return {key: float(value.item() if isinstance(value, torch.Tensor) else value) for key, value in metrics.items()}

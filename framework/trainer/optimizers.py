@@ -118,7 +118,32 @@ def _is_optimizer(value: Any) -> bool:
 
 
 def _bad_form(value: Any) -> MisconfigurationError:
-    return MisconfigurationError(f"configure_optimizers returned {describe(value)}, which is not understood.\n{ACCEPTED_FORMS}")
+    return MisconfigurationError(
+        f"configure_optimizers returned {describe(value)}, which is not understood.\n{ACCEPTED_FORMS}"
+    )
+
+
+def step_schedulers(trainer: Any, interval: str, plateau: bool | None) -> None:
+    """Step the schedulers of ``interval`` that are due (``plateau``: only/no ReduceLROnPlateau; None: all)."""
+    state = trainer.state
+    count = state.global_step if interval == "step" else state.current_epoch + (0 if plateau else 1)
+    for config in trainer.lr_scheduler_configs:
+        if config.interval != interval or (plateau is not None and config.reduce_on_plateau != plateau):
+            continue
+        if count % config.frequency != 0:
+            continue
+        metric = None
+        if config.reduce_on_plateau:
+            metric = trainer.callback_metrics.get(config.monitor)
+            if metric is None:
+                if config.strict:
+                    available = sorted(trainer.callback_metrics)
+                    raise MisconfigurationError(
+                        f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged. Logged metrics: "
+                        f"{available}. Log it with self.log({config.monitor!r}, ...) or set 'strict': False."
+                    )
+                continue
+        trainer.module.lr_scheduler_step(config.scheduler, metric)
 
 
 class OptimizerProxy:

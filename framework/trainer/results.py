@@ -17,7 +17,9 @@ REDUCTIONS = ("mean", "sum", "max", "min")
 # Step values are appended to a list and folded into one tensor only every so often: a
 # list append costs far less than a tensor operation on every step.
 _FOLD_EVERY = 1024
-_TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", max: "max", min: "min", sum: "sum"}
+_TORCH_REDUCTIONS = {
+    torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", max: "max", min: "min", sum: "sum",
+}
 
 
 class LoggedValue:
@@ -170,7 +172,8 @@ class Results:
         if isinstance(reduce_fx, str):
             if reduce_fx.lower() not in REDUCTIONS:
                 raise MisconfigurationError(
-                    f"self.log({key!r}, reduce_fx={reduce_fx!r}): accepted are {', '.join(map(repr, REDUCTIONS))} or a callable."
+                    f"self.log({key!r}, reduce_fx={reduce_fx!r}): accepted are "
+                    f"{', '.join(map(repr, REDUCTIONS))} or a callable."
                 )
             reduce_fx = reduce_fx.lower()
         elif not callable(reduce_fx):

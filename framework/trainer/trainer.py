@@ -19,13 +19,13 @@ from framework.loggers.base import Logger
 from framework.module import Module
 from framework.runtime import Runtime
 from framework.trainer import arguments as check
-from framework.trainer.checkpoint import dump_checkpoint, restore_checkpoint
-from framework.trainer.data import INFINITE, apply_limit, batch_count, find_loaders, with_sequential_order
+from framework.trainer.checkpoint import dump_checkpoint, load_for, restore_checkpoint
+from framework.trainer.data import INFINITE, eval_data, load_fit_data
 from framework.trainer.dispatch import HookRunner
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.fit_loop import FitLoop, StepHooks
-from framework.trainer.metrics import MetricStore, to_floats
-from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy, parse_optimizers
+from framework.trainer.metrics import MetricStore
+from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy, parse_optimizers, step_schedulers
 from framework.trainer.report import print_results
 from framework.trainer.results import Results
 from framework.trainer.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
@@ -150,12 +150,11 @@ class Trainer:
         self.num_val_batches: list[float] = []
         self.val_check_batch: float = INFINITE
         self.predictions: list[Any] | None = None
-        self._given_loaders: dict[str, Any] = {}
+        self.given_loaders: dict[str, Any] = {}
         self._last_train_reload = -1
-        self._eval_log_step = 0
         self._module_setup = False
 
-    # -- arguments that change others ------------------------------------------------------------------
+    # -- arguments that change others ---
     def _apply_fast_dev_run(self) -> None:
         n = self.fast_dev_run
         self.limit_train_batches = self.limit_val_batches = n
@@ -178,7 +177,7 @@ class Trainer:
             return []
         return check.check_list_of("logger", logger, Logger, "Logger")
 
-    # -- what users read --------------------------------------------------------------------------------
+    # -- what users read ---
     @property
     def current_epoch(self) -> int:
         return self.state.current_epoch
@@ -301,7 +300,7 @@ class Trainer:
     def val_enabled(self) -> bool:
         return bool(self.val_loaders) and any(n > 0 for n in self.num_val_batches)
 
-    # -- entry points ------------------------------------------------------------------------------------
+    # -- entry points ---
     def fit(self, model: Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: DataModule | None = None, ckpt_path: str | os.PathLike | None = None) -> None:
         """Train ``model``; validation runs when due if there is validation data and a ``validation_step``."""
@@ -338,15 +337,15 @@ class Trainer:
             print_results("Validate" if stage == "val" else "Test", results)
         return results
 
-    # -- one run ---------------------------------------------------------------------------------------------
+    # -- one run ---
     def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
              ckpt_path: Any) -> Any:
         module = self._attach(fn, model, datamodule)
-        self._given_loaders = loaders
+        self.given_loaders = loaders
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
         self.state.should_stop = False
         if fn != TrainerFn.FITTING:
-            self._eval_log_step = 0
+            self.metrics.eval_step = 0
         stage = "fit" if fn == TrainerFn.FITTING else fn.value
         try:
             self._setup(stage)
@@ -446,22 +445,21 @@ class Trainer:
         for logger in self.loggers:
             logger.finalize(status)
 
-    # -- fit -------------------------------------------------------------------------------------------------------
+    # -- fit ---
     def _run_fit(self, ckpt_path: Any) -> None:
         module = self.module
+        self.fit_loop = FitLoop(self)
         self._configure_optimizers()
         self._check_fit_settings()
-        self._load_train_loader()
-        self._load_val_loaders()
+        load_fit_data(self)
         self.state.stage = RunningStage.TRAINING
         self.step_hooks = StepHooks(self)
-        self.fit_loop = FitLoop(self)
         if ckpt_path is not None:
-            restore_checkpoint(self, self._load(ckpt_path), training=True)
+            restore_checkpoint(self, load_for(self, ckpt_path), training=True)
         self.hooks.call(Hook.ON_FIT_START)
         module.train()
-        torch.autograd.set_detect_anomaly(self.detect_anomaly)
-        self.fit_loop.run()
+        with torch.autograd.set_detect_anomaly(self.detect_anomaly):  # restores the caller's setting on exit
+            self.fit_loop.run()
         self.hooks.call(Hook.ON_FIT_END)
 
     def _configure_optimizers(self) -> None:
@@ -479,7 +477,7 @@ class Trainer:
                     "optimization: set self.automatic_optimization = False and step them in training_step."
                 )
         self.optimizers = [self.runtime.setup_optimizer(optimizer) for optimizer in self.optimizers]
-        self.manual_optimizers = [OptimizerProxy(opt, self.manual_optimizer_step) for opt in self.optimizers]
+        self.manual_optimizers = [OptimizerProxy(opt, self.fit_loop.manual_optimizer_step) for opt in self.optimizers]
         self.has_step_schedulers = any(c.interval == "step" for c in self.lr_scheduler_configs)
 
     def _check_fit_settings(self) -> None:
@@ -497,75 +495,11 @@ class Trainer:
         if not overrides(self.module, Module, "training_step"):
             raise MisconfigurationError(f"{type(self.module).__qualname__} must define training_step to fit.")
 
-    def _load_train_loader(self) -> None:
-        loaders = find_loaders("train", self._given_loaders.get("train"), self.datamodule, self.module)
-        if loaders is None:
-            raise MisconfigurationError(
-                "trainer.fit found no training data: pass train_dataloaders=, a datamodule=, or define "
-                "train_dataloader() on the Module."
-            )
-        if len(loaders) != 1:
-            raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
-        loader = loaders[0]
-        if self.overfit_batches:
-            loader = with_sequential_order(loader)
-        available = batch_count(loader)
-        if available == 0:
-            raise MisconfigurationError(
-                "The training dataloader is empty (0 batches): check the dataset's length, batch_size and drop_last."
-            )
-        limit = self.overfit_batches if self.overfit_batches else self.limit_train_batches
-        self.train_loader = loader
-        self.num_training_batches = apply_limit("limit_train_batches", available, limit)
-        self._last_train_reload = self.state.current_epoch
-        self._set_val_check_batch()
-
-    def _set_val_check_batch(self) -> None:
-        interval, total = self.val_check_interval, self.num_training_batches
-        if self.check_val_every_n_epoch is None and not isinstance(interval, int):
-            raise MisconfigurationError(
-                f"Trainer(val_check_interval={interval}, check_val_every_n_epoch=None): without epochs to count "
-                "in, val_check_interval must be an int number of training batches."
-            )
-        if isinstance(interval, int):
-            if self.check_val_every_n_epoch is not None and total != INFINITE and interval > total:
-                raise MisconfigurationError(
-                    f"Trainer(val_check_interval={interval}) is more than the {int(total)} training batches of an "
-                    "epoch. Lower it, or set check_val_every_n_epoch=None to count batches across epochs."
-                )
-            self.val_check_batch = interval
-        elif total == INFINITE:
-            if interval != 1.0:
-                raise MisconfigurationError(
-                    f"Trainer(val_check_interval={interval}) is a fraction of an epoch, but the training loader has "
-                    "no length; give an int number of batches."
-                )
-            self.val_check_batch = INFINITE
-        else:
-            self.val_check_batch = max(1, int(total * interval))
-
-    def _load_val_loaders(self) -> None:
-        self.val_loaders, self.num_val_batches = [], []
-        if not overrides(self.module, Module, "validation_step"):
-            return
-        loaders = find_loaders("val", self._given_loaders.get("val"), self.datamodule, self.module)
-        if loaders is None:
-            return
-        limit = self.overfit_batches if self.overfit_batches else self.limit_val_batches
-        self.val_loaders = loaders
-        self.num_val_batches = [apply_limit("limit_val_batches", batch_count(loader), limit) for loader in loaders]
-
     def reload_train_loader_if_due(self) -> None:
+        """Ask for the loaders again every ``reload_dataloaders_every_n_epochs`` epochs."""
         n = self.reload_dataloaders_every_n_epochs
         if n and self.state.current_epoch - self._last_train_reload >= n:
-            self._given_loaders = {**self._given_loaders, "train": None, "val": None} if self._reloadable() else \
-                self._given_loaders
-            self._load_train_loader()
-            self._load_val_loaders()
-
-    def _reloadable(self) -> bool:
-        """Loaders passed to fit() directly cannot be rebuilt; those from *_dataloader() methods can."""
-        return self._given_loaders.get("train") is None
+            load_fit_data(self)
 
     def run_validation_in_fit(self) -> None:
         """One validation pass inside fit (the fit loop calls it when due)."""
@@ -573,56 +507,30 @@ class Trainer:
         run_evaluation(self, "validate", self.val_loaders, self.num_val_batches)
         self.state.stage = RunningStage.TRAINING
         self.module._results = self.train_results
-        self.step_schedulers("step", plateau=True)
+        step_schedulers(self, "step", plateau=True)
 
-    # -- validate / test / predict ------------------------------------------------------------------------------------
+    # -- validate / test / predict ---
     def _run_eval(self, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
         kind = "validate" if fn == TrainerFn.VALIDATING else "test"
         stage = "val" if kind == "validate" else "test"
         step_name = "validation_step" if kind == "validate" else "test_step"
         if not overrides(self.module, Module, step_name):
             raise MisconfigurationError(f"trainer.{fn.value}() needs {type(self.module).__qualname__}.{step_name}.")
-        loaders, limits = self._eval_loaders(stage, getattr(self, f"limit_{stage}_batches"))
+        loaders, limits = eval_data(self, stage, getattr(self, f"limit_{stage}_batches"))
         self._restore_for_eval(ckpt_path)
         self.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
         return run_evaluation(self, kind, loaders, limits)
 
     def _run_predict(self, ckpt_path: Any) -> list[Any]:
-        loaders, limits = self._eval_loaders("predict", self.limit_predict_batches)
+        loaders, limits = eval_data(self, "predict", self.limit_predict_batches)
         self._restore_for_eval(ckpt_path)
         self.state.stage = RunningStage.PREDICTING
         self.predictions = run_evaluation(self, "predict", loaders, limits)
         return self.predictions
 
-    def _eval_loaders(self, stage: str, limit: int | float) -> tuple[list[Iterable], list[float]]:
-        loaders = find_loaders(stage, self._given_loaders.get(stage), self.datamodule, self.module)
-        if loaders is None:
-            raise MisconfigurationError(
-                f"No {stage} data: pass dataloaders=, a datamodule=, or define {stage}_dataloader() on the Module."
-            )
-        limits = [apply_limit(f"limit_{stage}_batches", batch_count(loader), limit) for loader in loaders]
-        if all(count == 0 for count in limits) and limit != 0:
-            raise MisconfigurationError(f"The {stage} dataloader is empty (0 batches).")
-        return loaders, limits
-
     def _restore_for_eval(self, ckpt_path: Any) -> None:
         if ckpt_path is not None:
-            restore_checkpoint(self, self._load(ckpt_path), training=False)
-
-    def finish_evaluation(self, results: Results, num_loaders: int) -> list[dict[str, float]]:
-        """Store and log an evaluation epoch's metrics; returns one dict of floats per dataloader."""
-        during_fit = self.state.fn == TrainerFn.FITTING
-        sanity = self.state.stage == RunningStage.SANITY_CHECKING
-        if sanity:
-            return []
-        step = max(self.state.batches_stepped - 1, 0) if during_fit else self.state.batches_stepped
-        metrics = to_floats(self.metrics.log_epoch(results, step, self.state.current_epoch))
-        per_loader = []
-        for idx in range(num_loaders):
-            suffix = f"/dataloader_idx_{idx}"
-            own = {k: v for k, v in metrics.items() if k.endswith(suffix) or "/dataloader_idx_" not in k}
-            per_loader.append(own)
-        return per_loader
+            restore_checkpoint(self, load_for(self, ckpt_path), training=False)
 
     # -- services the loops and the Module call ------------------------------------------------------------------------
     def transfer_batch(self, batch: Any, dataloader_idx: int) -> Any:
@@ -633,75 +541,15 @@ class Trainer:
         batch = self.runtime.precision.convert_input(transfer(batch, self.runtime.device, dataloader_idx))
         return after(batch, dataloader_idx) if after is not None else batch
 
-    def log_eval_step(self, results: Results) -> None:
-        """Step-level values logged in validation/test go to loggers every batch, numbered per loop."""
-        if results.step_values():
-            self.metrics.log_step(results, self._eval_log_step, epoch=None)
-        self._eval_log_step += 1
-
     def strategy_step(self, name: str) -> Any:
         return self.runtime.strategy.step_function(self.model, name)
 
-    def run_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``manual_backward``: the backward hooks around the runtime's backward."""
-        before = self.hooks.get(Hook.ON_BEFORE_BACKWARD)
-        if before is not None:
-            before(loss)
-        if overrides(self.module, Module, "backward"):
-            self.module.backward(loss, *args, **kwargs)
-        else:
-            self.runtime.backward(loss, *args, module=self.model, **kwargs)
-        after = self.hooks.get(Hook.ON_AFTER_BACKWARD)
-        if after is not None:
-            after()
-
-    def manual_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
-        return self.fit_loop.manual_optimizer_step(optimizer, closure, **kwargs)
-
-    def step_schedulers(self, interval: str, plateau: bool | None) -> None:
-        """Step the schedulers of ``interval`` that are due (``plateau``: only/no ReduceLROnPlateau; None: all)."""
-        state = self.state
-        count = state.global_step if interval == "step" else state.current_epoch + (0 if plateau else 1)
-        for config in self.lr_scheduler_configs:
-            if config.interval != interval or (plateau is not None and config.reduce_on_plateau != plateau):
-                continue
-            if count % config.frequency != 0:
-                continue
-            metric = None
-            if config.reduce_on_plateau:
-                metric = self.callback_metrics.get(config.monitor)
-                if metric is None:
-                    if config.strict:
-                        available = sorted(self.callback_metrics)
-                        raise MisconfigurationError(
-                            f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged. Logged metrics: "
-                            f"{available}. Log it with self.log({config.monitor!r}, ...) or set 'strict': False."
-                        )
-                    continue
-            self.module.lr_scheduler_step(config.scheduler, metric)
-
-    # -- checkpoints ------------------------------------------------------------------------------------------------------
+    # -- checkpoints ---
     def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False) -> None:
         """Write a checkpoint of the current run to ``filepath`` (any fsspec path)."""
         if self.model is None:
             raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
         self.runtime.strategy.save_checkpoint(dump_checkpoint(self, weights_only), os.fspath(filepath))
-
-    def _load(self, ckpt_path: Any) -> dict[str, Any]:
-        path = ckpt_path
-        if ckpt_path in ("best", "last"):
-            callback = self.checkpoint_callback
-            path = getattr(callback, f"{ckpt_path}_model_path", None) if callback is not None else None
-            if not path:
-                raise MisconfigurationError(
-                    f"ckpt_path={ckpt_path!r} needs a checkpoint callback that has saved a {ckpt_path} checkpoint; "
-                    "there is none. Pass a file path instead."
-                )
-        elif not isinstance(ckpt_path, (str, os.PathLike)):
-            raise MisconfigurationError(
-                f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', or a path to a checkpoint file."
-            )
-        return self.runtime.strategy.load_checkpoint(os.fspath(path))
 
 
 def _default(value: Any, default: Any) -> Any:

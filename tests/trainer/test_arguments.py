@@ -124,7 +124,8 @@ def test_valid_arguments_are_kept():
     assert (trainer.max_epochs, trainer.max_steps, trainer.min_epochs) == (-1, 7, 0)
     assert (trainer.limit_train_batches, trainer.limit_val_batches, trainer.limit_test_batches) == (3, 0.5, 0)
     assert (trainer.val_check_interval, trainer.check_val_every_n_epoch) == (2, None)
-    assert (trainer.num_sanity_val_steps, trainer.log_every_n_steps, trainer.accumulate_grad_batches) == (-1, 0, 2)
+    assert (trainer.num_sanity_val_steps, trainer.log_every_n_steps) == (-1, 0)
+    assert trainer.accumulate_grad_batches == 2
     assert trainer.gradient_clip_val == 1.0 and trainer.gradient_clip_algorithm == "value"
     assert trainer.device_ids == [0] and trainer.precision == "32-true"
     assert trainer.callbacks == [callback] and trainer.loggers == [recorder]
@@ -198,8 +199,8 @@ def test_training_step_returning_a_dict_without_loss():
         _fit(_ReturnsDictWithoutLoss())
 
 
-@pytest.mark.xfail(reason="a dict's 'loss' is not checked for one element; backward raises a bare RuntimeError",
-                   strict=True)
+@pytest.mark.xfail(reason="a dict's 'loss' is not checked for one element; backward raises a bare "
+                          "RuntimeError", strict=True)
 def test_training_step_returning_a_dict_with_a_vector_loss():
     with pytest.raises(MisconfigurationError, match=r"training_step.*shape \(2,\)"):
         _fit(_ReturnsDictWithVectorLoss())
@@ -221,7 +222,8 @@ class _Optimizers(Regressor):
 
 
 def test_configure_optimizers_returning_a_string_lists_accepted_forms():
-    with pytest.raises(MisconfigurationError, match=r"configure_optimizers returned 'adam' \(type str\)") as info:
+    expected = r"configure_optimizers returned 'adam' \(type str\)"
+    with pytest.raises(MisconfigurationError, match=expected) as info:
         _fit(_Optimizers("adam"))
     message = str(info.value)
     for form in ("an optimizer", "a tuple of two lists", '{"optimizer": optimizer', "None (only with manual"):
@@ -229,7 +231,8 @@ def test_configure_optimizers_returning_a_string_lists_accepted_forms():
 
 
 def test_configure_optimizers_returning_none_with_automatic_optimization():
-    with pytest.raises(MisconfigurationError, match=r"configure_optimizers returned None.*automatic_optimization"):
+    expected = r"configure_optimizers returned None.*automatic_optimization"
+    with pytest.raises(MisconfigurationError, match=expected):
         _fit(_Optimizers(None))
 
 
@@ -250,7 +253,8 @@ def test_reduce_lr_on_plateau_without_monitor():
         optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
         return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)}
 
-    with pytest.raises(MisconfigurationError, match=r"ReduceLROnPlateau needs a metric to monitor.*'monitor'"):
+    expected = r"ReduceLROnPlateau needs a metric to monitor.*'monitor'"
+    with pytest.raises(MisconfigurationError, match=expected):
         _fit(_Optimizers(plateau))
 
 
@@ -300,7 +304,8 @@ def test_float_val_check_interval_needs_epochs():
 
 def test_gradient_clip_val_with_manual_optimization():
     with pytest.raises(MisconfigurationError, match=r"gradient_clip_val=1\.0\).*manual optimization"):
-        _fit(_Optimizers(lambda m: torch.optim.SGD(m.parameters(), lr=0.1), manual=True), gradient_clip_val=1.0)
+        model = _Optimizers(lambda m: torch.optim.SGD(m.parameters(), lr=0.1), manual=True)
+        _fit(model, gradient_clip_val=1.0)
 
 
 class _Logs(Regressor):
@@ -352,7 +357,8 @@ class _TrainOnly(framework.Module):
 
 
 def test_validate_without_validation_step():
-    with pytest.raises(MisconfigurationError, match=r"trainer\.validate\(\) needs _TrainOnly\.validation_step"):
+    expected = r"trainer\.validate\(\) needs _TrainOnly\.validation_step"
+    with pytest.raises(MisconfigurationError, match=expected):
         quiet_trainer().validate(_TrainOnly(), loader(n=16), verbose=False)
 
 

@@ -1,0 +1,109 @@
+"""Every form ``configure_optimizers`` may return, and when each kind of scheduler steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from framework.errors import MisconfigurationError
+from framework.trainer.optimizers import parse_optimizers
+from tests.helpers import Regressor, loader, quiet_trainer
+
+
+def _parts(module: Regressor):
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+
+
+def test_each_accepted_form_is_parsed():
+    module = Regressor()
+    optimizer, scheduler = _parts(module)
+    other = torch.optim.Adam(module.parameters())
+    assert parse_optimizers(optimizer) == ([optimizer], [])
+    assert parse_optimizers([optimizer, other]) == ([optimizer, other], [])
+    assert parse_optimizers((optimizer,)) == ([optimizer], [])
+    optimizers, configs = parse_optimizers(([optimizer], [scheduler]))
+    assert optimizers == [optimizer] and configs[0].scheduler is scheduler and configs[0].interval == "epoch"
+    optimizers, configs = parse_optimizers({"optimizer": optimizer, "lr_scheduler": scheduler})
+    assert configs[0].scheduler is scheduler
+    optimizers, configs = parse_optimizers({"optimizer": optimizer, "lr_scheduler": {
+        "scheduler": scheduler, "interval": "step", "frequency": 3, "name": "lr"}})
+    assert (configs[0].interval, configs[0].frequency, configs[0].name) == ("step", 3, "lr")
+    optimizers, configs = parse_optimizers([{"optimizer": optimizer, "lr_scheduler": scheduler}, {"optimizer": other}])
+    assert optimizers == [optimizer, other] and len(configs) == 1
+    assert parse_optimizers(None) == ([], [])
+
+
+@pytest.mark.parametrize("returned", ["adam", 3, [], {"lr_scheduler": None}, ([], []), [object()]])
+def test_unknown_forms_raise_with_the_accepted_forms(returned):
+    with pytest.raises(MisconfigurationError, match="configure_optimizers returned .* accepted|may return"):
+        parse_optimizers(returned)
+
+
+def test_bad_scheduler_config_is_named():
+    module = Regressor()
+    optimizer, scheduler = _parts(module)
+    with pytest.raises(MisconfigurationError, match="interval='batch'"):
+        parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "batch"}})
+    with pytest.raises(MisconfigurationError, match="unknown keys"):
+        parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "every": 2}})
+
+
+class Scheduled(Regressor):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.lrs: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        self.lrs.append(self.optimizers().param_groups[0]["lr"])
+        return super().training_step(batch, batch_idx)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=1.0)
+        return {"optimizer": optimizer, "lr_scheduler": {
+            "scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5), **self.config}}
+
+
+def test_epoch_scheduler_steps_once_per_epoch():
+    model = Scheduled({})
+    quiet_trainer(max_epochs=3, limit_train_batches=2).fit(model, loader())
+    assert model.lrs == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25]
+
+
+def test_step_scheduler_with_frequency():
+    model = Scheduled({"interval": "step", "frequency": 2})
+    quiet_trainer(max_epochs=1, limit_train_batches=6).fit(model, loader())
+    assert model.lrs == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25]
+
+
+def test_step_scheduler_counts_optimizer_steps_not_batches():
+    model = Scheduled({"interval": "step"})
+    quiet_trainer(max_epochs=1, limit_train_batches=4, accumulate_grad_batches=2).fit(model, loader())
+    assert model.lrs == [1.0, 1.0, 0.5, 0.5]
+
+
+def test_reduce_on_plateau_reads_the_monitored_metric():
+    class Plateau(Regressor):
+        def validation_step(self, batch, batch_idx):
+            self.log("flat", 1.0)
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=1.0)
+            plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.1)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": plateau, "monitor": "flat"}}
+
+    model = Plateau()
+    trainer = quiet_trainer(max_epochs=3, limit_train_batches=1, num_sanity_val_steps=0)
+    trainer.fit(model, loader(), loader(n=16))
+    # Epoch 0 sets the best value; each later epoch without improvement cuts the LR tenfold.
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.01)
+    assert trainer.lr_scheduler_configs[0].reduce_on_plateau
+
+
+def test_module_helpers_return_single_objects_or_lists():
+    model = Scheduled({})
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1)
+    trainer.fit(model, loader())
+    assert model.optimizers() is trainer.optimizers[0]
+    assert model.lr_schedulers() is trainer.lr_scheduler_configs[0].scheduler
