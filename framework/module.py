@@ -372,7 +372,7 @@ class Module(nn.Module):
         from framework.io.checkpoint import load_checkpoint
 
         checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu")
-        hparams = {**checkpoint.get("hyper_parameters", {}), **overrides}
+        hparams = {**_accepted_by(cls, checkpoint.get("hyper_parameters", {})), **overrides}
         try:
             model = cls(**hparams)
         except TypeError as error:
@@ -386,3 +386,12 @@ class Module(nn.Module):
         if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
             model.to(map_location)
         return model
+
+
+def _accepted_by(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
+    """The saved hyperparameters ``cls.__init__`` takes (a base class's own ones are dropped)."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return dict(hparams)
+    names = {p.name for p in parameters}
+    return {key: value for key, value in hparams.items() if key in names}

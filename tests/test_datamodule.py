@@ -156,7 +156,9 @@ def test_fit_takes_loaders_and_hooks_from_the_datamodule(positional):
     assert dm.trainer is trainer
     assert dm.prepare_calls == 1
     assert events.count("dm.setup:fit") == 1 and events.count("dm.teardown:fit") == 1
-    assert events.index("dm.prepare_data") < events.index("dm.setup:fit") < events.index("module.setup:fit")
+    assert events.count("module.prepare_data") == 1
+    assert events.index("dm.prepare_data") < events.index("module.prepare_data") < events.index("dm.setup:fit")
+    assert events.index("dm.setup:fit") < events.index("module.setup:fit")
     assert events.index("module.setup:fit") < events.index("module.training_step")
     assert events.index("dm.teardown:fit") < events.index("module.teardown:fit") == len(events) - 1
     assert "dm.train_dataloader" in events and "dm.val_dataloader" in events

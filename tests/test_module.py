@@ -132,9 +132,6 @@ class ChildFit(Child):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-@pytest.mark.xfail(reason="hparams of a subclass include the base __init__'s own argument ('hidden'), and "
-                          "load_from_checkpoint calls cls(**hparams) without keeping only cls.__init__'s "
-                          "parameters (Lightning filters them), so the subclass cannot be rebuilt", strict=True)
 def test_subclass_load_from_checkpoint(tmp_path):
     path = tmp_path / "child.ckpt"
     trained = ChildFit(width=5, dropout=0.25)

@@ -63,7 +63,8 @@ def resolve_devices(devices: object, accelerator: str) -> list[int]:
                     f"devices={devices!r} asks for {value} {accelerator} devices but {available} are available."
                 )
             return list(range(value))
-    if isinstance(value, (list, tuple)) and value and all(isinstance(i, int) and i >= 0 for i in value):
+    if (isinstance(value, (list, tuple)) and value and len(set(value)) == len(value)
+            and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)):
         if accelerator != "cpu" and max(value) >= available:
             raise MisconfigurationError(
                 f"devices={devices!r} names {accelerator} device {max(value)}, but only {available} are available."
@@ -71,7 +72,7 @@ def resolve_devices(devices: object, accelerator: str) -> list[int]:
         return list(value)
     raise MisconfigurationError(
         f"devices={describe(devices)} is not understood. Accepted: 'auto', a positive int, -1 (all), "
-        "a list of device indices such as [0, 1], or a string such as '2' or '0,1'."
+        "a list of distinct device indices such as [0, 1], or a string such as '2' or '0,1'."
     )
 
 

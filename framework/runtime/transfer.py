@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +34,8 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
             return moved
     if isinstance(batch, Mapping):
         items = {key: move_to_device(value, device) for key, value in batch.items()}
+        if isinstance(batch, defaultdict):
+            return type(batch)(batch.default_factory, items)
         try:
             return type(batch)(items)
         except TypeError:
@@ -50,5 +53,6 @@ def _move_dataclass(batch: Any, device: torch.device) -> Any:
     moved = dataclasses.replace(batch, **changes)
     for f in dataclasses.fields(batch):
         if not f.init:
-            setattr(moved, f.name, move_to_device(getattr(batch, f.name), device))
+            # object.__setattr__ also works on frozen dataclasses.
+            object.__setattr__(moved, f.name, move_to_device(getattr(batch, f.name), device))
     return moved

@@ -32,9 +32,17 @@ def check_int(name: str, value: Any, minimum: int, none_means: Any = "reject") -
 def check_optional_number(name: str, value: Any, minimum: float = 0.0) -> float | None:
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < minimum:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= minimum:  # rejects nan
         raise _fail(name, value, f"a number >= {minimum} or None")
     return float(value)
+
+
+def check_order(low_name: str, low: int | None, high_name: str, high: int) -> None:
+    """``min_*`` must not exceed ``max_*`` (-1 means no maximum)."""
+    if low is not None and high != -1 and low > high:
+        raise MisconfigurationError(
+            f"Trainer({low_name}={low}, {high_name}={high}): {low_name} must not exceed {high_name}."
+        )
 
 
 def check_limit(name: str, value: Any) -> int | float:
@@ -85,19 +93,23 @@ def parse_max_time(value: Any) -> timedelta | None:
     """``max_time`` as a timedelta: "DD:HH:MM:SS", a timedelta, or a dict of timedelta keywords."""
     if value is None:
         return None
+    duration = None
     if isinstance(value, timedelta):
-        return value
-    if isinstance(value, str):
+        duration = value
+    elif isinstance(value, str):
         match = _DURATION.match(value.strip())
         if match:
             days, hours, minutes, seconds = map(int, match.groups())
-            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    if isinstance(value, dict):
+            duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    elif isinstance(value, dict):
         try:
-            return timedelta(**value)
+            duration = timedelta(**value)
         except TypeError:
             pass
-    raise _fail("max_time", value, "a string 'DD:HH:MM:SS', a datetime.timedelta, or a dict such as {'hours': 1}")
+    if duration is None or duration.total_seconds() <= 0:
+        raise _fail("max_time", value, "a positive duration: a string 'DD:HH:MM:SS', a datetime.timedelta, "
+                    "or a dict such as {'hours': 1}")
+    return duration
 
 
 def check_root_dir(value: Any) -> str:

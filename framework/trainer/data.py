@@ -34,7 +34,7 @@ def find_loaders(stage: str, given: Any, datamodule: Any, module: Any) -> list[I
         )
     loaders = list(source) if isinstance(source, (list, tuple)) and not _is_batch_list(source) else [source]
     for loader in loaders:
-        if not isinstance(loader, Iterable):
+        if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes)):
             raise MisconfigurationError(
                 f"{method} gave {describe(loader)}; accepted: a DataLoader or any iterable of batches, "
                 "or a list of them."

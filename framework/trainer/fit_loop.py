@@ -293,17 +293,15 @@ def _outputs_for_hooks(output: Any, loss: torch.Tensor | None) -> dict[str, Any]
 def check_training_output(output: Any, manual: bool) -> torch.Tensor | None:
     """The loss in what ``training_step`` returned; a clear error for anything not accepted."""
     if isinstance(output, torch.Tensor):
-        if not manual and output.numel() != 1:
-            raise MisconfigurationError(
-                f"training_step returned a tensor of shape {tuple(output.shape)}; the loss must be a single number."
-            )
-        return output
+        return _scalar_loss(output, manual)
     if output is None:
         return None
     if isinstance(output, dict):
         loss = output.get("loss")
-        if isinstance(loss, torch.Tensor) or (manual and "loss" not in output):
-            return loss
+        if isinstance(loss, torch.Tensor):
+            return _scalar_loss(loss, manual)
+        if manual and "loss" not in output:
+            return None
         raise MisconfigurationError(
             f"training_step returned a dict whose 'loss' is {describe(loss)}; "
             "it must hold the loss tensor under 'loss'."
@@ -314,6 +312,15 @@ def check_training_output(output: Any, manual: bool) -> torch.Tensor | None:
         f"training_step returned {describe(output)}; accepted: the loss tensor, a dict with a 'loss' tensor, or None "
         "to skip the batch."
     )
+
+
+def _scalar_loss(loss: torch.Tensor, manual: bool) -> torch.Tensor:
+    if not manual and loss.numel() != 1:
+        raise MisconfigurationError(
+            f"training_step returned a loss of shape {tuple(loss.shape)}; the loss must be a single number "
+            "(reduce it, e.g. loss.mean())."
+        )
+    return loss
 
 
 def _numbered(loader: Iterable, total: float, skip: int) -> Iterator[tuple[int, Any, bool]]:

@@ -94,6 +94,8 @@ class Trainer:
             max_epochs = 1000 if self.max_steps == -1 and self.max_time is None else -1
         self.max_epochs = max_epochs
         self.min_epochs = check.check_int("min_epochs", min_epochs, 0, none_means=None)
+        check.check_order("min_epochs", self.min_epochs, "max_epochs", self.max_epochs)
+        check.check_order("min_steps", self.min_steps, "max_steps", self.max_steps)
         self.limit_train_batches = check.check_limit("limit_train_batches", limit_train_batches)
         self.limit_val_batches = check.check_limit("limit_val_batches", limit_val_batches)
         self.limit_test_batches = check.check_limit("limit_test_batches", limit_test_batches)

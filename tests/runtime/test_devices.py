@@ -95,16 +95,12 @@ def test_bad_devices_name_the_value_and_the_accepted_forms(devices):
     assert "'auto', a positive int, -1 (all)" in message
 
 
-@pytest.mark.xfail(reason="duplicate device indices are accepted ([0, 0] -> two processes on device 0)",
-                   strict=True)
 @pytest.mark.parametrize("devices", [[0, 0], "0,0"])
 def test_duplicate_device_indices_are_rejected(devices):
     with pytest.raises(MisconfigurationError, match=r"devices="):
         resolve_devices(devices, "cpu")
 
 
-@pytest.mark.xfail(reason="bools pass the isinstance(i, int) check of a device list: [True] -> [True]",
-                   strict=True)
 def test_bool_device_index_is_rejected():
     with pytest.raises(MisconfigurationError, match=r"devices=\[True\]"):
         resolve_devices([True], "cpu")
