@@ -362,3 +362,17 @@ def test_fit_with_a_model_that_is_not_a_framework_module():
     with pytest.raises(MisconfigurationError,
                        match=r"trainer\.fit\(model=Linear\(.*\(type Linear\)\).*framework\.Module"):
         quiet_trainer(max_epochs=1).fit(nn.Linear(4, 1), loader(n=16))
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"min_epochs": 5, "max_epochs": 2}, "min_epochs=5, max_epochs=2"),
+    ({"min_steps": 5, "max_steps": 2}, "min_steps=5, max_steps=2"),
+])
+def test_a_minimum_above_its_maximum_is_refused(kwargs, named):
+    with pytest.raises(MisconfigurationError, match=re.escape(named)):
+        quiet_trainer(**kwargs)
+
+
+def test_a_string_is_not_a_loader():
+    with pytest.raises(MisconfigurationError, match="train_dataloader gave 'abc'"):
+        quiet_trainer(max_epochs=1).fit(Regressor(), "abc")
