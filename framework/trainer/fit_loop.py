@@ -188,13 +188,13 @@ class FitLoop:
 
     def _optimizer_step(self, optimizer: torch.optim.Optimizer, closure: _StepClosure, batch_idx: int) -> bool:
         trainer = self.trainer
-        user_step = trainer.step_hooks.optimizer_step
+        user_step, runtime_step = trainer.step_hooks.optimizer_step, trainer.step_hooks.runtime_optimizer_step
         if user_step is None:
-            return trainer.step_hooks.runtime_optimizer_step(optimizer, closure)
+            return runtime_step(optimizer, closure)
         outcome: list[bool] = []
 
         def step_through(opt: torch.optim.Optimizer, step_closure: Any = None, **kwargs: Any) -> Any:
-            outcome.append(trainer.runtime.optimizer_step(opt, step_closure, **kwargs))
+            outcome.append(runtime_step(opt, step_closure, **kwargs))
 
         user_step(trainer.state.current_epoch, batch_idx, OptimizerProxy(optimizer, step_through), closure)
         if not closure.ran:
@@ -214,25 +214,20 @@ class FitLoop:
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``self.manual_backward(loss)``: the backward hooks around the strategy's backward."""
-        trainer = self.trainer
-        hooks = trainer.step_hooks
+        hooks = self.trainer.step_hooks
         if hooks.before_backward is not None:
             hooks.before_backward(loss)
-        if overrides(trainer.module, Module, "backward"):
-            trainer.module.backward(loss, *args, **kwargs)
-        else:
-            trainer.runtime.backward(loss, *args, module=trainer.model, **kwargs)
+        hooks.backward(loss, *args, **kwargs)
         if hooks.after_backward is not None:
             hooks.after_backward()
 
     def manual_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
         """``opt.step()`` inside a manual ``training_step``: hooks, precision, then count the step."""
-        trainer = self.trainer
-        hook = trainer.hooks.get(Hook.ON_BEFORE_OPTIMIZER_STEP)
-        if hook is not None:
-            hook(optimizer)
-        stepped = trainer.runtime.optimizer_step(optimizer, closure, **kwargs)
-        trainer.state.global_step += 1
+        hooks = self.trainer.step_hooks
+        if hooks.before_optimizer_step is not None:
+            hooks.before_optimizer_step(optimizer)
+        stepped = hooks.runtime_optimizer_step(optimizer, closure, **kwargs)
+        self.trainer.state.global_step += 1
         return stepped
 
 
@@ -367,7 +362,7 @@ class StepHooks:
         else:
             model = trainer.model
 
-            def backward(loss: torch.Tensor) -> None:
-                strategy.backward(loss, model)
+            def backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+                strategy.backward(loss, model, *args, **kwargs)
 
             self.backward = backward

@@ -124,7 +124,12 @@ def _bad_form(value: Any) -> MisconfigurationError:
 
 
 def step_schedulers(trainer: Any, interval: str, plateau: bool | None) -> None:
-    """Step the schedulers of ``interval`` that are due (``plateau``: only/no ReduceLROnPlateau; None: all)."""
+    """Step the schedulers of ``interval`` that are due (``plateau``: only/no ReduceLROnPlateau; None: all).
+
+    In manual optimization the user steps schedulers, as in Lightning.
+    """
+    if not trainer.module.automatic_optimization:
+        return
     state = trainer.state
     count = state.global_step if interval == "step" else state.current_epoch + (0 if plateau else 1)
     for config in trainer.lr_scheduler_configs:

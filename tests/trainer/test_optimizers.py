@@ -107,3 +107,22 @@ def test_module_helpers_return_single_objects_or_lists():
     trainer.fit(model, loader())
     assert model.optimizers() is trainer.optimizers[0]
     assert model.lr_schedulers() is trainer.lr_scheduler_configs[0].scheduler
+
+
+def test_manual_optimization_leaves_scheduler_stepping_to_the_user():
+    class Manual(Scheduled):
+        def __init__(self):
+            super().__init__({})
+            self.automatic_optimization = False
+
+        def training_step(self, batch, batch_idx):
+            self.lrs.append(self.optimizers().param_groups[0]["lr"])
+            self.manual_backward(self.loss(batch), retain_graph=False)
+            self.optimizers().step()
+            self.optimizers().zero_grad()
+            if batch_idx == 1:
+                self.lr_schedulers().step()
+
+    model = Manual()
+    quiet_trainer(max_epochs=2, limit_train_batches=2).fit(model, loader())
+    assert model.lrs == [1.0, 1.0, 0.5, 0.5]
