@@ -151,3 +151,24 @@ def test_epoch_end_callbacks_that_read_metrics_run_after_the_module():
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, callbacks=[Reader(), Plain()])
     trainer.fit(Late(), loader())
     assert order == [("plain", False), ("module", None), ("reader", True)]
+
+
+def test_configure_callbacks_replace_trainer_callbacks_of_the_same_type_and_checkpointers_go_last():
+    class Saver(framework.Callback):
+        runs_last = True
+
+    class Other(framework.Callback):
+        def __init__(self, tag):
+            self.tag = tag
+
+    given, saver = Other("trainer"), Saver()
+
+    class WithCallbacks(Regressor):
+        def configure_callbacks(self):
+            return [Other("module")]
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1, callbacks=[saver, given])
+    trainer.fit(WithCallbacks(), loader())
+    assert [type(cb).__name__ for cb in trainer.callbacks] == ["Other", "Saver"]
+    assert trainer.callbacks[0].tag == "module"
+    assert trainer.checkpoint_callback is saver

@@ -49,6 +49,8 @@ class Runtime:
         self.num_nodes = num_nodes
         self.strategy = resolve_strategy(strategy)
         self.precision = resolve_precision(precision)
+        if devices == "auto" and self.strategy.world_size == 1:
+            self.device_ids = self.device_ids[:1]  # "auto" on a multi-GPU machine: one device per process
         if (len(self.device_ids) > 1 or num_nodes > 1) and self.strategy.world_size == 1:
             raise MisconfigurationError(
                 f"devices={devices!r} with num_nodes={num_nodes} needs one process per device, which strategy="
