@@ -4,7 +4,7 @@
 callbacks last) and then the ``Module`` (a ``DataModule`` hook, where there is one, before
 the ``Module``'s)::
 
-    configure_callbacks                       # Module only
+    configure_callbacks                       # Module only; every run (fit, validate, test, predict)
     prepare_data                              # DataModule, then Module; once per node
     setup("fit")                              # DataModule, callbacks, Module
     configure_model                           # Module only

@@ -66,8 +66,7 @@ def _train_batch() -> list[str]:
 
 
 def _setup(stage: str) -> list[str]:
-    calls = ["m:configure_callbacks"] if stage == "fit" else []
-    return calls + ["m:prepare_data", *_both("setup"), "m:configure_model"]
+    return ["m:configure_callbacks", "m:prepare_data", *_both("setup"), "m:configure_model"]
 
 
 def _run(action) -> list[str]:

@@ -403,7 +403,7 @@ class Trainer:
 
     def _setup(self, stage: str) -> None:
         module = self.module
-        self._merge_module_callbacks(stage)
+        self._merge_module_callbacks()
         self.hooks = HookRunner(self, module, self.callbacks, self.datamodule)
         self._transfer_hooks = tuple(self.hooks.get(hook) for hook in (
             Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER))
@@ -421,10 +421,8 @@ class Trainer:
             for logger in self.loggers:
                 logger.log_hyperparams(dict(module.hparams))
 
-    def _merge_module_callbacks(self, stage: str) -> None:
-        if stage != "fit":
-            self.callbacks.sort(key=lambda cb: cb.runs_last)
-            return
+    def _merge_module_callbacks(self) -> None:
+        """Callbacks from ``configure_callbacks`` replace the Trainer's of the same type; checkpointers go last."""
         extra = self.module.configure_callbacks()
         extra = [extra] if isinstance(extra, Callback) else list(extra or [])
         for callback in extra:
