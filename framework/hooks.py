@@ -17,9 +17,9 @@ the ``Module``'s)::
     for epoch:
         on_train_epoch_start
         for batch_idx, batch in train batches:
-            on_before_batch_transfer          # DataModule, then Module; returns the batch
-            transfer_batch_to_device          # DataModule, then Module; returns the batch
-            on_after_batch_transfer           # DataModule, then Module; returns the batch
+            on_before_batch_transfer          # the DataModule's if it has one, else the Module's;
+            transfer_batch_to_device          #   each returns the batch
+            on_after_batch_transfer
             on_train_batch_start              # returning -1 ends the epoch here
             optimizer_step                    # Module only, when overridden: it gets the closure below
               training_step                   #   (the closure: training_step ... clipping)

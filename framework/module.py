@@ -47,6 +47,11 @@ class Module(nn.Module):
         self.automatic_optimization: bool = True
         self.example_input_array: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling or deep-copying a module leaves its Trainer behind (a copy holds no loaders or loops)."""
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        return {**state, "_trainer": None, "_results": None}
+
     # -- what the trainer tells the module ---
     @property
     def trainer(self) -> Any:

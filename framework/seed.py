@@ -37,3 +37,18 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
         numpy.random.seed(seed)
     torch.manual_seed(seed)
     return seed
+
+
+def seed_worker(worker_id: int) -> None:
+    """A DataLoader ``worker_init_fn``: seeds ``random`` and NumPy from the worker's torch seed.
+
+    torch already gives each worker its own seed (base seed + worker id, new each epoch); this
+    passes it on so augmentations drawn with ``random`` or NumPy differ between workers too.
+    """
+    seed = torch.initial_seed() % 2**32
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)

@@ -200,17 +200,19 @@ def test_validate_test_predict_with_a_datamodule(positional):
 
 # -- batch-transfer hooks ------------------------------------------------------------------------------------------
 
-def test_datamodule_batch_transfer_hooks_run_before_the_modules():
+def test_datamodule_batch_transfer_hooks_replace_the_modules_with_a_warning():
+    """As in Lightning: a hook the DataModule overrides is used instead of the Module's."""
     events: list = []
     dm = RecordingDataModule(events, transform=True)
     model = RecordingModule(events, transform=True)
     trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0)
-    trainer.fit(model, datamodule=dm)
+    with pytest.warns(UserWarning, match="on_before_batch_transfer.*both"):
+        trainer.fit(model, datamodule=dm)
 
     transfer_events = [e for e in events if e.endswith(("before", "after", "training_step"))]
-    assert transfer_events == ["dm.before", "module.before", "dm.after", "module.after", "module.training_step"] * 4
-    # module_after(dm_after(module_before(dm_before(x)))) = 3 * (2x + 1) - 5
-    expected_inputs = [6 * x - 2 for x, _ in DataLoader(_data("train"), batch_size=8)]
+    assert transfer_events == ["dm.before", "dm.after", "module.training_step"] * 4
+    # dm_after(dm_before(x)) = 3 * 2x
+    expected_inputs = [6 * x for x, _ in DataLoader(_data("train"), batch_size=8)]
     assert len(model.inputs) == len(expected_inputs)
     for seen, expected in zip(model.inputs, expected_inputs):
         torch.testing.assert_close(seen, expected)

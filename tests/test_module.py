@@ -455,3 +455,16 @@ def test_log_inside_the_loop_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         quiet_trainer(max_epochs=1).fit(Regressor(), loader(16, 8))
+
+
+def test_a_fitted_module_pickles_and_copies_without_its_trainer(tmp_path):
+    import copy
+    import pickle
+
+    model = Regressor()
+    quiet_trainer(max_epochs=1, limit_train_batches=1).fit(model, loader(16, 8))
+    copied = copy.deepcopy(model)
+    assert copied._trainer is None and model._trainer is not None
+    restored = pickle.loads(pickle.dumps(model))
+    torch.testing.assert_close(restored.net.weight, model.net.weight)
+    torch.save(model, tmp_path / "model.pt")

@@ -23,3 +23,21 @@ def test_seed_everything_makes_python_numpy_and_torch_repeat():
 def test_bad_seeds_are_refused(seed):
     with pytest.raises(ValueError, match="seed"):
         framework.seed_everything(seed)
+
+
+def test_workers_flag_gives_dataloader_workers_a_seed_function():
+    from torch.utils.data import DataLoader
+
+    from framework.seed import seed_worker
+    from tests.helpers import Regressor, quiet_trainer, regression_data
+
+    data = DataLoader(regression_data(16), batch_size=8, num_workers=1)
+    try:
+        framework.seed_everything(3, workers=True)
+        quiet_trainer(max_epochs=1).fit(Regressor(), data)
+    finally:
+        framework.seed_everything(0, workers=False)
+    assert data.worker_init_fn is seed_worker
+    torch.manual_seed(11)
+    seed_worker(0)
+    assert numpy.random.get_state()[1][0] == 11

@@ -29,9 +29,6 @@ class Callback:
         """Key of this callback's state in a checkpoint; two instances with different settings differ."""
         return type(self).__qualname__
 
-    def _generate_state_key(self, **settings: Any) -> str:
-        return f"{type(self).__qualname__}{settings!r}"
-
     def state_dict(self) -> dict[str, Any]:
         return {}
 

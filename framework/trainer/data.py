@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ from torch.utils.data import DataLoader, SequentialSampler
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
 from framework.module import Module
+from framework.seed import seed_worker
 
 INFINITE = math.inf
 
@@ -132,7 +134,7 @@ def load_fit_data(trainer: Any) -> None:
         )
     if len(loaders) != 1:
         raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
-    loader = loaders[0]
+    loader = seed_workers_if_asked(loaders[0])
     if trainer.overfit_batches:
         loader = with_sequential_order(loader)
     available = batch_count(loader)
@@ -140,18 +142,18 @@ def load_fit_data(trainer: Any) -> None:
         raise MisconfigurationError(
             "The training dataloader is empty (0 batches): check the dataset's length, batch_size and drop_last."
         )
-    limit = trainer.overfit_batches or trainer.limit_train_batches
+    name = "overfit_batches" if trainer.overfit_batches else "limit_train_batches"
     trainer.train_loader = loader
-    trainer.num_training_batches = apply_limit("limit_train_batches", available, limit)
+    trainer.num_training_batches = apply_limit(name, available, getattr(trainer, name))
     trainer.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
                                               trainer.num_training_batches)
     trainer.val_loaders, trainer.num_val_batches = [], []
     if overrides(trainer.module, Module, "validation_step"):
         loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module)
         if loaders is not None:
-            limit = trainer.overfit_batches or trainer.limit_val_batches
-            trainer.val_loaders = loaders
-            trainer.num_val_batches = [apply_limit("limit_val_batches", batch_count(val), limit) for val in loaders]
+            name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
+            trainer.val_loaders = [seed_workers_if_asked(val) for val in loaders]
+            trainer.num_val_batches = [apply_limit(name, batch_count(val), getattr(trainer, name)) for val in loaders]
     trainer._last_train_reload = trainer.state.current_epoch
 
 
@@ -189,4 +191,12 @@ def eval_data(trainer: Any, stage: str, limit: int | float) -> tuple[list[Iterab
     limits = [apply_limit(f"limit_{stage}_batches", batch_count(loader), limit) for loader in loaders]
     if all(count == 0 for count in limits) and limit != 0:
         raise MisconfigurationError(f"The {stage} dataloader is empty (0 batches).")
-    return loaders, limits
+    return [seed_workers_if_asked(loader) for loader in loaders], limits
+
+
+def seed_workers_if_asked(loader: Iterable) -> Iterable:
+    """After ``seed_everything(workers=True)``, DataLoader workers seed ``random`` and NumPy distinctly."""
+    if (os.environ.get("PL_SEED_WORKERS") == "1" and isinstance(loader, DataLoader) and loader.num_workers > 0
+            and loader.worker_init_fn is None):
+        loader.worker_init_fn = seed_worker
+    return loader

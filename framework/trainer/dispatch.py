@@ -7,6 +7,7 @@ hot path a hook nobody overrides costs one ``is None`` test.
 from __future__ import annotations
 
 from collections.abc import Callable
+import warnings
 from typing import Any
 
 from framework.callbacks.base import Callback
@@ -61,6 +62,18 @@ class HookRunner:
         for callback in readers:
             getattr(callback, hook.value)(self.trainer, self.module)
 
+    def _batch_hook(self, name: str, datamodule_fn: Callable[..., Any] | None,
+                    module_fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
+        """A DataModule's batch hook is used instead of the Module's, as in Lightning."""
+        if datamodule_fn is None:
+            return module_fn
+        if overrides(self.module, Module, name):
+            warnings.warn(
+                f"{name} is overridden in both the Module and the DataModule; the DataModule's is used.",
+                stacklevel=2,
+            )
+        return datamodule_fn
+
     def _overriding(self, hook: Hook) -> list[Callback]:
         return [cb for cb in self.callbacks if overrides(cb, Callback, hook.value)]
 
@@ -75,7 +88,7 @@ class HookRunner:
         if self.datamodule is not None and hook in _DATAMODULE_HOOKS and overrides(self.datamodule, DataModule, name):
             datamodule_fn = getattr(self.datamodule, name)
         if hook in _BATCH_HOOKS:
-            return _chain_batch(datamodule_fn, module_fn)
+            return self._batch_hook(name, datamodule_fn, module_fn)
         if not callback_fns and module_fn is None and datamodule_fn is None:
             return None
         if not callback_fns and datamodule_fn is None:
@@ -90,13 +103,3 @@ class HookRunner:
 
         return run
 
-
-def _chain_batch(first: Callable[..., Any] | None, second: Callable[..., Any] | None) -> Callable[..., Any] | None:
-    """Batch hooks return the batch: the DataModule's result feeds the Module's."""
-    if first is None or second is None:
-        return first or second
-
-    def run(batch: Any, *args: Any) -> Any:
-        return second(first(batch, *args), *args)
-
-    return run

@@ -9,6 +9,7 @@ import torch
 
 from framework.hooks import Hook, overrides
 from framework.module import Module
+from framework.runtime.transfer import move_to_device
 from framework.trainer.data import limited
 from framework.trainer.metrics import to_floats
 from framework.trainer.results import Results
@@ -64,8 +65,11 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
         with _grad_off(trainer.inference_mode):
             hooks.call(names.start)
             hooks.call(names.epoch_start)
-            outputs = _run_batches(trainer, names, results, loaders, limits, keep=kind == "predict")
-            if kind == "predict":
+            predicting = kind == "predict"
+            outputs = _run_batches(trainer, names, results, loaders, limits, predicting,
+                                   keep=predicting and trainer._keep_predictions)
+            results.dataloader_idx = None  # epoch-end logs belong to no single loader
+            if predicting:
                 hooks.call(names.epoch_end)
             else:
                 trainer.metrics.ending = results
@@ -85,10 +89,10 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
 
 
 def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, limits: list[float],
-                 keep: bool) -> list[Any]:
+                 predicting: bool, keep: bool) -> list[Any]:
     hooks = trainer.hooks
     step = trainer.strategy_step(names.step)
-    log_steps = bool(trainer.loggers) and not keep and trainer.state.stage != RunningStage.SANITY_CHECKING
+    log_steps = bool(trainer.loggers) and not predicting and trainer.state.stage != RunningStage.SANITY_CHECKING
     batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
     several = len(loaders) > 1
     collected: list[list[Any]] = []
@@ -102,8 +106,8 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
                 batch_start(batch, batch_idx, *extra)
             with trainer.runtime.autocast():
                 output = step(batch, batch_idx, *extra)
-            if keep:
-                predictions.append(output)
+            if keep:  # on the CPU, so a long predict run does not fill the accelerator's memory
+                predictions.append(move_to_device(output, _CPU))
             if batch_end is not None:
                 batch_end(output, batch, batch_idx, *extra)
             results.in_batch = False
@@ -135,6 +139,9 @@ def _log_step(trainer: Any, results: Results) -> None:
     if results.step_values():
         metrics.log_step(results, metrics.eval_step, epoch=None)
     metrics.eval_step += 1
+
+
+_CPU = torch.device("cpu")
 
 
 def _grad_off(inference_mode: bool) -> Any:

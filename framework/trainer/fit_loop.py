@@ -38,6 +38,8 @@ class FitLoop:
         self.started_at = time.monotonic()
         if trainer.sanity_steps and trainer.val_enabled and trainer.state.global_step == 0:
             self._sanity_check()
+        trainer.train_results.reset()
+        trainer.module._results = trainer.train_results  # on_train_start may log too
         trainer.hooks.call(Hook.ON_TRAIN_START)
         while not self._done():
             self._run_epoch()
@@ -86,21 +88,29 @@ class FitLoop:
         loader = trainer.train_loader
         set_sampler_epoch(loader, state.current_epoch)
         results = trainer.train_results
-        results.reset()
         trainer.module._results = results
         trainer.metrics.live = results
         state.stage = RunningStage.TRAINING
+        total = trainer.num_training_batches
+        first = state.batch_idx  # > 0 only when resuming inside an epoch
+        if first and first >= total:  # resumed from a checkpoint written after the epoch's last batch
+            self._end_epoch()
+            return
         hooks.call(Hook.ON_TRAIN_EPOCH_START)
+        # Gradients are zeroed after each step; this clears what an unfinished accumulation window
+        # (an epoch ended early) or the caller left behind, so it cannot leak into the next step.
+        for optimizer in trainer.optimizers:
+            optimizer.zero_grad(set_to_none=True)
 
         step = self._automatic_step if trainer.module.automatic_optimization else self._manual_step
         transfer = trainer.transfer_batch
         batch_start = hooks.get(Hook.ON_TRAIN_BATCH_START)
         batch_end = hooks.get(Hook.ON_TRAIN_BATCH_END)
-        total = trainer.num_training_batches
         log_every = trainer.log_every_n_steps if trainer.loggers else 0
         max_steps = trainer.max_steps
         watch_time = trainer.max_time is not None
-        first = state.batch_idx  # > 0 only when resuming inside an epoch
+        validates = trainer.val_enabled
+        plateau_each_step = trainer.has_step_schedulers
 
         for batch_idx, batch, is_last in _numbered(loader, total, first):
             batch = transfer(batch, 0)
@@ -114,10 +124,13 @@ class FitLoop:
             if batch_end is not None:
                 batch_end(outputs, batch, batch_idx)
             results.in_batch = False
-            if log_every and state.batches_stepped != stepped_before and state.batches_stepped % log_every == 0:
+            stepped = state.batches_stepped != stepped_before
+            if log_every and stepped and state.batches_stepped % log_every == 0:
                 trainer.metrics.log_step(results, state.batches_stepped - 1, state.current_epoch)
-            if self._should_validate(batch_idx, is_last):
+            if validates and self._should_validate(batch_idx, is_last):
                 trainer.run_validation_in_fit()
+            if plateau_each_step and stepped:  # after validation, so they see its metrics
+                step_schedulers(trainer, "step", plateau=True)
             if max_steps != -1 and state.global_step >= max_steps:
                 break
             if watch_time and self._time_is_up():
@@ -129,6 +142,7 @@ class FitLoop:
     def _end_epoch(self) -> None:
         trainer, state = self.trainer, self.trainer.state
         state.epoch_finished = True
+        trainer.train_results.in_batch = False  # also when the epoch ended by a break mid-batch
         last_step = step_views(trainer.train_results)
         trainer.metrics.store(last_step)
         trainer.metrics.logged.update(last_step[0])
@@ -145,8 +159,6 @@ class FitLoop:
 
     def _should_validate(self, batch_idx: int, is_last: bool) -> bool:
         trainer, state = self.trainer, self.trainer.state
-        if not trainer.val_enabled:
-            return False
         every_n = trainer.check_val_every_n_epoch
         if every_n is not None and (state.current_epoch + 1) % every_n != 0:
             return False
@@ -180,7 +192,7 @@ class FitLoop:
         if stepped:
             state.global_step += 1
             if trainer.has_step_schedulers:
-                step_schedulers(trainer, "step", plateau=None)
+                step_schedulers(trainer, "step", plateau=False)
             if is_last:
                 step_schedulers(trainer, "epoch", plateau=False)
         state.batches_stepped += 1
@@ -302,7 +314,10 @@ def check_training_output(output: Any, manual: bool) -> torch.Tensor | None:
             "it must hold the loss tensor under 'loss'."
         )
     if manual:
-        return None
+        raise MisconfigurationError(
+            f"training_step returned {describe(output)}; in manual optimization it may return a tensor, a dict "
+            "or None."
+        )
     raise MisconfigurationError(
         f"training_step returned {describe(output)}; accepted: the loss tensor, a dict with a 'loss' tensor, or None "
         "to skip the batch."

@@ -75,7 +75,9 @@ class MetricStore:
         if self.live is not None:
             view.update(step_views(self.live)[2])
         if self.ending is not None:
-            view.update(epoch_views(self.ending, self.sync)[2])
+            # Reading must never run a collective (one rank alone may read); these are this rank's
+            # values, the synced ones are stored once every rank logs the epoch.
+            view.update(epoch_views(self.ending, _this_rank_only)[2])
         return view
 
     def logged_view(self) -> dict[str, Any]:
@@ -125,6 +127,10 @@ class MetricStore:
         self.progress_bar.clear()
         self.live = None
         self.ending = None
+
+
+def _this_rank_only(tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:
+    return tensor
 
 
 def to_floats(metrics: dict[str, Any]) -> dict[str, float]:

@@ -25,7 +25,7 @@ from framework.trainer.dispatch import HookRunner
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.fit_loop import FitLoop, StepHooks
 from framework.trainer.metrics import MetricStore
-from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy, parse_optimizers, step_schedulers
+from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy, parse_optimizers
 from framework.trainer.report import print_results
 from framework.trainer.results import Results
 from framework.trainer.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
@@ -108,7 +108,9 @@ class Trainer:
         self.accumulate_grad_batches = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)
         self.gradient_clip_val = check.check_optional_number("gradient_clip_val", gradient_clip_val)
         self.gradient_clip_algorithm = check.check_choice(
-            "gradient_clip_algorithm", gradient_clip_algorithm if gradient_clip_algorithm is not None else "norm",
+            "gradient_clip_algorithm",
+            gradient_clip_algorithm.lower() if isinstance(gradient_clip_algorithm, str) else
+            ("norm" if gradient_clip_algorithm is None else gradient_clip_algorithm),
             ("norm", "value"),
         )
         self.reload_dataloaders_every_n_epochs = check.check_int(
@@ -151,7 +153,7 @@ class Trainer:
         self.num_training_batches: float = INFINITE
         self.num_val_batches: list[float] = []
         self.val_check_batch: float = INFINITE
-        self.predictions: list[Any] | None = None
+        self._keep_predictions = True
         self.given_loaders: dict[str, Any] = {}
         self._last_train_reload = -1
         self._module_setup = False
@@ -273,7 +275,20 @@ class Trainer:
 
     @property
     def training(self) -> bool:
+        """The training loop is running (not validation inside fit)."""
         return self.state.stage == RunningStage.TRAINING
+
+    @property
+    def validating(self) -> bool:
+        return self.state.stage == RunningStage.VALIDATING
+
+    @property
+    def testing(self) -> bool:
+        return self.state.stage == RunningStage.TESTING
+
+    @property
+    def predicting(self) -> bool:
+        return self.state.stage == RunningStage.PREDICTING
 
     @property
     def checkpoint_callbacks(self) -> list[Callback]:
@@ -287,12 +302,10 @@ class Trainer:
     @property
     def estimated_stepping_batches(self) -> float:
         """How many optimizer steps ``fit`` will take, from max_steps, max_epochs and the batch counts."""
-        if self.max_steps != -1:
-            return self.max_steps
-        if self.num_training_batches == INFINITE or self.max_epochs == -1:
-            return INFINITE
-        per_epoch = math.ceil(self.num_training_batches / self.accumulate_grad_batches)
-        return per_epoch * self.max_epochs
+        by_epochs = INFINITE
+        if self.num_training_batches != INFINITE and self.max_epochs != -1:
+            by_epochs = math.ceil(self.num_training_batches / self.accumulate_grad_batches) * self.max_epochs
+        return by_epochs if self.max_steps == -1 else min(self.max_steps, by_epochs)
 
     @property
     def sanity_steps(self) -> float:
@@ -323,11 +336,12 @@ class Trainer:
 
     def predict(self, model: Module | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
                 return_predictions: bool | None = None, ckpt_path: str | None = None) -> list[Any] | None:
-        """Run ``predict_step`` over the data; returns the predictions in order (a list per loader if several)."""
+        """Run ``predict_step`` over the data; returns the predictions, moved to the CPU, in order (a list
+        per loader if several), or None with ``return_predictions=False`` (nothing is kept then)."""
         if isinstance(dataloaders, DataModule):
             datamodule, dataloaders = dataloaders, None
-        self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path)
-        return self.predictions if return_predictions is not False else None
+        self._keep_predictions = return_predictions is not False
+        return self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path)
 
     def _evaluate(self, fn: TrainerFn, model: Module | None, dataloaders: Any, ckpt_path: str | None,
                   verbose: bool, datamodule: DataModule | None) -> list[dict[str, float]]:
@@ -376,6 +390,7 @@ class Trainer:
         finally:
             self.state.stage = None
             module._results = None
+            self.runtime.teardown()
 
     def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
         if model is None:
@@ -392,8 +407,10 @@ class Trainer:
             raise MisconfigurationError(
                 f"trainer.{fn.value}(datamodule={describe(datamodule)}): it must subclass framework.DataModule."
             )
+        self.hooks = None  # until this run's are resolved, an early failure must not reach the last run's
         if model is not self.module:
             self._module_setup = False
+            self.optimizers, self.lr_scheduler_configs, self.manual_optimizers = [], [], []
         self.module = model
         model.trainer = self
         self.datamodule = datamodule
@@ -449,15 +466,20 @@ class Trainer:
     def _run_fit(self, ckpt_path: Any) -> None:
         module = self.module
         self.fit_loop = FitLoop(self)
-        self._configure_optimizers()
         self._check_fit_settings()
-        load_fit_data(self)
+        load_fit_data(self)  # first, so configure_optimizers can read estimated_stepping_batches
+        self._configure_optimizers()
         self.state.stage = RunningStage.TRAINING
         self.step_hooks = StepHooks(self)
         if ckpt_path is not None:
             restore_checkpoint(self, load_for(self, ckpt_path), training=True)
         self.hooks.call(Hook.ON_FIT_START)
-        module.train()
+        if not module.training:
+            warnings.warn(
+                f"{type(module).__qualname__} is in eval mode at the start of fit, so dropout and batch norm behave "
+                "as in evaluation while training. Call model.train() first if that is not intended.",
+                stacklevel=4,
+            )
         with torch.autograd.set_detect_anomaly(self.detect_anomaly):  # restores the caller's setting on exit
             self.fit_loop.run()
         self.hooks.call(Hook.ON_FIT_END)
@@ -507,7 +529,6 @@ class Trainer:
         run_evaluation(self, "validate", self.val_loaders, self.num_val_batches)
         self.state.stage = RunningStage.TRAINING
         self.module._results = self.train_results
-        step_schedulers(self, "step", plateau=True)
 
     # -- validate / test / predict ---
     def _run_eval(self, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
@@ -525,8 +546,8 @@ class Trainer:
         loaders, limits = eval_data(self, "predict", self.limit_predict_batches)
         self._restore_for_eval(ckpt_path)
         self.state.stage = RunningStage.PREDICTING
-        self.predictions = run_evaluation(self, "predict", loaders, limits)
-        return self.predictions
+        predictions = run_evaluation(self, "predict", loaders, limits)
+        return predictions if self._keep_predictions else None
 
     def _restore_for_eval(self, ckpt_path: Any) -> None:
         if ckpt_path is not None:

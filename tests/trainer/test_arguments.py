@@ -376,3 +376,12 @@ def test_a_minimum_above_its_maximum_is_refused(kwargs, named):
 def test_a_string_is_not_a_loader():
     with pytest.raises(MisconfigurationError, match="train_dataloader gave 'abc'"):
         quiet_trainer(max_epochs=1).fit(Regressor(), "abc")
+
+
+def test_overfit_batches_errors_name_overfit_batches():
+    with pytest.raises(MisconfigurationError, match="overfit_batches=0.01"):
+        quiet_trainer(max_epochs=1, overfit_batches=0.01).fit(Regressor(), loader(n=64))
+
+
+def test_gradient_clip_algorithm_is_case_insensitive():
+    assert quiet_trainer(gradient_clip_algorithm="Norm").gradient_clip_algorithm == "norm"

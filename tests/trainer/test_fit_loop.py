@@ -232,3 +232,90 @@ def test_fit_twice_continues_from_the_reached_epoch():
     trainer.fit(model, loader())
     assert trainer.current_epoch == 2 and trainer.global_step == 16
     assert not torch.equal(first, _weights(model))
+
+
+def test_an_unfinished_accumulation_window_does_not_leak_into_the_next_epoch():
+    leftovers = []
+
+    class EndsMidWindow(Regressor):
+        def on_train_batch_start(self, batch, batch_idx):
+            return -1 if batch_idx == 3 else None  # batches 0-2: a step after 1, batch 2 left accumulated
+
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 0:
+                leftovers.append([p.grad for p in self.parameters()])
+            return super().training_step(batch, batch_idx)
+
+    model = EndsMidWindow()
+    model.net.weight.grad = torch.ones_like(model.net.weight)  # left by the caller before fit
+    quiet_trainer(max_epochs=2, accumulate_grad_batches=2).fit(model, loader())
+    assert leftovers == [[None, None], [None, None]]
+
+
+def test_fit_keeps_submodule_modes_and_warns_when_the_model_is_in_eval_mode():
+    modes = []
+
+    class FrozenPart(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.frozen = nn.BatchNorm1d(4)
+            self.frozen.eval()
+
+        def training_step(self, batch, batch_idx):
+            modes.append((self.training, self.frozen.training))
+            return super().training_step(batch, batch_idx)
+
+    quiet_trainer(max_epochs=1, limit_train_batches=1).fit(FrozenPart(), loader())
+    assert modes == [(True, False)]
+    model = Regressor().eval()
+    with pytest.warns(UserWarning, match="eval mode at the start of fit"):
+        quiet_trainer(max_epochs=1, limit_train_batches=1).fit(model, loader())
+
+
+def test_a_failure_before_the_new_run_starts_does_not_call_the_previous_models_hooks():
+    calls = []
+
+    class Watches(Regressor):
+        def on_exception(self, exception):
+            calls.append(type(self).__name__)
+
+    class BadData(Regressor):
+        def train_dataloader(self):
+            raise RuntimeError("no data")
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1)
+    trainer.fit(Watches(), loader())
+    with pytest.raises(RuntimeError, match="no data"):
+        trainer.fit(BadData())
+    assert calls == []
+    assert trainer.optimizers == []  # the first model's optimizer is not paired with the second model
+
+
+def test_the_strategy_is_torn_down_after_every_run_even_a_failed_one():
+    from framework.strategies import SingleDeviceStrategy
+
+    class Counting(SingleDeviceStrategy):
+        teardowns = 0
+
+        def teardown(self):
+            Counting.teardowns += 1
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1, strategy=Counting())
+    trainer.fit(Regressor(), loader())
+    trainer.validate(Regressor(), loader(), verbose=False)
+    with pytest.raises(framework.MisconfigurationError):
+        trainer.test(Regressor(), [])
+    assert Counting.teardowns == 3
+
+
+def test_manual_training_step_returning_something_odd_is_refused():
+    class Odd(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch, batch_idx):
+            return "done"
+
+    with pytest.raises(framework.MisconfigurationError, match="training_step returned 'done'"):
+        quiet_trainer(max_epochs=1).fit(Odd(), loader())

@@ -230,3 +230,21 @@ def test_deterministic_flag_turns_on_deterministic_algorithms():
         assert torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_estimated_stepping_batches_is_known_inside_configure_optimizers_and_capped_by_epochs():
+    seen = []
+
+    class OneCycle(Regressor):
+        def configure_optimizers(self):
+            seen.append(self.trainer.estimated_stepping_batches)
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            cycle = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=seen[-1])
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": cycle, "interval": "step"}}
+
+    trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=3)
+    trainer.fit(OneCycle(), loader(n=80))  # 10 batches -> 4 steps an epoch
+    assert seen == [8] and trainer.global_step == 8
+    trainer = quiet_trainer(max_epochs=1, max_steps=1000)
+    trainer.fit(Regressor(), loader())
+    assert trainer.estimated_stepping_batches == 8 == trainer.global_step

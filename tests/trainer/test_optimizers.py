@@ -126,3 +126,26 @@ def test_manual_optimization_leaves_scheduler_stepping_to_the_user():
     model = Manual()
     quiet_trainer(max_epochs=2, limit_train_batches=2).fit(model, loader())
     assert model.lrs == [1.0, 1.0, 0.5, 0.5]
+
+
+def test_a_step_interval_plateau_scheduler_steps_once_per_optimizer_step():
+    steps = []
+
+    class Plateau(Regressor):
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", self.loss(batch))
+
+        def lr_scheduler_step(self, scheduler, metric):
+            steps.append(self.global_step)
+            super().lr_scheduler_step(scheduler, metric)
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+            # strict=False: before the first validation there is no val_loss to read (as in Lightning)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": plateau, "monitor": "val_loss",
+                                                             "interval": "step", "strict": False}}
+
+    trainer = quiet_trainer(max_epochs=1, val_check_interval=2, num_sanity_val_steps=0)
+    trainer.fit(Plateau(), loader(), loader(n=16))
+    assert steps == [2, 3, 4, 5, 6, 7, 8]  # from the first validation on, once after every step

@@ -47,3 +47,9 @@ def test_predict_runs_without_gradients_and_restores_train_mode():
 
 def test_return_predictions_false_returns_none():
     assert quiet_trainer().predict(Regressor(), loader(), return_predictions=False) is None
+
+
+def test_with_return_predictions_false_nothing_is_kept():
+    trainer = quiet_trainer()
+    assert trainer.predict(Regressor(), loader(), return_predictions=False) is None
+    assert not hasattr(trainer, "predictions")

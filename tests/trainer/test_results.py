@@ -220,3 +220,41 @@ def test_log_dict_and_step_logging_in_validation():
     step_calls = [(step, sorted(m)) for step, m in logger.calls if "a_step" in m]
     assert step_calls == [(i, ["a_step", "b_step"]) for i in range(6)]  # no "epoch" key, counted across epochs
     torch.testing.assert_close(trainer.callback_metrics["b_epoch"], 2 * trainer.callback_metrics["a_epoch"])
+
+
+def test_epoch_end_logs_with_several_loaders_belong_to_no_loader():
+    class Summary(Regressor):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val_loss", self.loss(batch))
+
+        def on_validation_epoch_end(self):
+            self.log("val_summary", 1.0)
+
+    results = quiet_trainer().validate(Summary(), [loader(n=16), loader(n=16)], verbose=False)
+    assert [sorted(r) for r in results] == [["val_loss/dataloader_idx_0", "val_summary"],
+                                            ["val_loss/dataloader_idx_1", "val_summary"]]
+
+
+def test_values_logged_at_epoch_end_survive_an_epoch_ended_by_on_train_batch_start():
+    class EndsEarly(Regressor):
+        def on_train_batch_start(self, batch, batch_idx):
+            return -1 if batch_idx == 2 else None
+
+        def on_train_epoch_end(self):
+            self.log("epoch_stat", 5.0)
+
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=1, logger=logger)
+    trainer.fit(EndsEarly(), loader())
+    assert logger.steps_with("epoch_stat") == [1]
+    assert trainer.callback_metrics["epoch_stat"].item() == 5.0
+
+
+def test_log_in_on_train_start_is_kept():
+    class StartLogs(Regressor):
+        def on_train_start(self):
+            self.log("at_start", 2.0)
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1)
+    trainer.fit(StartLogs(), loader())
+    assert trainer.callback_metrics["at_start"].item() == 2.0
