@@ -6,8 +6,8 @@ hot path a hook nobody overrides costs one ``is None`` test.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from framework.callbacks.base import Callback
