@@ -29,8 +29,10 @@ the ``Module``'s)::
               on_before_optimizer_step        #   once per optimizer step, not per micro-batch
               configure_gradient_clipping     #   Module only; clips when gradient_clip_val is set
             on_before_zero_grad
-            optimizer_zero_grad               # Module only; zero_grad(set_to_none=True) right after
-                                              # the step, not before the next backward (Lightning)
+            optimizer_zero_grad               # Module only; zero_grad(set_to_none=True) right after the
+                                              # step. Lightning zeroes before backward instead, so its
+                                              # gradients are still set in on_train_batch_end; ours are
+                                              # freed as soon as the step no longer needs them
             lr_scheduler_step                 # Module only; "step" schedulers when due, "epoch" ones
                                               # after the epoch's last batch
             on_train_batch_end

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -37,6 +40,41 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
         numpy.random.seed(seed)
     torch.manual_seed(seed)
     return seed
+
+
+@contextlib.contextmanager
+def isolated_rng() -> Iterator[None]:
+    """Run a block without moving the global random generators (Python, NumPy, torch CPU and CUDA).
+
+    Example::
+
+        with isolated_rng():
+            torch.rand(3)          # draws here ...
+        torch.rand(1)              # ... leave this value as it would have been
+    """
+    python_state = random.getstate()
+    torch_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    numpy_state = _numpy_state()
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        if numpy_state is not None:
+            import numpy
+
+            numpy.random.set_state(numpy_state)
+
+
+def _numpy_state() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy.random.get_state()
 
 
 def seed_worker(worker_id: int) -> None:

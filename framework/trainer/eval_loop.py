@@ -135,10 +135,12 @@ def _finish(trainer: Any, results: Results, num_loaders: int) -> list[dict[str, 
 
 def _log_step(trainer: Any, results: Results) -> None:
     """Step-level values logged in validation/test go to loggers every batch, numbered per loop."""
-    metrics = trainer.metrics
+    steps = trainer.metrics.eval_steps
+    loader = results.dataloader_idx or 0
+    step = steps.get(loader, 0)
     if results.step_values():
-        metrics.log_step(results, metrics.eval_step, epoch=None)
-    metrics.eval_step += 1
+        trainer.metrics.log_step(results, step, epoch=None)
+    steps[loader] = step + 1
 
 
 _CPU = torch.device("cpu")

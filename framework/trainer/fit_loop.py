@@ -18,6 +18,7 @@ import torch
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, overrides
 from framework.module import Module
+from framework.seed import isolated_rng
 from framework.trainer.data import INFINITE, limited, set_sampler_epoch
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.metrics import step_views
@@ -76,7 +77,8 @@ class FitLoop:
         trainer.state.stage = RunningStage.SANITY_CHECKING
         trainer.hooks.call(Hook.ON_SANITY_CHECK_START)
         limits = [min(n, trainer.sanity_steps) for n in trainer.num_val_batches]
-        run_evaluation(trainer, "validate", trainer.val_loaders, limits)
+        with isolated_rng():  # a seeded run trains the same with or without the sanity check
+            run_evaluation(trainer, "validate", trainer.val_loaders, limits)
         trainer.hooks.call(Hook.ON_SANITY_CHECK_END)
         trainer.metrics.clear()
         trainer.state.stage = RunningStage.TRAINING
@@ -125,7 +127,8 @@ class FitLoop:
                 batch_end(outputs, batch, batch_idx)
             results.in_batch = False
             stepped = state.batches_stepped != stepped_before
-            if log_every and stepped and state.batches_stepped % log_every == 0:
+            # While should_stop waits for min_epochs/min_steps, every step is logged (as Lightning does).
+            if log_every and stepped and (state.batches_stepped % log_every == 0 or state.should_stop):
                 trainer.metrics.log_step(results, state.batches_stepped - 1, state.current_epoch)
             if validates and self._should_validate(batch_idx, is_last):
                 trainer.run_validation_in_fit()

@@ -22,7 +22,7 @@ def step_views(results: Results) -> Views:
     log, bar, callback = {}, {}, {}
     for key, entry in results.step_values().items():
         value = entry.step_value
-        shown = key + "_step" if entry.on_epoch else key
+        shown = f"{entry.name}_step{entry.suffix}" if entry.on_epoch else key
         callback[key] = value
         callback[shown] = value
         if entry.logger:
@@ -41,7 +41,7 @@ def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tens
         value = entry.epoch_value(sync)
         if value is None:
             continue
-        shown = key + "_epoch" if entry.on_step else key
+        shown = f"{entry.name}_epoch{entry.suffix}" if entry.on_step else key
         callback[key] = value
         callback[shown] = value
         if entry.logger:
@@ -67,31 +67,30 @@ class MetricStore:
         self.progress_bar: dict[str, Any] = {}
         self.live: Results | None = None
         self.ending: Results | None = None
-        self.eval_step = 0  # numbers step-level logs of validation/test batches
+        # Step-level logs of validation/test batches are numbered per dataloader.
+        self.eval_steps: dict[int, int] = {}
 
     def callback_view(self) -> dict[str, Any]:
-        """``callback_metrics``: what was stored, with running values on top."""
-        view = dict(self.callback)
-        if self.live is not None:
-            view.update(step_views(self.live)[2])
-        if self.ending is not None:
-            # Reading must never run a collective (one rank alone may read); these are this rank's
-            # values, the synced ones are stored once every rank logs the epoch.
-            view.update(epoch_views(self.ending, _this_rank_only)[2])
-        return view
+        """``callback_metrics``: what was stored, with the running values on top."""
+        return {**self.callback, **self._running(2)}
 
     def logged_view(self) -> dict[str, Any]:
-        """``logged_metrics``: what went to loggers, with the running batch's step values on top."""
-        view = dict(self.logged)
-        if self.live is not None:
-            view.update(step_views(self.live)[0])
-        return view
+        """``logged_metrics``: what went to loggers, with the running values on top."""
+        return {**self.logged, **self._running(0)}
 
     def progress_bar_view(self) -> dict[str, float]:
-        view = dict(self.progress_bar)
+        return to_floats({**self.progress_bar, **self._running(1)})
+
+    def _running(self, part: int) -> dict[str, Any]:
+        """Part ``part`` of the views of the running batch and of the epoch whose end hooks run."""
+        view: dict[str, Any] = {}
         if self.live is not None:
-            view.update(step_views(self.live)[1])
-        return to_floats(view)
+            view.update(step_views(self.live)[part])
+        if self.ending is not None:
+            # Reading must never run a collective (one rank alone may read): these are this rank's
+            # values; the synced ones are stored once every rank logs the epoch.
+            view.update(epoch_views(self.ending, _this_rank_only)[part])
+        return view
 
     def store(self, views: Views) -> dict[str, Any]:
         """Keep ``views`` as the latest values; returns the part meant for loggers."""
@@ -127,6 +126,7 @@ class MetricStore:
         self.progress_bar.clear()
         self.live = None
         self.ending = None
+        self.eval_steps.clear()
 
 
 def _this_rank_only(tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:

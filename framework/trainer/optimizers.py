@@ -71,14 +71,12 @@ def _parse_dicts(items: Sequence[Mapping]) -> tuple[list[Optimizer], list[LRSche
             raise _bad_form(item)
         optimizers.append(item["optimizer"])
         if item.get("lr_scheduler") is not None:
-            config = _scheduler_config(item["lr_scheduler"])
-            if config.monitor is None and "monitor" in item:
-                config.monitor = item["monitor"]
-            configs.append(config)
+            configs.append(_scheduler_config(item["lr_scheduler"], monitor=item.get("monitor")))
     return optimizers, configs
 
 
-def _scheduler_config(value: Any) -> LRSchedulerConfig:
+def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConfig:
+    """``value`` as a config; ``monitor`` is the one given beside it (``{"optimizer", "lr_scheduler", "monitor"}``)."""
     if isinstance(value, Mapping):
         unknown = set(value) - _CONFIG_KEYS
         if "scheduler" not in value or unknown:
@@ -90,6 +88,8 @@ def _scheduler_config(value: Any) -> LRSchedulerConfig:
         config = LRSchedulerConfig(**{key: value[key] for key in value if key != "reduce_on_plateau"})
     else:
         config = LRSchedulerConfig(scheduler=value)
+    if config.monitor is None:
+        config.monitor = monitor
     if not hasattr(config.scheduler, "step"):
         raise MisconfigurationError(f"LR scheduler {describe(config.scheduler)} has no step() method.")
     if config.interval not in ("step", "epoch"):

@@ -26,13 +26,14 @@ class LoggedValue:
     """One logged name in one loop: its settings, its latest step value and its epoch accumulator."""
 
     __slots__ = (
-        "name", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "reduce_fx", "sync_dist",
+        "name", "suffix", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "reduce_fx", "sync_dist",
         "step_value", "step_stamp", "pending", "weights", "folded", "folded_weight", "metric",
     )
 
-    def __init__(self, name: str, on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool,
+    def __init__(self, name: str, suffix: str, on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool,
                  reduce_fx: str | Callable, sync_dist: bool) -> None:
         self.name = name
+        self.suffix = suffix  # "/dataloader_idx_N" when logged from one of several loaders
         self.on_step = on_step
         self.on_epoch = on_epoch
         self.prog_bar = prog_bar
@@ -132,12 +133,13 @@ class Results:
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: str | Callable, sync_dist: bool, add_dataloader_idx: bool,
             batch_size: int | None) -> None:
-        key = name
+        suffix = ""
         if self.dataloader_idx is not None and add_dataloader_idx:
-            key = f"{name}/dataloader_idx_{self.dataloader_idx}"
+            suffix = f"/dataloader_idx_{self.dataloader_idx}"
+        key = name + suffix
         entry = self.entries.get(key)
         if entry is None:
-            entry = self._new_entry(key, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+            entry = self._new_entry(name, suffix, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
         if entry.metric is not None:
             # A Metric's epoch value is its compute(); its step value is the batch value of forward().
             if entry.on_step:
@@ -165,10 +167,12 @@ class Results:
                 batch_size = self.current_batch_size()
             entry.add(value, batch_size or 1)
 
-    def _new_entry(self, key: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
-                   on_epoch: bool | None, reduce_fx: str | Callable, sync_dist: bool) -> LoggedValue:
-        if not isinstance(key, str) or not key:
-            raise MisconfigurationError(f"self.log(name=...) needs a non-empty string; got {describe(key)}.")
+    def _new_entry(self, name: str, suffix: str, value: Any, prog_bar: bool, logger: bool | None,
+                   on_step: bool | None, on_epoch: bool | None, reduce_fx: str | Callable,
+                   sync_dist: bool) -> LoggedValue:
+        if not isinstance(name, str) or not name:
+            raise MisconfigurationError(f"self.log(name=...) needs a non-empty string; got {describe(name)}.")
+        key = name + suffix
         if isinstance(reduce_fx, str):
             if reduce_fx.lower() not in REDUCTIONS:
                 raise MisconfigurationError(
@@ -183,7 +187,8 @@ class Results:
             )
         step_default = self.training and self.in_batch
         entry = LoggedValue(
-            key,
+            name,
+            suffix,
             on_step=step_default if on_step is None else bool(on_step),
             on_epoch=(not step_default) if on_epoch is None else bool(on_epoch),
             prog_bar=bool(prog_bar),

@@ -360,8 +360,7 @@ class Trainer:
         self.given_loaders = loaders
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
         self.state.should_stop = False
-        if fn != TrainerFn.FITTING:
-            self.metrics.eval_step = 0
+        self.metrics.clear()  # each run starts with empty metric dicts, as in Lightning
         stage = "fit" if fn == TrainerFn.FITTING else fn.value
         try:
             self._setup(stage)
@@ -434,9 +433,23 @@ class Trainer:
             self.model = self.runtime.setup_module(module)
             self._module_setup = True
         self.training_step = self.runtime.strategy.step_function(self.model, "training_step")
-        if self.loggers and module._log_hyperparams and module.hparams and self.is_global_zero:
+        self._log_hyperparams()
+
+    def _log_hyperparams(self) -> None:
+        """The Module's and the DataModule's hyperparameters, together, to every logger."""
+        module, datamodule = self.module, self.datamodule
+        hparams = dict(module.hparams) if module._log_hyperparams else {}
+        if datamodule is not None:
+            clashes = [k for k, v in datamodule.hparams.items() if k in hparams and hparams[k] != v]
+            if clashes:
+                raise MisconfigurationError(
+                    f"The Module and the DataModule both save hyperparameters {clashes} with different values; "
+                    "rename one of them so the logged hyperparameters are unambiguous."
+                )
+            hparams.update(datamodule.hparams)
+        if hparams and self.loggers and self.is_global_zero:
             for logger in self.loggers:
-                logger.log_hyperparams(dict(module.hparams))
+                logger.log_hyperparams(hparams)
 
     def _merge_module_callbacks(self) -> None:
         """Callbacks from ``configure_callbacks`` replace the Trainer's of the same type; checkpointers go last."""
