@@ -41,3 +41,27 @@ def test_workers_flag_gives_dataloader_workers_a_seed_function():
     torch.manual_seed(11)
     seed_worker(0)
     assert numpy.random.get_state()[1][0] == 11
+
+
+def test_isolated_rng_leaves_every_generator_where_it_was():
+    from framework.seed import isolated_rng
+
+    framework.seed_everything(5)
+    expected = (random.random(), numpy.random.rand(), torch.rand(1).item())
+    framework.seed_everything(5)
+    with isolated_rng():
+        random.random(), numpy.random.rand(), torch.rand(5)
+    assert (random.random(), numpy.random.rand(), torch.rand(1).item()) == expected
+
+
+def test_the_sanity_check_does_not_change_a_seeded_run():
+    from tests.helpers import Regressor, loader, quiet_trainer
+
+    def train(sanity_steps):
+        framework.seed_everything(1)
+        model = Regressor()
+        quiet_trainer(max_epochs=1, num_sanity_val_steps=sanity_steps).fit(
+            model, loader(shuffle=True), loader(n=16, shuffle=True))
+        return model.net.weight.detach().clone()
+
+    torch.testing.assert_close(train(2), train(0))

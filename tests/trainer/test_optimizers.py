@@ -149,3 +149,11 @@ def test_a_step_interval_plateau_scheduler_steps_once_per_optimizer_step():
     trainer = quiet_trainer(max_epochs=1, val_check_interval=2, num_sanity_val_steps=0)
     trainer.fit(Plateau(), loader(), loader(n=16))
     assert steps == [2, 3, 4, 5, 6, 7, 8]  # from the first validation on, once after every step
+
+
+def test_monitor_may_stand_beside_the_scheduler():
+    module = Regressor()
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    _, configs = parse_optimizers({"optimizer": optimizer, "lr_scheduler": plateau, "monitor": "val_loss"})
+    assert configs[0].monitor == "val_loss" and configs[0].reduce_on_plateau

@@ -7,6 +7,7 @@ import torch
 import torchmetrics
 from torch.utils.data import DataLoader, TensorDataset
 
+import framework
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
 
 
@@ -258,3 +259,77 @@ def test_log_in_on_train_start_is_kept():
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=1)
     trainer.fit(StartLogs(), loader())
     assert trainer.callback_metrics["at_start"].item() == 2.0
+
+
+def test_each_run_starts_with_empty_metric_dicts():
+    seen = []
+
+    class Peeks(Regressor):
+        def on_test_epoch_end(self):
+            seen.append(sorted(self.trainer.callback_metrics))
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, logger=RecordingLogger())
+    model = Peeks()
+    trainer.fit(model, loader(), loader(n=16))
+    trainer.test(model, loader(n=16), verbose=False)
+    assert seen == [["test_loss"]]
+    assert sorted(trainer.logged_metrics) == ["test_loss"]
+
+
+def test_epoch_end_hooks_see_this_epochs_values_in_every_metric_dict():
+    seen = []
+
+    class Reads(framework.Callback):
+        def on_train_epoch_end(self, trainer, module):
+            seen.append((trainer.callback_metrics["loss"].item(), trainer.progress_bar_metrics["loss"],
+                         trainer.logged_metrics["loss"].item()))
+
+    class EpochLoss(Regressor):
+        def training_step(self, batch, batch_idx):
+            loss = self.loss(batch)
+            self.log("loss", loss, on_step=False, on_epoch=True, prog_bar=True)
+            return loss
+
+    trainer = quiet_trainer(max_epochs=2, callbacks=[Reads()], logger=RecordingLogger())
+    trainer.fit(EpochLoss(), loader())
+    assert all(a == pytest.approx(b) == pytest.approx(c) for a, b, c in seen) and len(seen) == 2
+
+
+def test_forked_names_with_several_loaders_keep_the_suffix_last():
+    class Both(Regressor):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val_mse", self.loss(batch), on_step=True, on_epoch=True)
+
+    logger = RecordingLogger()
+    results = quiet_trainer(logger=logger).validate(Both(), [loader(n=24), loader(n=24)], verbose=False)
+    assert [sorted(r) for r in results] == [["val_mse_epoch/dataloader_idx_0"], ["val_mse_epoch/dataloader_idx_1"]]
+    step_logs = [(step, sorted(m)) for step, m in logger.calls if any("_step" in k for k in m)]
+    assert step_logs == [(i, ["val_mse_step/dataloader_idx_0"]) for i in range(3)] + \
+        [(i, ["val_mse_step/dataloader_idx_1"]) for i in range(3)]
+
+
+def test_datamodule_hyperparameters_are_logged_with_the_modules():
+    class Data(framework.DataModule):
+        def __init__(self, batch_size=8):
+            super().__init__()
+            self.save_hyperparameters()
+
+        def train_dataloader(self):
+            return loader(batch_size=self.hparams.batch_size)
+
+    logger = RecordingLogger()
+    quiet_trainer(max_epochs=1, limit_train_batches=1, logger=logger).fit(Regressor(), datamodule=Data())
+    assert logger.hyperparams == [{"lr": 0.05, "features": 4, "batch_size": 8}]
+
+
+def test_every_step_is_logged_while_should_stop_waits_for_min_epochs():
+    class StopsEarly(Regressor):
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if self.current_epoch == 1:
+                self.trainer.should_stop = True
+
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=5, min_epochs=3, log_every_n_steps=4, logger=logger)
+    trainer.fit(StopsEarly(), loader())
+    assert logger.steps_with("train_loss") == [3, 7, *range(8, 24)]
+    assert trainer.current_epoch == 3
