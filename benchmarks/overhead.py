@@ -160,7 +160,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
 
-    variants: list[tuple[str, Callable[[list, bool], float]]] = [("plain PyTorch", plain), ("framework", with_framework)]
+    Variant = tuple[str, Callable[[list, bool], float]]
+    variants: list[Variant] = [("plain PyTorch", plain), ("framework", with_framework)]
     if _importable("lightning"):
         variants.append(("Lightning", with_lightning))
     if _importable("accelerate"):
@@ -170,7 +171,7 @@ def main() -> None:
     rows = []
     for log in (False, True):
         times: dict[str, list[float]] = {name: [] for name, _ in variants}
-        for name, run in variants:  # warm-up
+        for _name, run in variants:  # warm-up
             run(batches[:200], log)
         for _ in range(args.runs):
             for name, run in variants:

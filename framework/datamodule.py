@@ -35,6 +35,7 @@ class DataModule:
 
     @property
     def hparams(self) -> AttributeDict:
+        """What ``save_hyperparameters`` stored, readable as attributes; logged with the Module's."""
         return self._hparams
 
     def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None) -> None:
@@ -49,12 +50,15 @@ class DataModule:
     def teardown(self, stage: str) -> None: ...
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change ``batch`` before it moves to the device; overriding it here replaces the Module's hook."""
         return batch
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        """Move ``batch`` to ``device`` (tensors in any nesting); overriding it here replaces the Module's hook."""
         return move_to_device(batch, device)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change ``batch`` once it is on the device; overriding it here replaces the Module's hook."""
         return batch
 
     def state_dict(self) -> dict[str, Any]:

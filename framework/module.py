@@ -55,6 +55,7 @@ class Module(nn.Module):
     # -- what the trainer tells the module ---
     @property
     def trainer(self) -> Any:
+        """The Trainer this module is attached to; raises ``RuntimeError`` when there is none."""
         if self._trainer is None:
             raise RuntimeError(
                 f"{type(self).__qualname__} is not attached to a Trainer; call trainer.fit(model) first."
@@ -63,10 +64,12 @@ class Module(nn.Module):
 
     @trainer.setter
     def trainer(self, trainer: Any) -> None:
+        """Attach the module to ``trainer`` (each Trainer run does this)."""
         self._trainer = trainer
 
     @property
     def device(self) -> torch.device:
+        """The device of the first parameter (else the first buffer); CPU for a module with neither."""
         for tensor in self.parameters():
             return tensor.device
         for tensor in self.buffers():
@@ -75,26 +78,32 @@ class Module(nn.Module):
 
     @property
     def global_step(self) -> int:
+        """``trainer.global_step``; 0 when not attached to a Trainer."""
         return self._trainer.state.global_step if self._trainer is not None else 0
 
     @property
     def current_epoch(self) -> int:
+        """``trainer.current_epoch``; 0 when not attached to a Trainer."""
         return self._trainer.state.current_epoch if self._trainer is not None else 0
 
     @property
     def global_rank(self) -> int:
+        """``trainer.global_rank``; 0 when not attached to a Trainer."""
         return self._trainer.global_rank if self._trainer is not None else 0
 
     @property
     def local_rank(self) -> int:
+        """``trainer.local_rank``; 0 when not attached to a Trainer."""
         return self._trainer.local_rank if self._trainer is not None else 0
 
     @property
     def logger(self) -> Any:
+        """The Trainer's first logger; None when there is none or no Trainer."""
         return self._trainer.logger if self._trainer is not None else None
 
     @property
     def loggers(self) -> list[Any]:
+        """The Trainer's loggers; ``[]`` when not attached to a Trainer."""
         return self._trainer.loggers if self._trainer is not None else []
 
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -105,6 +114,7 @@ class Module(nn.Module):
     # -- hyperparameters ---
     @property
     def hparams(self) -> AttributeDict:
+        """What ``save_hyperparameters`` stored, readable as attributes (``self.hparams.lr``)."""
         return self._hparams
 
     def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True,
@@ -170,12 +180,14 @@ class Module(nn.Module):
 
     # -- steps ---
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """The loss of one training batch: a tensor, a dict with a ``"loss"`` tensor, or None to skip; needed to fit."""
         raise MisconfigurationError(f"{type(self).__qualname__} must define training_step(batch, batch_idx) to fit.")
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         """Not overriding it turns validation off."""
 
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Compute and ``self.log`` the metrics of one test batch (``dataloader_idx`` follows with several loaders)."""
         raise MisconfigurationError(f"{type(self).__qualname__} must define test_step(batch, batch_idx) to test.")
 
     def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
@@ -204,6 +216,7 @@ class Module(nn.Module):
         optimizer.step(closure=optimizer_closure)
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Optimizer) -> None:
+        """Clear ``optimizer``'s gradients right after its step (Lightning does it before the backward instead)."""
         optimizer.zero_grad()
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
@@ -281,6 +294,7 @@ class Module(nn.Module):
         self.eval()
 
     def unfreeze(self) -> None:
+        """Undo ``freeze``: gradients for every parameter, and train mode."""
         for param in self.parameters():
             param.requires_grad = True
         self.train()
@@ -316,18 +330,23 @@ class Module(nn.Module):
     def on_before_zero_grad(self, optimizer: Optimizer) -> None: ...
 
     def on_validation_model_eval(self) -> None:
+        """Put the module in eval mode before validation (``self.eval()``)."""
         self.eval()
 
     def on_validation_model_train(self) -> None:
+        """Back to train mode after validation; if not overridden, each submodule gets back its earlier mode instead."""
         self.train()
 
     def on_test_model_eval(self) -> None:
+        """Put the module in eval mode before testing (``self.eval()``)."""
         self.eval()
 
     def on_test_model_train(self) -> None:
+        """Back to train mode after testing; if not overridden, each submodule gets back its earlier mode instead."""
         self.train()
 
     def on_predict_model_eval(self) -> None:
+        """Put the module in eval mode before predicting; afterwards each submodule gets back its earlier mode."""
         self.eval()
 
     def on_validation_start(self) -> None: ...
@@ -352,12 +371,15 @@ class Module(nn.Module):
     def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change ``batch`` before it moves to the device; returns the batch. A DataModule's override wins."""
         return batch
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move ``batch`` to ``device`` (tensors in any nesting); returns the batch. A DataModule's override wins."""
         return move_to_device(batch, device)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change ``batch`` once on the device (e.g. GPU augmentation); returns it. A DataModule's override wins."""
         return batch
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...

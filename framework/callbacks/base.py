@@ -30,9 +30,11 @@ class Callback:
         return type(self).__qualname__
 
     def state_dict(self) -> dict[str, Any]:
+        """What this callback saves in checkpoints (under ``state_key``); nothing by default."""
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned, when ``fit`` resumes from a checkpoint."""
         pass
 
     def setup(self, trainer, module, stage: str) -> None: ...

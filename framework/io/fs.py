@@ -15,11 +15,13 @@ def filesystem(path: str | os.PathLike) -> tuple[Any, str]:
 
 
 def exists(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists (any fsspec path)."""
     fs, inner = filesystem(path)
     return fs.exists(inner)
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
+    """The contents of the file at ``path`` (any fsspec path)."""
     fs, inner = filesystem(path)
     with fs.open(inner, "rb") as handle:
         return handle.read()

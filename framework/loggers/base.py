@@ -20,18 +20,22 @@ class Logger:
 
     @property
     def name(self) -> str | None:
+        """The logger's name; the class name by default."""
         return type(self).__name__
 
     @property
     def version(self) -> int | str | None:
+        """This run's version among the logger's runs, or None when it keeps none."""
         return None
 
     @property
     def save_dir(self) -> str | None:
+        """The directory the logger writes its runs under, or None."""
         return None
 
     @property
     def log_dir(self) -> str | None:
+        """The directory of this run's files, or None; ``trainer.log_dir`` reads the first logger's."""
         return None
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:

@@ -77,6 +77,7 @@ def resolve_devices(devices: object, accelerator: str) -> list[int]:
 
 
 def device_for(accelerator: str, index: int) -> torch.device:
+    """The ``torch.device`` for ``accelerator`` and device ``index`` (the index is unused on CPU and MPS)."""
     if accelerator == "cpu":
         return torch.device("cpu")
     if accelerator == "mps":

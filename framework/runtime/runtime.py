@@ -63,26 +63,32 @@ class Runtime:
     # -- ranks ---
     @property
     def world_size(self) -> int:
+        """Number of processes taking part, over all nodes."""
         return self.strategy.world_size
 
     @property
     def global_rank(self) -> int:
+        """This process's index among all processes."""
         return self.strategy.global_rank
 
     @property
     def local_rank(self) -> int:
+        """This process's index on its node."""
         return self.strategy.local_rank
 
     @property
     def node_rank(self) -> int:
+        """This node's index."""
         return self.strategy.node_rank
 
     @property
     def is_global_zero(self) -> bool:
+        """Whether this process is global rank 0."""
         return self.strategy.is_global_zero
 
     # -- set-up --------------------------------------------------------------------------------------
     def setup_environment(self) -> None:
+        """Let the strategy set up its environment (start the process group, where there is one)."""
         self.strategy.setup_environment()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
@@ -90,6 +96,7 @@ class Runtime:
         return self.strategy.setup_module(self.precision.convert_module(module))
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """``optimizer`` as the strategy needs it (wrapped where it shards optimizer state)."""
         return self.strategy.setup_optimizer(optimizer)
 
     def setup(self, module: nn.Module, *optimizers: Optimizer) -> Any:
@@ -106,9 +113,11 @@ class Runtime:
 
     # -- the step ---
     def autocast(self) -> contextlib.AbstractContextManager:
+        """The precision's context for forward passes (one that does nothing in ``"32-true"``)."""
         return self.precision.autocast()
 
     def backward(self, loss: torch.Tensor, *args: Any, module: nn.Module | None = None, **kwargs: Any) -> None:
+        """``loss.backward()`` through the strategy and precision; ``module`` is for strategies needing the model."""
         self.strategy.backward(loss, module, *args, **kwargs)
 
     def optimizer_step(self, optimizer: Optimizer, closure: Any = None, **kwargs: Any) -> bool:
@@ -137,18 +146,23 @@ class Runtime:
 
     # -- collectives ---
     def all_reduce(self, tensor: torch.Tensor, reduce_op: str = "mean") -> torch.Tensor:
+        """Reduce ``tensor`` over all ranks by ``reduce_op`` ("mean", "sum", "max", "min"); identity on one process."""
         return self.strategy.all_reduce(tensor, reduce_op)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` from every rank, stacked along a new first dimension (of size 1 on one process)."""
         return self.strategy.all_gather(tensor)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """``obj`` as rank ``src`` has it, on every rank; ``obj`` itself on one process."""
         return self.strategy.broadcast(obj, src)
 
     def barrier(self, name: str | None = None) -> None:
+        """Wait until every rank gets here; returns at once on one process."""
         self.strategy.barrier(name)
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """One decision for all ranks: every rank's (``all=True``) or any rank's; ``decision`` on one process."""
         return self.strategy.reduce_boolean_decision(decision, all)
 
     # -- files ---
@@ -170,6 +184,7 @@ class Runtime:
         return checkpoint
 
     def teardown(self) -> None:
+        """Undo ``setup_environment`` (end the process group, where there is one)."""
         self.strategy.teardown()
 
     def __repr__(self) -> str:

@@ -35,22 +35,27 @@ class Strategy:
     # -- ranks ---
     @property
     def world_size(self) -> int:
+        """Number of processes taking part, over all nodes (1 here)."""
         return 1
 
     @property
     def global_rank(self) -> int:
+        """This process's index among all processes (0 here)."""
         return 0
 
     @property
     def local_rank(self) -> int:
+        """This process's index on its node (0 here)."""
         return 0
 
     @property
     def node_rank(self) -> int:
+        """This node's index (0 here)."""
         return 0
 
     @property
     def is_global_zero(self) -> bool:
+        """Whether this process is global rank 0."""
         return self.global_rank == 0
 
     @property
@@ -87,23 +92,28 @@ class Strategy:
         return contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor, module: nn.Module | None = None, *args: Any, **kwargs: Any) -> None:
+        """Compute gradients of ``loss`` through the precision; ``module`` is for strategies that need the model."""
         self.precision.backward(loss, *args, **kwargs)
 
     def optimizer_step(self, optimizer: Optimizer, closure: Any = None, **kwargs: Any) -> bool:
+        """Step ``optimizer`` through the precision; False when the step was skipped."""
         return self.precision.optimizer_step(optimizer, closure, **kwargs)
 
     def clip_gradients_norm(
         self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor:
+        """Unscale, then clip ``optimizer``'s gradients to total norm ``max_norm``; returns the norm they had before."""
         self.precision.unscale(optimizer)
         return torch.nn.utils.clip_grad_norm_(_parameters_of(optimizer), max_norm, norm_type=norm_type)
 
     def clip_gradients_value(self, module: nn.Module, optimizer: Optimizer, clip_value: float) -> None:
+        """Unscale, then clamp each gradient of ``optimizer``'s parameters to ``[-clip_value, clip_value]``."""
         self.precision.unscale(optimizer)
         torch.nn.utils.clip_grad_value_(_parameters_of(optimizer), clip_value)
 
     # -- collectives ---
     def all_reduce(self, tensor: torch.Tensor, reduce_op: str = "mean") -> torch.Tensor:
+        """Reduce ``tensor`` over all ranks by ``reduce_op`` ("mean", "sum", "max", "min"); here ``tensor`` itself."""
         return tensor
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -111,9 +121,11 @@ class Strategy:
         return tensor.unsqueeze(0)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """``obj`` as rank ``src`` has it, on every rank; here ``obj`` itself."""
         return obj
 
     def barrier(self, name: str | None = None) -> None:
+        """Wait until every rank reaches this point (``name`` labels it); here it returns at once."""
         pass
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
@@ -122,6 +134,7 @@ class Strategy:
 
     # -- checkpoints ---
     def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """The ``state_dict()`` of the user's module inside any wrapper, as checkpoints hold it."""
         return self.unwrap(module).state_dict()
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
@@ -133,6 +146,7 @@ class Strategy:
         self.barrier("save_checkpoint")
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
+        """Read the checkpoint at ``path``, with every tensor on the CPU."""
         from framework.io.checkpoint import load_checkpoint
 
         return load_checkpoint(path, map_location="cpu")

@@ -15,6 +15,7 @@ def _fail(name: str, value: Any, accepted: str) -> MisconfigurationError:
 
 
 def check_bool(name: str, value: Any) -> bool:
+    """``value``, which must be exactly True or False."""
     if not isinstance(value, bool):
         raise _fail(name, value, "True or False")
     return value
@@ -30,6 +31,7 @@ def check_int(name: str, value: Any, minimum: int, none_means: Any = "reject") -
 
 
 def check_optional_number(name: str, value: Any, minimum: float = 0.0) -> float | None:
+    """``value`` as a float >= ``minimum`` (nan is rejected), or None."""
     if value is None:
         return None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= minimum:  # rejects nan
@@ -60,6 +62,7 @@ def check_limit(name: str, value: Any) -> int | float:
 
 
 def check_val_check_interval(value: Any) -> int | float:
+    """``val_check_interval``: an int number of batches >= 1 or a fraction in (0.0, 1.0]; None means 1.0."""
     if value is None:
         return 1.0
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -72,6 +75,7 @@ def check_val_check_interval(value: Any) -> int | float:
 
 
 def check_choice(name: str, value: Any, choices: tuple) -> Any:
+    """``value`` when it is one of ``choices``, compared by type too (``1`` does not pass for ``True``)."""
     if not any(value is choice or (type(value) is type(choice) and value == choice) for choice in choices):
         raise _fail(name, value, "one of " + ", ".join(repr(c) for c in choices))
     return value
@@ -113,6 +117,7 @@ def parse_max_time(value: Any) -> timedelta | None:
 
 
 def check_root_dir(value: Any) -> str:
+    """``default_root_dir`` as a string; None means the current working directory."""
     if value is None:
         return os.getcwd()
     if not isinstance(value, (str, os.PathLike)):
@@ -121,6 +126,7 @@ def check_root_dir(value: Any) -> str:
 
 
 def check_list_of(name: str, value: Any, kind: type, noun: str) -> list:
+    """``value`` (one ``kind`` instance or a list/tuple of them) as a list; None gives ``[]``."""
     if value is None:
         return []
     items = list(value) if isinstance(value, (list, tuple)) else [value]

@@ -11,6 +11,7 @@ from framework.hparams import checkpoint_safe
 
 
 def framework_version() -> str:
+    """``framework.__version__``, which every checkpoint records."""
     from framework import __version__
 
     return __version__

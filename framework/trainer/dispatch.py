@@ -44,6 +44,7 @@ class HookRunner:
         self._callers: dict[Hook, Callable[..., Any] | None] = {hook: self._build(hook) for hook in Hook}
 
     def get(self, hook: Hook) -> Callable[..., Any] | None:
+        """The function that runs ``hook`` (given its Module-side arguments), or None when there is nothing to run."""
         return self._callers[hook]
 
     def call(self, hook: Hook, *args: Any) -> Any:

@@ -35,6 +35,7 @@ class FitLoop:
 
     # -- the whole fit ---
     def run(self) -> None:
+        """Sanity check (at step 0 only), ``on_train_start``, epochs until a limit or a stop, then ``on_train_end``."""
         trainer = self.trainer
         self.started_at = time.monotonic()
         if trainer.sanity_steps and trainer.val_enabled and trainer.state.global_step == 0:

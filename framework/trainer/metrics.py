@@ -79,6 +79,7 @@ class MetricStore:
         return {**self.logged, **self._running(0)}
 
     def progress_bar_view(self) -> dict[str, float]:
+        """``progress_bar_metrics``: what went to the progress bar, with the running values on top, as floats."""
         return to_floats({**self.progress_bar, **self._running(1)})
 
     def _running(self, part: int) -> dict[str, Any]:
@@ -121,6 +122,7 @@ class MetricStore:
             logger.log_metrics(floats, step)
 
     def clear(self) -> None:
+        """Forget every value: each run (and training after the sanity check) starts empty."""
         self.callback.clear()
         self.logged.clear()
         self.progress_bar.clear()

@@ -23,6 +23,7 @@ def format_results(title: str, results: list[dict[str, float]]) -> str:
 
 
 def print_results(title: str, results: list[dict[str, float]]) -> None:
+    """Print the ``format_results`` table, if anything was logged."""
     table = format_results(title, results)
     if table:
         print(table)

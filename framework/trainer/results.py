@@ -50,6 +50,7 @@ class LoggedValue:
         self.metric: Any = None
 
     def add(self, value: Any, weight: float) -> None:
+        """Accumulate one batch's ``value`` for the epoch, with ``weight`` (the batch size for means)."""
         pending = self.pending
         pending.append(value)
         self.weights.append(weight)
@@ -100,6 +101,7 @@ class LoggedValue:
         return sync(total, self.reduce) if self.sync_dist else total
 
     def reset_epoch(self) -> None:
+        """Empty the epoch accumulator (and reset a logged Metric)."""
         self.pending, self.weights, self.folded, self.folded_weight = [], [], None, 0.0
         if self.metric is not None:
             self.metric.reset()
@@ -124,6 +126,7 @@ class Results:
         self.dataloader_idx: int | None = None
 
     def start_batch(self, batch: Any, dataloader_idx: int | None = None) -> None:
+        """A new batch begins: what is logged next belongs to it (and to loader ``dataloader_idx``)."""
         self.batch = batch
         self.batch_size = None
         self.stamp += 1
@@ -133,6 +136,7 @@ class Results:
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: str | Callable, sync_dist: bool, add_dataloader_idx: bool,
             batch_size: int | None) -> None:
+        """Record one ``self.log`` call (see ``Module.log``); the first call for a name fixes its settings."""
         suffix = ""
         if self.dataloader_idx is not None and add_dataloader_idx:
             suffix = f"/dataloader_idx_{self.dataloader_idx}"
@@ -202,6 +206,7 @@ class Results:
         return entry
 
     def current_batch_size(self) -> int:
+        """The current batch's size, found by ``extract_batch_size`` once per batch."""
         if self.batch_size is None:
             self.batch_size = extract_batch_size(self.batch)
         return self.batch_size
@@ -212,6 +217,7 @@ class Results:
         return {key: e for key, e in self.entries.items() if e.on_step and e.step_stamp == stamp}
 
     def reset(self) -> None:
+        """Forget every entry (resetting logged Metrics), so the next epoch starts empty."""
         for entry in self.entries.values():
             entry.reset_epoch()
         self.entries.clear()

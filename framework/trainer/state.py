@@ -27,6 +27,8 @@ class RunningStage(str, Enum):
 
 
 class TrainerStatus(str, Enum):
+    """The run's status; a run that failed ends ``INTERRUPTED`` too, as in Lightning."""
+
     INITIALIZING = "initializing"
     RUNNING = "running"
     FINISHED = "finished"
@@ -58,14 +60,17 @@ class TrainerState:
 
     @property
     def finished(self) -> bool:
+        """The run ended normally."""
         return self.status == TrainerStatus.FINISHED
 
     @property
     def stopped(self) -> bool:
+        """The run was interrupted or failed."""
         return self.status == TrainerStatus.INTERRUPTED
 
     @property
     def sanity_checking(self) -> bool:
+        """The sanity-check validation at the start of ``fit`` is running."""
         return self.stage == RunningStage.SANITY_CHECKING
 
     counters: tuple[str, ...] = field(
@@ -79,6 +84,7 @@ class TrainerState:
         return {name: getattr(self, name) for name in self.counters}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the counters from ``state_dict()``'s output; counters it lacks keep their value."""
         for name in self.counters:
             if name in state:
                 setattr(self, name, type(getattr(self, name))(state[name]))

@@ -184,82 +184,102 @@ class Trainer:
     # -- what users read ---
     @property
     def current_epoch(self) -> int:
+        """Training epochs finished so far, i.e. the index of the epoch running."""
         return self.state.current_epoch
 
     @property
     def global_step(self) -> int:
+        """Optimizer steps taken so far (every ``optimizer.step()`` in manual optimization)."""
         return self.state.global_step
 
     @property
     def should_stop(self) -> bool:
+        """Set to True to end ``fit`` after the current batch, once ``min_epochs`` and ``min_steps`` are met."""
         return self.state.should_stop
 
     @should_stop.setter
     def should_stop(self, value: bool) -> None:
+        """Ask ``fit`` to stop (or withdraw the request); each run starts with False."""
         self.state.should_stop = bool(value)
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
+        """The latest value of every logged name, the running batch's included (what callbacks monitor)."""
         return self.metrics.callback_view()
 
     @property
     def logged_metrics(self) -> dict[str, Any]:
+        """The latest values sent to loggers, the running batch's included."""
         return self.metrics.logged_view()
 
     @property
     def progress_bar_metrics(self) -> dict[str, Any]:
+        """The latest values logged with ``prog_bar=True``, as floats."""
         return self.metrics.progress_bar_view()
 
     @property
     def strategy(self) -> Any:
+        """The ``Strategy`` in use (``trainer.runtime.strategy``)."""
         return self.runtime.strategy
 
     @property
     def precision(self) -> str:
+        """The precision mode's name, such as ``"32-true"``."""
         return self.runtime.precision.name
 
     @property
     def lightning_module(self) -> Module | None:
+        """The ``Module`` being run, under Lightning's name (``trainer.module``)."""
         return self.module
 
     @property
     def world_size(self) -> int:
+        """Number of processes taking part, over all nodes."""
         return self.runtime.world_size
 
     @property
     def global_rank(self) -> int:
+        """This process's index among all processes."""
         return self.runtime.global_rank
 
     @property
     def local_rank(self) -> int:
+        """This process's index on its node."""
         return self.runtime.local_rank
 
     @property
     def node_rank(self) -> int:
+        """This node's index."""
         return self.runtime.node_rank
 
     @property
     def is_global_zero(self) -> bool:
+        """Whether this process is global rank 0."""
         return self.runtime.is_global_zero
 
     @property
     def num_nodes(self) -> int:
+        """The ``num_nodes`` the Trainer was given."""
         return self.runtime.num_nodes
 
     @property
     def device_ids(self) -> list[int]:
+        """Indices of the devices in use (``[0]`` for one device)."""
         return self.runtime.device_ids
 
     @property
     def num_devices(self) -> int:
+        """How many devices in use per node (``len(device_ids)``)."""
         return len(self.runtime.device_ids)
 
     @property
     def logger(self) -> Logger | None:
+        """The first logger, or None."""
         return self.loggers[0] if self.loggers else None
 
     @property
     def default_root_dir(self) -> str:
+        """The ``default_root_dir`` given, else the working directory the Trainer was made in."""
         return self._default_root_dir
 
     @property
@@ -271,6 +291,7 @@ class Trainer:
 
     @property
     def sanity_checking(self) -> bool:
+        """The sanity-check validation at the start of ``fit`` is running."""
         return self.state.sanity_checking
 
     @property
@@ -280,22 +301,27 @@ class Trainer:
 
     @property
     def validating(self) -> bool:
+        """A validation loop is running (from ``validate`` or inside ``fit``; not the sanity check)."""
         return self.state.stage == RunningStage.VALIDATING
 
     @property
     def testing(self) -> bool:
+        """The test loop is running."""
         return self.state.stage == RunningStage.TESTING
 
     @property
     def predicting(self) -> bool:
+        """The predict loop is running."""
         return self.state.stage == RunningStage.PREDICTING
 
     @property
     def checkpoint_callbacks(self) -> list[Callback]:
+        """The checkpoint-saving callbacks (those with ``runs_last``)."""
         return [cb for cb in self.callbacks if cb.runs_last]
 
     @property
     def checkpoint_callback(self) -> Callback | None:
+        """The first checkpoint-saving callback, or None."""
         found = self.checkpoint_callbacks
         return found[0] if found else None
 
@@ -309,10 +335,12 @@ class Trainer:
 
     @property
     def sanity_steps(self) -> float:
+        """Validation batches per loader in the sanity check (infinity for ``num_sanity_val_steps=-1``)."""
         return INFINITE if self.num_sanity_val_steps == -1 else self.num_sanity_val_steps
 
     @property
     def val_enabled(self) -> bool:
+        """Fit has a validation loader with at least one batch to run."""
         return bool(self.val_loaders) and any(n > 0 for n in self.num_val_batches)
 
     # -- entry points ---
@@ -576,6 +604,7 @@ class Trainer:
         return after(batch, dataloader_idx) if after is not None else batch
 
     def strategy_step(self, name: str) -> Any:
+        """The callable that runs the step method ``name`` (e.g. ``"validation_step"``) on the set-up model."""
         return self.runtime.strategy.step_function(self.model, name)
 
     # -- checkpoints ---
