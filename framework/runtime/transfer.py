@@ -24,8 +24,14 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=device.type == "cuda")
     if isinstance(batch, (list, tuple)):
-        # Tensors are moved inline: a batch is most often a tuple of them.
-        moved = [item.to(device) if type(item) is torch.Tensor else move_to_device(item, device) for item in batch]
+        # A batch is most often a tuple of tensors already on the device (CPU training):
+        # comparing devices is cheaper than a no-op ``.to()`` through the dispatcher.
+        moved = [
+            item if type(item) is torch.Tensor and item.device == device else move_to_device(item, device)
+            for item in batch
+        ]
+        if type(batch) is tuple or type(batch) is list:
+            return type(batch)(moved)
         if isinstance(batch, tuple) and hasattr(batch, "_fields"):
             return type(batch)(*moved)
         try:

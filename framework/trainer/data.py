@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -83,18 +84,12 @@ def apply_limit(name: str, available: float, limit: int | float) -> float:
 
 
 def limited(loader: Iterable, count: float) -> Iterator[Any]:
-    """The first ``count`` batches of ``loader``."""
+    """The first ``count`` batches of ``loader`` (it is not asked for one more)."""
     if count == INFINITE:
-        yield from loader
-        return
+        return iter(loader)
     if count <= 0:
-        return
-    remaining = int(count)
-    for batch in loader:
-        yield batch
-        remaining -= 1
-        if remaining == 0:
-            return
+        return iter(())  # without iter(loader), which would start a DataLoader's workers
+    return itertools.islice(loader, int(count))
 
 
 def with_sequential_order(loader: Iterable) -> Iterable:

@@ -47,6 +47,11 @@ class HookRunner:
         """The function that runs ``hook`` (given its Module-side arguments), or None when there is nothing to run."""
         return self._callers[hook]
 
+    def all_default(self, *hooks: Hook) -> bool:
+        """Whether nothing (Module, DataModule or callback) overrides any of ``hooks``."""
+        owners = [(self.module, Module), (self.datamodule, DataModule), *((cb, Callback) for cb in self.callbacks)]
+        return not any(obj is not None and overrides(obj, base, hook.value) for hook in hooks for obj, base in owners)
+
     def call(self, hook: Hook, *args: Any) -> Any:
         """Run ``hook`` now; returns the Module's return value (None when it has none)."""
         caller = self._callers[hook]

@@ -95,12 +95,13 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     log_steps = bool(trainer.loggers) and not predicting and trainer.state.stage != RunningStage.SANITY_CHECKING
     batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
     several = len(loaders) > 1
+    move = trainer.batch_mover()
     collected: list[list[Any]] = []
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
         extra = (dataloader_idx,) if several else ()
         predictions: list[Any] = []
         for batch_idx, batch in enumerate(limited(loader, limit)):
-            batch = trainer.transfer_batch(batch, dataloader_idx)
+            batch = move(batch, dataloader_idx)
             results.start_batch(batch, dataloader_idx if several else None)
             if batch_start is not None:
                 batch_start(batch, batch_idx, *extra)

@@ -137,10 +137,11 @@ class Results:
             on_epoch: bool | None, reduce_fx: str | Callable, sync_dist: bool, add_dataloader_idx: bool,
             batch_size: int | None) -> None:
         """Record one ``self.log`` call (see ``Module.log``); the first call for a name fixes its settings."""
-        suffix = ""
-        if self.dataloader_idx is not None and add_dataloader_idx:
+        if self.dataloader_idx is None or not add_dataloader_idx:
+            suffix, key = "", name
+        else:
             suffix = f"/dataloader_idx_{self.dataloader_idx}"
-        key = name + suffix
+            key = name + suffix
         entry = self.entries.get(key)
         if entry is None:
             entry = self._new_entry(name, suffix, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)

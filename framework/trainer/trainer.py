@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +17,9 @@ from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, overrides
 from framework.loggers.base import Logger
 from framework.module import Module
+from framework.precision import Precision
 from framework.runtime import Runtime
+from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
 from framework.trainer.checkpoint import dump_checkpoint, load_for, restore_checkpoint
 from framework.trainer.data import INFINITE, eval_data, load_fit_data
@@ -451,6 +453,11 @@ class Trainer:
         self.hooks = HookRunner(self, module, self.callbacks, self.datamodule)
         self._transfer_hooks = tuple(self.hooks.get(hook) for hook in (
             Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER))
+        precision = self.runtime.precision
+        self._convert_input = precision.convert_input if overrides(precision, Precision, "convert_input") else None
+        self._plain_transfer = self._convert_input is None and self.hooks.all_default(
+            Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER
+        )
         self.runtime.setup_environment()
         if self.runtime.local_rank == 0:
             self.hooks.call(Hook.PREPARE_DATA)
@@ -595,12 +602,21 @@ class Trainer:
             restore_checkpoint(self, load_for(self, ckpt_path), training=False)
 
     # -- services the loops and the Module call ------------------------------------------------------------------------
+    def batch_mover(self) -> Callable[[Any, int], Any]:
+        """The fastest callable doing what ``transfer_batch`` does, for the loops to call on every batch."""
+        if not self._plain_transfer:
+            return self.transfer_batch
+        device = self.runtime.device
+        return lambda batch, dataloader_idx: move_to_device(batch, device)
+
     def transfer_batch(self, batch: Any, dataloader_idx: int) -> Any:
         """The batch-transfer hooks around moving ``batch`` to the device."""
         before, transfer, after = self._transfer_hooks
         if before is not None:
             batch = before(batch, dataloader_idx)
-        batch = self.runtime.precision.convert_input(transfer(batch, self.runtime.device, dataloader_idx))
+        batch = transfer(batch, self.runtime.device, dataloader_idx)
+        if self._convert_input is not None:
+            batch = self._convert_input(batch)
         return after(batch, dataloader_idx) if after is not None else batch
 
     def strategy_step(self, name: str) -> Any:
