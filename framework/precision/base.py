@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from framework.errors import MisconfigurationError
+
 # nullcontext is reusable, so one instance serves every step.
 _NO_AUTOCAST = contextlib.nullcontext()
 
@@ -30,8 +32,24 @@ class Precision:
     """
 
     name = "32-true"
+    #: The dtype parameters are kept in (FSDP builds its MixedPrecisionPolicy from these two).
     param_dtype: torch.dtype = torch.float32
+    #: The dtype gradients are reduced in across ranks; None: the parameters' dtype.
     reduce_dtype: torch.dtype | None = None
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+
+    def connect(self, device: torch.device) -> None:
+        """Called by the Runtime with the device it runs on; raises when the device cannot do this mode."""
+        problem = self.unsupported_reason(device)
+        if problem is not None:
+            raise MisconfigurationError(f"precision={self.name!r} cannot run on {device}: {problem}")
+        self.device = device
+
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        """Why ``device`` cannot do this mode (and what to use instead), or None when it can."""
+        return None
 
     def convert_module(self, module: nn.Module) -> nn.Module:
         """Cast the module's parameters where the mode needs it (here: nothing)."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from framework.errors import MisconfigurationError, describe
+from framework.precision.amp import BFloat16Mixed, Float16Mixed
 from framework.precision.base import Precision
+from framework.precision.true import BFloat16True, Float16True, Float64True
 
 # Every spelling Lightning and Accelerate accept, mapped to our canonical name.
 CANONICAL: dict[object, str] = {
@@ -16,7 +18,14 @@ CANONICAL: dict[object, str] = {
     "bf16-true": "bf16-true", "16-true": "16-true",
 }
 
-_BUILDERS: dict[str, Callable[[], Precision]] = {"32-true": Precision}
+_BUILDERS: dict[str, Callable[[], Precision]] = {
+    "32-true": Precision,
+    "64-true": Float64True,
+    "16-mixed": Float16Mixed,
+    "bf16-mixed": BFloat16Mixed,
+    "16-true": Float16True,
+    "bf16-true": BFloat16True,
+}
 
 
 def register_precision(name: str, builder: Callable[[], Precision]) -> None:

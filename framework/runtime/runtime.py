@@ -13,6 +13,7 @@ from torch.optim import Optimizer
 from framework.errors import MisconfigurationError, describe
 from framework.io.checkpoint import load_checkpoint
 from framework.precision import Precision, resolve_precision
+from framework.runtime.compile import compile_module, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.transfer import move_to_device
 from framework.strategies import Strategy, resolve_strategy
@@ -41,6 +42,7 @@ class Runtime:
         strategy: str | Strategy = "auto",
         precision: str | int | Precision = "32-true",
         num_nodes: int = 1,
+        compile: bool | dict[str, Any] = False,
     ) -> None:
         if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
             raise MisconfigurationError(f"num_nodes={describe(num_nodes)} must be a positive int.")
@@ -49,6 +51,7 @@ class Runtime:
         self.num_nodes = num_nodes
         self.strategy = resolve_strategy(strategy)
         self.precision = resolve_precision(precision)
+        self.compile_options = compile_options(compile)
         if devices == "auto" and self.strategy.world_size == 1:
             self.device_ids = self.device_ids[:1]  # "auto" on a multi-GPU machine: one device per process
         if (len(self.device_ids) > 1 or num_nodes > 1) and self.strategy.world_size == 1:
@@ -58,6 +61,7 @@ class Runtime:
                 "strategy once one is registered."
             )
         self.device = device_for(self.accelerator, self.device_ids[0])
+        self.precision.connect(self.device)
         self.strategy.connect(self.device, self.precision)
 
     # -- ranks ---
@@ -92,8 +96,11 @@ class Runtime:
         self.strategy.setup_environment()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        """Convert ``module`` for the precision, then place/wrap it for the strategy."""
-        return self.strategy.setup_module(self.precision.convert_module(module))
+        """Convert ``module`` for the precision, place/wrap it for the strategy, then compile it if asked."""
+        module = self.strategy.setup_module(self.precision.convert_module(module))
+        if self.compile_options is not None:
+            module = compile_module(module, self.compile_options)
+        return module
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
         """``optimizer`` as the strategy needs it (wrapped where it shards optimizer state)."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from framework.nested import map_tensors
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
@@ -21,44 +20,14 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
 
         move_to_device({"x": torch.ones(2), "meta": ["a", "b"]}, torch.device("cpu"))
     """
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=device.type == "cuda")
-    if isinstance(batch, (list, tuple)):
-        # A batch is most often a tuple of tensors already on the device (CPU training):
-        # comparing devices is cheaper than a no-op ``.to()`` through the dispatcher.
-        moved = [
-            item if type(item) is torch.Tensor and item.device == device else move_to_device(item, device)
-            for item in batch
-        ]
-        if type(batch) is tuple or type(batch) is list:
-            return type(batch)(moved)
-        if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-            return type(batch)(*moved)
-        try:
-            return type(batch)(moved)
-        except TypeError:  # a list/tuple subclass that cannot be built from one iterable
-            return moved
-    if isinstance(batch, Mapping):
-        items = {key: move_to_device(value, device) for key, value in batch.items()}
-        if isinstance(batch, defaultdict):
-            return type(batch)(batch.default_factory, items)
-        try:
-            return type(batch)(items)
-        except TypeError:
-            return items
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return _move_dataclass(batch, device)
-    to = getattr(batch, "to", None)
-    if callable(to):
-        return to(device)
-    return batch
+    non_blocking = device.type == "cuda"
 
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        # Comparing devices is cheaper than a no-op ``.to()`` through the dispatcher (CPU training).
+        return tensor if tensor.device == device else tensor.to(device, non_blocking=non_blocking)
 
-def _move_dataclass(batch: Any, device: torch.device) -> Any:
-    changes = {f.name: move_to_device(getattr(batch, f.name), device) for f in dataclasses.fields(batch) if f.init}
-    moved = dataclasses.replace(batch, **changes)
-    for f in dataclasses.fields(batch):
-        if not f.init:
-            # object.__setattr__ also works on frozen dataclasses.
-            object.__setattr__(moved, f.name, move_to_device(getattr(batch, f.name), device))
-    return moved
+    def move_other(obj: Any) -> Any:
+        to = getattr(obj, "to", None)
+        return to(device) if callable(to) else obj
+
+    return map_tensors(batch, move, move_other)

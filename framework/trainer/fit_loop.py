@@ -18,6 +18,7 @@ import torch
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, overrides
 from framework.module import Module
+from framework.precision import Precision
 from framework.seed import isolated_rng
 from framework.strategies import Strategy
 from framework.trainer.data import INFINITE, limited, set_sampler_epoch
@@ -202,12 +203,13 @@ class FitLoop:
             hooks.zero_grad(state.current_epoch, batch_idx, optimizer)
         else:
             optimizer.zero_grad(set_to_none=True)
-        if stepped:
-            state.global_step += 1
-            if trainer.has_step_schedulers:
-                step_schedulers(trainer, "step", plateau=False)
-            if is_last:
-                step_schedulers(trainer, "epoch", plateau=False)
+        # A step skipped for inf/nan gradients (fp16) still counts, as in Lightning; only the
+        # schedulers wait for a step that really changed the weights.
+        state.global_step += 1
+        if stepped and trainer.has_step_schedulers:
+            step_schedulers(trainer, "step", plateau=False)
+        if is_last:
+            step_schedulers(trainer, "epoch", plateau=False)
         state.batches_stepped += 1
         return closure.output, closure.loss
 
@@ -249,6 +251,8 @@ class FitLoop:
         """``opt.step()`` inside a manual ``training_step``: hooks, precision, then count the step."""
         hooks = self.trainer.step_hooks
         if hooks.before_optimizer_step is not None:
+            if closure is None and hooks.unscale is not None:  # with a closure, backward has not run yet
+                hooks.unscale(optimizer)
             hooks.before_optimizer_step(optimizer)
         stepped = hooks.runtime_optimizer_step(optimizer, closure, **kwargs)
         self.trainer.state.global_step += 1
@@ -299,6 +303,8 @@ class _StepClosure:
         if hooks.after_backward is not None:
             hooks.after_backward()
         if self.stepping:
+            if hooks.unscale is not None:
+                hooks.unscale(self.optimizer)
             if hooks.before_optimizer_step is not None:
                 hooks.before_optimizer_step(self.optimizer)
             if hooks.clip is not None:
@@ -391,6 +397,10 @@ class StepHooks:
         self.optimizer_step = module.optimizer_step if overrides(module, Module, "optimizer_step") else None
         self.zero_grad = module.optimizer_zero_grad if overrides(module, Module, "optimizer_zero_grad") else None
         strategy = runtime.strategy
+        # With loss scaling, on_before_optimizer_step and clipping see the true gradients, as in Lightning.
+        precision = strategy.precision
+        needs_true_grads = self.before_optimizer_step is not None or self.clip is not None
+        self.unscale = precision.unscale if needs_true_grads and overrides(precision, Precision, "unscale") else None
         # Where the strategy adds nothing to the precision's step or backward, call the precision
         # directly: one Python call less on every step.
         if overrides(strategy, Strategy, "optimizer_step"):

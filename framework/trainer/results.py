@@ -17,6 +17,7 @@ REDUCTIONS = ("mean", "sum", "max", "min")
 # Step values are appended to a list and folded into one tensor only every so often: a
 # list append costs far less than a tensor operation on every step.
 _FOLD_EVERY = 1024
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
 _TORCH_REDUCTIONS = {
     torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", max: "max", min: "min", sum: "sum",
 }
@@ -159,6 +160,8 @@ class Results:
                 )
             if value.requires_grad:
                 value = value.detach()
+            if value.dtype in _HALF_DTYPES:  # epoch means of many fp16/bf16 values would lose digits
+                value = value.float()
         elif not isinstance(value, (int, float)):
             raise MisconfigurationError(
                 f"self.log({name!r}, value) got {describe(value)}; accepted: a Python number, a one-element tensor "

@@ -1,0 +1,138 @@
+"""Mixed precision: forward passes under ``torch.autocast``, parameters and optimizer state in fp32."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+
+from framework.errors import MisconfigurationError
+from framework.precision.base import Precision
+
+
+class MixedPrecision(Precision):
+    """Runs forward passes and step functions under ``torch.autocast`` in ``dtype``.
+
+    Parameters, gradients and optimizer state stay in fp32; autocast picks, per operation,
+    whether to compute in ``dtype`` (matrix multiplies, convolutions) or in fp32 (reductions,
+    losses). Subclasses fix the dtype: ``BFloat16Mixed`` and ``Float16Mixed``.
+    """
+
+    dtype: torch.dtype = torch.bfloat16
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """``torch.autocast`` for this runtime's device type and ``dtype``."""
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        """Autocast exists for CPU, CUDA and MPS; bf16 needs a GPU generation that has it."""
+        if device.type not in ("cpu", "cuda", "mps"):
+            return f"torch.autocast has no {device.type!r} support. Use precision='32-true'."
+        if device.type == "cuda" and self.dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
+            return "this GPU has no bfloat16 support. Use precision='16-mixed'."
+        return None
+
+
+class BFloat16Mixed(MixedPrecision):
+    """``precision="bf16-mixed"``: autocast to bfloat16. bf16 has fp32's range, so no loss scaling is needed.
+
+    Example::
+
+        Trainer(precision="bf16-mixed")
+    """
+
+    name = "bf16-mixed"
+    dtype = torch.bfloat16
+
+
+class Float16Mixed(MixedPrecision):
+    """``precision="16-mixed"``: autocast to float16, with a ``torch.amp.GradScaler`` against underflow.
+
+    The loss is multiplied by the scale before backward, so small fp16 gradients do not
+    flush to zero; gradients are divided back (``unscale``) before clipping and stepping.
+    A step whose gradients hold inf or nan is skipped (``optimizer_step`` returns False, so
+    the LR scheduler does not step either) and the scale is halved. The scaler's state is
+    part of ``state_dict()`` and so of every checkpoint. Works on CPU as well as CUDA.
+
+    Example::
+
+        Trainer(precision="16-mixed", gradient_clip_val=1.0)
+    """
+
+    name = "16-mixed"
+    dtype = torch.float16
+
+    def __init__(self, scaler: torch.amp.GradScaler | None = None) -> None:
+        super().__init__()
+        self._given_scaler = scaler
+        self.scaler: torch.amp.GradScaler | None = scaler
+        self._unscaled: set[int] = set()  # ids of optimizers unscaled since their last step
+        self._scale = 0.0  # the scale before the current step, to tell a skipped step
+
+    def connect(self, device: torch.device) -> None:
+        """Check the device and make the GradScaler for it."""
+        super().connect(device)
+        if self._given_scaler is None:
+            self.scaler = torch.amp.GradScaler(device.type)
+        self._scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        """Loss scaling needs ``torch.amp.GradScaler`` for the device (CPU and CUDA have it)."""
+        if device.type not in ("cpu", "cuda"):
+            return f"torch.amp.GradScaler has no {device.type!r} support. Use precision='bf16-mixed' or '32-true'."
+        return super().unsupported_reason(device)
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward from ``loss * scale``."""
+        self._require_scaler().scale(loss).backward(*args, **kwargs)
+
+    def unscale(self, optimizer: Optimizer) -> None:
+        """Divide ``optimizer``'s gradients by the scale (once per step, however often it is asked)."""
+        if id(optimizer) not in self._unscaled:
+            self._require_scaler().unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any) -> bool:
+        """Run ``closure`` (GradScaler cannot take one), then step unless the gradients hold inf/nan.
+
+        Returns False when the step was skipped. The scale is updated once per optimizer
+        step, so gradient-accumulation micro-batches do not move it.
+        """
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise MisconfigurationError(
+                "precision='16-mixed' cannot step torch.optim.LBFGS: LBFGS evaluates its closure several times per "
+                "step, which loss scaling cannot follow. Use precision='bf16-mixed' or '32-true' with LBFGS."
+            )
+        scaler = self._require_scaler()
+        if closure is not None and closure() is None:
+            # training_step returned None: no backward ran, so there is nothing to check or step.
+            self._unscaled.discard(id(optimizer))
+            return True
+        scaler.step(optimizer, **kwargs)
+        scaler.update()
+        self._unscaled.discard(id(optimizer))
+        scale_before, self._scale = self._scale, scaler.get_scale()
+        # update() lowers the scale exactly when step() found inf/nan and skipped the step.
+        return self._scale >= scale_before
+
+    def state_dict(self) -> dict[str, Any]:
+        """The GradScaler's state: the scale, its growth/backoff settings and growth tracker."""
+        return self._require_scaler().state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the GradScaler's state from ``state_dict()``."""
+        if state:
+            scaler = self._require_scaler()
+            scaler.load_state_dict(state)
+            self._scale = scaler.get_scale()
+
+    def _require_scaler(self) -> torch.amp.GradScaler:
+        if self.scaler is None:
+            raise MisconfigurationError(
+                "Float16Mixed is not connected to a device yet: pass it to Trainer(precision=...) or "
+                "Runtime(precision=...), which connect it."
+            )
+        return self.scaler
