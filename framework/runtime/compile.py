@@ -55,11 +55,21 @@ def _naming_failures(compiled: Callable[..., Any], module: nn.Module) -> Callabl
         try:
             return compiled(*args, **kwargs)
         except TorchDynamoException as error:
-            cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise CompileError(
-                f"torch.compile failed on {type(module).__name__}.forward: {type(error).__name__}: {cause}. "
+                f"torch.compile failed on {type(module).__name__}.forward: {_root_cause(error)}. "
                 "Run once without compile= to see whether the eager model works, or pass "
                 "compile={'backend': 'eager'} to rule out the compiler backend."
             ) from error
 
     return call
+
+
+def _root_cause(error: BaseException) -> str:
+    """``Type: first line`` of the innermost exception ``error`` was raised from (dynamo wraps the real one)."""
+    while True:
+        inner = getattr(error, "inner_exception", None) or error.__cause__
+        if inner is None:
+            break
+        error = inner
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__

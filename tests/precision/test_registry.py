@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from framework.errors import MisconfigurationError
-from framework.precision import Precision, register_precision, registry, resolve_precision
+from framework.precision import (
+    BFloat16Mixed,
+    BFloat16True,
+    Float16Mixed,
+    Float16True,
+    Float64True,
+    Precision,
+    register_precision,
+    registry,
+    resolve_precision,
+)
 
 
 @pytest.fixture
@@ -22,6 +32,18 @@ def test_every_32_bit_spelling(spelling):
     precision = resolve_precision(spelling)
     assert isinstance(precision, Precision)
     assert precision.name == "32-true"
+
+
+@pytest.mark.parametrize(("spelling", "cls"), [
+    (64, Float64True), ("64", Float64True), ("64-true", Float64True),
+    (16, Float16Mixed), ("16", Float16Mixed), ("fp16", Float16Mixed), ("16-mixed", Float16Mixed),
+    ("bf16", BFloat16Mixed), ("bf16-mixed", BFloat16Mixed), ("BF16-Mixed", BFloat16Mixed),
+    ("bf16-true", BFloat16True), ("16-true", Float16True),
+])
+def test_every_spelling_maps_to_its_mode(spelling, cls):
+    precision = resolve_precision(spelling)
+    assert type(precision) is cls
+    assert resolve_precision(precision.name).name == precision.name  # the canonical name is itself accepted
 
 
 def test_each_call_builds_a_new_precision():
@@ -48,7 +70,7 @@ def test_unknown_spellings_list_the_accepted_ones(spelling):
     ("16-mixed", "16-mixed"), (16, "16-mixed"), ("fp16", "16-mixed"),
     ("bf16", "bf16-mixed"), ("BF16", "bf16-mixed"),
 ])
-def test_known_modes_not_built_yet_say_they_are_not_available(builders, spelling, canonical):
+def test_a_known_mode_without_a_builder_says_it_is_not_available(builders, spelling, canonical):
     builders.pop(canonical, None)  # as before the mode is registered, whatever this version already has
     expected = rf"precision={spelling!r} \({canonical}\) is not available"
     with pytest.raises(MisconfigurationError, match=expected) as info:
