@@ -45,6 +45,7 @@ the ``Module``'s)::
 The validation loop (also ``Trainer.validate``; ``test`` and ``predict`` have the same
 shape with their own names)::
 
+    on_validation_model_zero_grad             # Module only; inside fit, not in the sanity check
     on_validation_model_eval                  # Module only
     on_validation_start
     on_validation_epoch_start
@@ -118,6 +119,7 @@ class Hook(str, Enum):
     OPTIMIZER_ZERO_GRAD = "optimizer_zero_grad", Target.MODULE
     LR_SCHEDULER_STEP = "lr_scheduler_step", Target.MODULE
 
+    ON_VALIDATION_MODEL_ZERO_GRAD = "on_validation_model_zero_grad", Target.MODULE
     ON_VALIDATION_MODEL_EVAL = "on_validation_model_eval", Target.MODULE
     ON_VALIDATION_MODEL_TRAIN = "on_validation_model_train", Target.MODULE
     ON_VALIDATION_START = "on_validation_start"

@@ -329,6 +329,14 @@ class Module(nn.Module):
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None: ...
     def on_before_zero_grad(self, optimizer: Optimizer) -> None: ...
 
+    def on_validation_model_zero_grad(self) -> None:
+        """Before each validation inside ``fit``; override to release gradients.
+
+        Nothing by default: gradients are already freed right after each optimizer step, and
+        one validation in the middle of an accumulation window must not drop the gradients
+        gathered so far (Lightning's default zeroes them).
+        """
+
     def on_validation_model_eval(self) -> None:
         """Put the module in eval mode before validation (``self.eval()``)."""
         self.eval()

@@ -85,10 +85,44 @@ def test_fit_calls_every_hook_in_the_documented_order():
         "cb:on_sanity_check_start", *_eval_loop("validation", "validation_step", 1), "cb:on_sanity_check_end",
         *_both("on_train_start"), *_both("on_train_epoch_start"),
         *_train_batch(), *_train_batch(),
-        *_eval_loop("validation", "validation_step", 1),
+        "m:on_validation_model_zero_grad", *_eval_loop("validation", "validation_step", 1),
         *_both("on_train_epoch_end"), *_both("on_train_end"), *_both("on_fit_end"), *_both("teardown"),
     ]
     assert calls == expected
+
+
+def test_loaders_are_asked_for_when_first_needed_as_in_lightning():
+    class WithLoaders(RecordingModule):
+        def train_dataloader(self):
+            CALLS.append("m:train_dataloader")
+            return loader()
+
+        def val_dataloader(self):
+            CALLS.append("m:val_dataloader")
+            return loader()
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=1, num_sanity_val_steps=1)
+    calls = [c for c in _run(lambda: trainer.fit(WithLoaders())) if "dataloader" in c or "sanity" in c or
+             c in ("m:configure_optimizers", "m:on_fit_start", "m:on_train_start", "m:validation_step")]
+    assert calls == [
+        "m:configure_optimizers", "m:on_fit_start", "m:val_dataloader", "m:validation_step", "m:train_dataloader",
+        "m:on_train_start", "m:validation_step",
+    ]
+
+
+def test_estimated_stepping_batches_in_configure_optimizers_asks_for_the_train_loader_early():
+    class Early(RecordingModule):
+        def train_dataloader(self):
+            CALLS.append("m:train_dataloader")
+            return loader()
+
+        def configure_optimizers(self):
+            CALLS.append(f"steps={self.trainer.estimated_stepping_batches}")
+            return super().configure_optimizers()
+
+    trainer = quiet_trainer(max_epochs=2, num_sanity_val_steps=0)
+    calls = [c for c in _run(lambda: trainer.fit(Early())) if "dataloader" in c or "steps=" in c]
+    assert calls == ["m:train_dataloader", "steps=16"]  # asked once, early: 8 batches x 2 epochs
 
 
 def test_validate_test_and_predict_call_their_hooks_in_order():

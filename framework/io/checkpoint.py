@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 from typing import Any
 
 import torch
@@ -21,10 +22,26 @@ def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike) -> None
     write_bytes_atomic(path, buffer.getvalue())
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
-    """Read a checkpoint written by ``save_checkpoint`` (or by Lightning) without unpickling code."""
+def load_checkpoint(
+    path: str | os.PathLike, map_location: Any = None, weights_only: bool | None = None
+) -> dict[str, Any]:
+    """Read a checkpoint written by ``save_checkpoint`` (or by Lightning) without unpickling code.
+
+    ``weights_only=False`` unpickles whatever the file holds, which can run code: only for
+    files you trust (None and True load tensors and plain data only).
+    """
     try:
         data = read_bytes(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"Checkpoint {os.fspath(path)!r} does not exist.") from None
-    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    safe = weights_only is not False
+    try:
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=safe)
+    except pickle.UnpicklingError as error:
+        if not safe:
+            raise
+        raise pickle.UnpicklingError(
+            f"Checkpoint {os.fspath(path)!r} holds pickled Python objects, not only tensors and plain data, so it "
+            "was not loaded: unpickling a file can run any code it carries. If you trust where the file came from, "
+            f"load it with weights_only=False. ({error})"
+        ) from None

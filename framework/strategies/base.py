@@ -145,11 +145,11 @@ class Strategy:
             save_checkpoint(checkpoint, path)
         self.barrier("save_checkpoint")
 
-    def load_checkpoint(self, path: str) -> dict[str, Any]:
-        """Read the checkpoint at ``path``, with every tensor on the CPU."""
+    def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
+        """Read the checkpoint at ``path``, with every tensor on the CPU (``weights_only=False``: unpickle too)."""
         from framework.io.checkpoint import load_checkpoint
 
-        return load_checkpoint(path, map_location="cpu")
+        return load_checkpoint(path, map_location="cpu", weights_only=weights_only)
 
     def teardown(self) -> None:
         """Undo ``setup_environment`` (a barrier, then destroy the process group)."""

@@ -6,7 +6,6 @@ import os
 from typing import Any
 
 from framework.errors import MisconfigurationError, describe
-from framework.hooks import Hook
 from framework.hparams import checkpoint_safe
 
 
@@ -32,20 +31,43 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
         checkpoint["optimizer_states"] = [optimizer.state_dict() for optimizer in trainer.optimizers]
         checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs]
         checkpoint["precision"] = trainer.runtime.precision.state_dict()
-        checkpoint["callbacks"] = {cb.state_key: cb.state_dict() for cb in trainer.callbacks}
+        checkpoint["callbacks"] = callback_states(trainer.callbacks)
         if trainer.datamodule is not None:
             checkpoint["datamodule"] = trainer.datamodule.state_dict()
     if module.hparams:
         checkpoint["hyper_parameters"] = checkpoint_safe(dict(module.hparams))
+    if trainer.datamodule is not None and trainer.datamodule.hparams:
+        checkpoint["datamodule_hyper_parameters"] = checkpoint_safe(dict(trainer.datamodule.hparams))
     for callback in trainer.callbacks:
         callback.on_save_checkpoint(trainer, module, checkpoint)
     module.on_save_checkpoint(checkpoint)
     return checkpoint
 
 
+def callback_states(callbacks: list[Any]) -> dict[str, Any]:
+    """Each callback's non-empty ``state_dict()`` under its ``state_key``; two callbacks may not share a key."""
+    states: dict[str, Any] = {}
+    for callback in callbacks:
+        state = callback.state_dict()
+        if not state:
+            continue
+        if callback.state_key in states:
+            raise MisconfigurationError(
+                f"Two callbacks with state share the state key {callback.state_key!r} ({type(callback).__name__}), "
+                "so one would overwrite the other's state in the checkpoint. Give them different settings "
+                "(e.g. a different monitor) or keep only one."
+            )
+        states[callback.state_key] = state
+    return states
+
+
 def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool) -> None:
-    """Load ``checkpoint`` into the trainer's module (and, when ``training``, everything needed to resume)."""
-    trainer.hooks.call(Hook.ON_LOAD_CHECKPOINT, checkpoint)
+    """Load ``checkpoint`` into the trainer's module (and, when ``training``, everything needed to resume).
+
+    As in Lightning: the Module's ``on_load_checkpoint`` runs first; callbacks hear of the
+    checkpoint (and get their state back) only when training resumes.
+    """
+    trainer.module.on_load_checkpoint(checkpoint)
     if "state_dict" not in checkpoint:
         raise MisconfigurationError("The checkpoint has no 'state_dict' entry; it was not written by a Trainer.")
     trainer.runtime.strategy.unwrap(trainer.model).load_state_dict(checkpoint["state_dict"])
@@ -63,6 +85,8 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool)
     for config, saved in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=True):
         config.scheduler.load_state_dict(saved)
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
+    for callback in trainer.callbacks:
+        callback.on_load_checkpoint(trainer, trainer.module, checkpoint)
     saved_callbacks = checkpoint.get("callbacks", {})
     for callback in trainer.callbacks:
         if callback.state_key in saved_callbacks:
@@ -89,14 +113,35 @@ def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
             state.current_epoch += 1
             state.batch_idx = 0
             state.epoch_finished = False
-    else:  # a Lightning checkpoint: epoch and global_step only, resumed at the next epoch
-        state.current_epoch = int(checkpoint.get("epoch", -1)) + 1
-        state.global_step = int(checkpoint.get("global_step", 0))
-        state.batches_stepped = state.global_step
+    else:  # a Lightning checkpoint
+        state.load_state_dict(_lightning_progress(checkpoint))
 
 
-def load_for(trainer: Any, ckpt_path: Any) -> dict[str, Any]:
-    """The checkpoint ``ckpt_path`` names: "best", "last" (from the checkpoint callback) or a path."""
+def _lightning_progress(checkpoint: dict[str, Any]) -> dict[str, int]:
+    """Our counters from a Lightning checkpoint's loop progress (or from its epoch and step alone)."""
+    global_step = int(checkpoint.get("global_step", 0))
+    try:
+        fit = checkpoint["loops"]["fit_loop"]
+        epochs = fit["epoch_progress"]["current"]
+        batches = fit["epoch_loop.batch_progress"]
+        in_epoch = epochs["started"] > epochs["processed"]  # saved before the epoch's last batch ran
+        return {
+            "current_epoch": int(epochs["processed"]),
+            "global_step": global_step,
+            "batch_idx": int(batches["current"]["processed"]) if in_epoch else 0,
+            "total_batch_idx": int(batches["total"]["processed"]),
+            "batches_stepped": int(fit["epoch_loop.state_dict"]["_batches_that_stepped"]),
+        }
+    except (KeyError, TypeError):  # no loop progress: assume it was saved at an epoch's end
+        return {"current_epoch": int(checkpoint.get("epoch", -1)) + 1, "global_step": global_step,
+                "batches_stepped": global_step}
+
+
+def load_for(trainer: Any, ckpt_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+    """The checkpoint ``ckpt_path`` names: "best", "last" (from the checkpoint callback) or a path.
+
+    The path it resolves to becomes ``trainer.ckpt_path``.
+    """
     path = ckpt_path
     if ckpt_path in ("best", "last"):
         callback = trainer.checkpoint_callback
@@ -110,4 +155,5 @@ def load_for(trainer: Any, ckpt_path: Any) -> dict[str, Any]:
         raise MisconfigurationError(
             f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', or a path to a checkpoint file."
         )
-    return trainer.runtime.strategy.load_checkpoint(os.fspath(path))
+    trainer.ckpt_path = os.fspath(path)
+    return trainer.runtime.strategy.load_checkpoint(trainer.ckpt_path, weights_only=weights_only)

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from torch.utils.data import DataLoader, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
@@ -30,17 +30,19 @@ def find_loaders(stage: str, given: Any, datamodule: Any, module: Any) -> list[I
             source = getattr(owner, method)()
     if source is None:
         return None
-    if isinstance(source, Mapping):
-        raise MisconfigurationError(
-            f"{method} returned a dict of loaders; pass a list of loaders instead (several are supported for "
-            "val, test and predict)."
-        )
+    if isinstance(source, Mapping) and source and all(_looks_like_loader(v) for v in source.values()):
+        source = list(source.values())  # a dict of loaders runs them in order, dataloader_idx 0, 1, ...
     loaders = list(source) if isinstance(source, (list, tuple)) and not _is_batch_list(source) else [source]
     for loader in loaders:
-        if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes)):
+        if isinstance(loader, Dataset) and not isinstance(loader, Iterable):
+            raise MisconfigurationError(
+                f"{method} gave a Dataset ({type(loader).__name__}); wrap it in a DataLoader, e.g. "
+                "DataLoader(dataset, batch_size=32), so it yields batches."
+            )
+        if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
             raise MisconfigurationError(
                 f"{method} gave {describe(loader)}; accepted: a DataLoader or any iterable of batches, "
-                "or a list of them."
+                "or a list (or dict) of them."
             )
     return loaders
 
@@ -113,14 +115,21 @@ def with_sequential_order(loader: Iterable) -> Iterable:
 
 
 def set_sampler_epoch(loader: Iterable, epoch: int) -> None:
-    """Tell the loader's samplers which epoch it is (DistributedSampler shuffles by it)."""
-    for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
-        if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
+    """Tell the loader's samplers which epoch it is (DistributedSampler shuffles by it), once each."""
+    samplers = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
+    for position, sampler in enumerate(samplers):
+        if sampler is None or any(sampler is earlier for earlier in samplers[:position]):
+            continue
+        if callable(getattr(sampler, "set_epoch", None)):
             sampler.set_epoch(epoch)
 
 
-def load_fit_data(trainer: Any) -> None:
-    """Find fit's loaders and count their batches: sets the trainer's train/val loaders and counts."""
+def load_train_data(trainer: Any) -> None:
+    """Ask for the training loader and count its batches (sets ``train_loader``, ``num_training_batches``).
+
+    Called when training starts (after the sanity check, as in Lightning), earlier if
+    ``estimated_stepping_batches`` is read first, and again when a reload is due.
+    """
     loaders = find_loaders("train", trainer.given_loaders.get("train"), trainer.datamodule, trainer.module)
     if loaders is None:
         raise MisconfigurationError(
@@ -142,14 +151,39 @@ def load_fit_data(trainer: Any) -> None:
     trainer.num_training_batches = apply_limit(name, available, getattr(trainer, name))
     trainer.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
                                               trainer.num_training_batches)
-    trainer.val_loaders, trainer.num_val_batches = [], []
-    if overrides(trainer.module, Module, "validation_step"):
-        loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module)
-        if loaders is not None:
-            name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
-            trainer.val_loaders = [seed_workers_if_asked(val) for val in loaders]
-            trainer.num_val_batches = [apply_limit(name, batch_count(val), getattr(trainer, name)) for val in loaders]
-    trainer._last_train_reload = trainer.state.current_epoch
+    trainer.loaded_at["train"] = trainer.state.current_epoch
+
+
+def val_is_defined(trainer: Any) -> bool:
+    """Whether fit validates: a ``validation_step``, a source of validation data, and a limit above 0.
+
+    Decided without asking for the loaders, which are requested only when validation first runs.
+    """
+    limit = trainer.overfit_batches if trainer.overfit_batches else trainer.limit_val_batches
+    if limit == 0 or not overrides(trainer.module, Module, "validation_step"):
+        return False
+    if trainer.given_loaders.get("val") is not None:
+        return True
+    return any(owner is not None and callable(getattr(owner, "val_dataloader", None))
+               for owner in (trainer.datamodule, trainer.module))
+
+
+def load_val_data(trainer: Any) -> None:
+    """Ask for the validation loaders and count their batches (sets ``val_loaders``, ``num_val_batches``)."""
+    loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
+    name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
+    trainer.val_loaders = [seed_workers_if_asked(val) for val in loaders]
+    trainer.num_val_batches = [apply_limit(name, batch_count(val), getattr(trainer, name)) for val in loaders]
+    trainer.loaded_at["val"] = trainer.state.current_epoch
+
+
+def reload_due(trainer: Any, stage: str) -> bool:
+    """Whether the ``stage`` ("train" or "val") loaders must be requested (again) now."""
+    last = trainer.loaded_at.get(stage)
+    if last is None:
+        return True
+    n = trainer.reload_dataloaders_every_n_epochs
+    return bool(n) and trainer.state.current_epoch - last >= n
 
 
 def val_check_batch(interval: int | float, every_n_epochs: int | None, total: float) -> float:

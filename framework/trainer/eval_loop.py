@@ -13,11 +13,13 @@ from framework.runtime.transfer import move_to_device
 from framework.trainer.data import limited
 from framework.trainer.metrics import to_floats
 from framework.trainer.results import Results
+from framework.trainer.signatures import check_dataloader_idx, without_unaccepted_batch_idx
 from framework.trainer.state import RunningStage, TrainerFn
 
 
 @dataclass(frozen=True)
 class _Names:
+    stage: str
     step: str
     model_eval: Hook
     model_train: Hook | None
@@ -31,17 +33,17 @@ class _Names:
 
 _LOOPS = {
     "validate": _Names(
-        "validation_step", Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN, Hook.ON_VALIDATION_START,
-        Hook.ON_VALIDATION_EPOCH_START, Hook.ON_VALIDATION_BATCH_START, Hook.ON_VALIDATION_BATCH_END,
-        Hook.ON_VALIDATION_EPOCH_END, Hook.ON_VALIDATION_END,
+        "validation", "validation_step", Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN,
+        Hook.ON_VALIDATION_START, Hook.ON_VALIDATION_EPOCH_START, Hook.ON_VALIDATION_BATCH_START,
+        Hook.ON_VALIDATION_BATCH_END, Hook.ON_VALIDATION_EPOCH_END, Hook.ON_VALIDATION_END,
     ),
     "test": _Names(
-        "test_step", Hook.ON_TEST_MODEL_EVAL, Hook.ON_TEST_MODEL_TRAIN, Hook.ON_TEST_START,
+        "test", "test_step", Hook.ON_TEST_MODEL_EVAL, Hook.ON_TEST_MODEL_TRAIN, Hook.ON_TEST_START,
         Hook.ON_TEST_EPOCH_START, Hook.ON_TEST_BATCH_START, Hook.ON_TEST_BATCH_END,
         Hook.ON_TEST_EPOCH_END, Hook.ON_TEST_END,
     ),
     "predict": _Names(
-        "predict_step", Hook.ON_PREDICT_MODEL_EVAL, None, Hook.ON_PREDICT_START,
+        "predict", "predict_step", Hook.ON_PREDICT_MODEL_EVAL, None, Hook.ON_PREDICT_START,
         Hook.ON_PREDICT_EPOCH_START, Hook.ON_PREDICT_BATCH_START, Hook.ON_PREDICT_BATCH_END,
         Hook.ON_PREDICT_EPOCH_END, Hook.ON_PREDICT_END,
     ),
@@ -55,14 +57,18 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
     of batch predictions per loader.
     """
     names = _LOOPS[kind]
-    hooks, module = trainer.hooks, trainer.module
+    hooks, module, metrics = trainer.hooks, trainer.module, trainer.metrics
     modes = {sub: sub.training for sub in module.modules()}
     hooks.call(names.model_eval)
     results = Results(training=False)
     module._results = results
+    training_results, metrics.live = metrics.live, results
     outputs: list[Any] = []
+    # Inside fit, validation runs under no_grad, as in Lightning: tensors it creates may be reused by
+    # training, which inference-mode tensors cannot be.
+    inference = trainer.inference_mode and trainer.state.fn != TrainerFn.FITTING
     try:
-        with _grad_off(trainer.inference_mode):
+        with _grad_off(inference):
             hooks.call(names.start)
             hooks.call(names.epoch_start)
             predicting = kind == "predict"
@@ -79,6 +85,7 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
             hooks.call(names.end)
     finally:
         module._results = trainer.train_results if trainer.state.stage == RunningStage.TRAINING else None
+        metrics.live = training_results
         results.reset()
     if names.model_train is not None and overrides(module, Module, names.model_train.value):
         hooks.call(names.model_train)
@@ -91,10 +98,9 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
 def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, limits: list[float],
                  predicting: bool, keep: bool) -> list[Any]:
     hooks = trainer.hooks
-    step = trainer.strategy_step(names.step)
-    log_steps = bool(trainer.loggers) and not predicting and trainer.state.stage != RunningStage.SANITY_CHECKING
-    batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
     several = len(loaders) > 1
+    step = _step_for(trainer, names, several)
+    batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
     move = trainer.batch_mover()
     collected: list[list[Any]] = []
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
@@ -112,7 +118,7 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
             if batch_end is not None:
                 batch_end(output, batch, batch_idx, *extra)
             results.in_batch = False
-            if log_steps:
+            if not predicting:
                 _log_step(trainer, results)
         collected.append(predictions)
     if keep:
@@ -120,10 +126,27 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     return []
 
 
+def _step_for(trainer: Any, names: _Names, several: bool) -> Any:
+    """The step callable, taking ``(batch, batch_idx, *dataloader_idx)``; signatures checked first."""
+    module = trainer.module
+    owner = type(module).__qualname__
+    method = getattr(module, names.step)
+    check_dataloader_idx(method, owner, names.step, names.stage, several)
+    for hook in (names.batch_start, names.batch_end):
+        if overrides(module, Module, hook.value):
+            check_dataloader_idx(getattr(module, hook.value), owner, hook.value, names.stage, several)
+    return without_unaccepted_batch_idx(trainer.strategy_step(names.step), method)
+
+
 def _finish(trainer: Any, results: Results, num_loaders: int) -> list[dict[str, float]]:
-    """Store and log the epoch's metrics; one dict of floats per dataloader (nothing for sanity checks)."""
+    """Store and log the epoch's metrics; one dict of floats per dataloader.
+
+    The sanity check's values are kept (its ``on_validation_end`` sees them, as in Lightning)
+    but reach no logger and are forgotten when it ends.
+    """
     state = trainer.state
     if state.stage == RunningStage.SANITY_CHECKING:
+        trainer.metrics.keep_epoch(results)
         return []
     # Inside fit, validation logs at the step of the training batch it followed, as in Lightning.
     step = max(state.batches_stepped - 1, 0) if state.fn == TrainerFn.FITTING else state.batches_stepped
@@ -135,12 +158,14 @@ def _finish(trainer: Any, results: Results, num_loaders: int) -> list[dict[str, 
 
 
 def _log_step(trainer: Any, results: Results) -> None:
-    """Step-level values logged in validation/test go to loggers every batch, numbered per loop."""
+    """Step-level values logged in validation/test go to loggers every batch, numbered per loop
+    (not in the sanity check); ``logged_metrics`` and the progress bar get them either way."""
     steps = trainer.metrics.eval_steps
     loader = results.dataloader_idx or 0
     step = steps.get(loader, 0)
     if results.step_values():
-        trainer.metrics.log_step(results, step, epoch=None)
+        to_loggers = trainer.state.stage != RunningStage.SANITY_CHECKING
+        trainer.metrics.log_step(results, step, epoch=None, to_loggers=to_loggers)
     steps[loader] = step + 1
 
 

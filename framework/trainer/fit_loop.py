@@ -21,7 +21,7 @@ from framework.module import Module
 from framework.precision import Precision
 from framework.seed import isolated_rng
 from framework.strategies import Strategy
-from framework.trainer.data import INFINITE, limited, set_sampler_epoch
+from framework.trainer.data import INFINITE, limited, load_val_data, reload_due, set_sampler_epoch
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.metrics import step_views
 from framework.trainer.optimizers import OptimizerProxy, step_schedulers
@@ -41,8 +41,9 @@ class FitLoop:
         """Sanity check (at step 0 only), ``on_train_start``, epochs until a limit or a stop, then ``on_train_end``."""
         trainer = self.trainer
         self.started_at = time.monotonic()
-        if trainer.sanity_steps and trainer.val_enabled and trainer.state.global_step == 0:
+        if trainer.sanity_steps and trainer.validates_in_fit and trainer.state.global_step == 0:
             self._sanity_check()
+        trainer.load_train_loader_if_due()
         trainer.train_results.reset()
         trainer.module._results = trainer.train_results  # on_train_start may log too
         trainer.hooks.call(Hook.ON_TRAIN_START)
@@ -80,9 +81,11 @@ class FitLoop:
         trainer = self.trainer
         trainer.state.stage = RunningStage.SANITY_CHECKING
         trainer.hooks.call(Hook.ON_SANITY_CHECK_START)
-        limits = [min(n, trainer.sanity_steps) for n in trainer.num_val_batches]
-        with isolated_rng():  # a seeded run trains the same with or without the sanity check
-            run_evaluation(trainer, "validate", trainer.val_loaders, limits)
+        if reload_due(trainer, "val"):
+            load_val_data(trainer)
+        if any(n > 0 for n in trainer.num_val_batches):
+            with isolated_rng():  # a seeded run trains the same with or without the sanity check
+                run_evaluation(trainer, "validate", trainer.val_loaders, trainer.num_sanity_val_batches)
         trainer.hooks.call(Hook.ON_SANITY_CHECK_END)
         trainer.metrics.clear()
         trainer.state.stage = RunningStage.TRAINING
@@ -90,7 +93,7 @@ class FitLoop:
     # -- one epoch ---
     def _run_epoch(self) -> None:
         trainer, state, hooks = self.trainer, self.trainer.state, self.trainer.hooks
-        trainer.reload_train_loader_if_due()
+        trainer.load_train_loader_if_due()
         loader = trainer.train_loader
         set_sampler_epoch(loader, state.current_epoch)
         results = trainer.train_results
@@ -118,10 +121,11 @@ class FitLoop:
         log_every = trainer.log_every_n_steps if trainer.loggers else 0
         max_steps = trainer.max_steps
         watch_time = trainer.max_time is not None
-        validates = trainer.val_enabled
+        validates = trainer.validates_in_fit
         plateau_each_step = trainer.has_step_schedulers
 
         for batch_idx, batch, is_last in _numbered(loader, total, first):
+            state.is_last_batch = is_last
             batch = transfer(batch, 0)
             results.start_batch(batch)
             if batch_start is not None and batch_start(batch, batch_idx) == -1:

@@ -18,13 +18,19 @@ Views = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
 
 
 def step_views(results: Results) -> Views:
-    """(for loggers, for the progress bar, for callbacks) from the values logged in the current batch."""
+    """(for loggers, for the progress bar, for callbacks) from the values logged in the current batch.
+
+    Step values of validation and test reach loggers and the progress bar but not
+    ``callback_metrics``, as in Lightning: callbacks monitor their epoch values.
+    """
     log, bar, callback = {}, {}, {}
-    for key, entry in results.step_values().items():
-        value = entry.step_value
+    for_callbacks = results.training
+    for entry in results.step_values():
+        key, value = entry.key, entry.step_value
         shown = f"{entry.name}_step{entry.suffix}" if entry.on_epoch else key
-        callback[key] = value
-        callback[shown] = value
+        if for_callbacks:
+            callback[key] = value
+            callback[shown] = value
         if entry.logger:
             log[shown] = value
         if entry.prog_bar:
@@ -35,7 +41,8 @@ def step_views(results: Results) -> Views:
 def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tensor]) -> Views:
     """The same three dicts from the epoch's reduced values."""
     log, bar, callback = {}, {}, {}
-    for key, entry in results.entries.items():
+    for entry in results.entries.values():
+        key = entry.key
         if not entry.on_epoch:
             continue
         value = entry.epoch_value(sync)
@@ -100,9 +107,9 @@ class MetricStore:
         self.progress_bar.update(bar)
         return log
 
-    def log_step(self, results: Results, step: int, epoch: int | None) -> None:
-        """Hand the current batch's step values to the loggers (every ``log_every_n_steps``)."""
-        self.send(self.store(step_views(results)), step, epoch)
+    def log_step(self, results: Results, step: int, epoch: int | None, to_loggers: bool = True) -> None:
+        """Store the current batch's step values and hand them to the loggers (every ``log_every_n_steps``)."""
+        self.send(self.store(step_views(results)), step, epoch, to_loggers)
 
     def log_epoch(self, results: Results, step: int, epoch: int | None) -> dict[str, Any]:
         """Store the epoch values of ``results`` and hand them to the loggers; returns the logger part."""
@@ -110,10 +117,14 @@ class MetricStore:
         self.send(log, step, epoch)
         return log
 
-    def send(self, metrics: dict[str, Any], step: int, epoch: int | None) -> None:
+    def keep_epoch(self, results: Results) -> None:
+        """Store the epoch values of ``results`` in every metric dict without sending them to loggers."""
+        self.logged.update(self.store(epoch_views(results, self.sync)))
+
+    def send(self, metrics: dict[str, Any], step: int, epoch: int | None, to_loggers: bool = True) -> None:
         """Loggers get floats, with the epoch under "epoch" (None: step values of evaluation, as Lightning)."""
         self.logged.update(metrics)
-        if not self.loggers or not metrics:
+        if not to_loggers or not self.loggers or not metrics:
             return
         floats = to_floats(metrics)
         if epoch is not None:

@@ -27,14 +27,15 @@ class LoggedValue:
     """One logged name in one loop: its settings, its latest step value and its epoch accumulator."""
 
     __slots__ = (
-        "name", "suffix", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "reduce_fx", "sync_dist",
-        "step_value", "step_stamp", "pending", "weights", "folded", "folded_weight", "metric",
+        "name", "suffix", "key", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "reduce_fx", "sync_dist",
+        "step_value", "step_stamp", "pending", "weights", "folded", "folded_weight", "metric", "given",
     )
 
     def __init__(self, name: str, suffix: str, on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool,
                  reduce_fx: str | Callable, sync_dist: bool) -> None:
         self.name = name
         self.suffix = suffix  # "/dataloader_idx_N" when logged from one of several loaders
+        self.key = name + suffix
         self.on_step = on_step
         self.on_epoch = on_epoch
         self.prog_bar = prog_bar
@@ -49,6 +50,7 @@ class LoggedValue:
         self.folded: torch.Tensor | None = None
         self.folded_weight = 0.0
         self.metric: Any = None
+        self.given: tuple = ()  # the self.log arguments as first passed, to refuse a later change
 
     def add(self, value: Any, weight: float) -> None:
         """Accumulate one batch's ``value`` for the epoch, with ``weight`` (the batch size for means)."""
@@ -115,11 +117,17 @@ def _stack(values: list[Any]) -> torch.Tensor:
 
 
 class Results:
-    """Everything logged in one loop (training, validation, test) since its epoch began."""
+    """Everything logged in one loop (training, validation, test) since its epoch began.
+
+    Entries are keyed by the logged name and by whether a batch was running: a name logged
+    per step in ``training_step`` and again at the epoch's end (``on_train_epoch_end``) is
+    two entries with their own settings, as Lightning keeps one per hook; where both show,
+    the later one wins.
+    """
 
     def __init__(self, training: bool) -> None:
         self.training = training
-        self.entries: dict[str, LoggedValue] = {}
+        self.entries: dict[tuple[str, bool], LoggedValue] = {}
         self.batch: Any = None
         self.batch_size: int | None = None
         self.stamp = 0
@@ -143,9 +151,11 @@ class Results:
         else:
             suffix = f"/dataloader_idx_{self.dataloader_idx}"
             key = name + suffix
-        entry = self.entries.get(key)
+        entry = self.entries.get((key, self.in_batch))
         if entry is None:
             entry = self._new_entry(name, suffix, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+        elif entry.given != (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist):
+            self._refuse_changed_settings(key, entry, (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist))
         if entry.metric is not None:
             # A Metric's epoch value is its compute(); its step value is the batch value of forward().
             if entry.on_step:
@@ -162,7 +172,10 @@ class Results:
                 value = value.detach()
             if value.dtype in _HALF_DTYPES:  # epoch means of many fp16/bf16 values would lose digits
                 value = value.float()
-        elif not isinstance(value, (int, float)):
+        elif isinstance(value, (int, float)):
+            # Stored as a tensor, as Lightning does, so metric dicts hold tensors whatever was logged.
+            value = torch.tensor(value, dtype=torch.get_default_dtype())
+        else:
             raise MisconfigurationError(
                 f"self.log({name!r}, value) got {describe(value)}; accepted: a Python number, a one-element tensor "
                 "or a torchmetrics Metric."
@@ -204,10 +217,21 @@ class Results:
             reduce_fx=reduce_fx,
             sync_dist=bool(sync_dist),
         )
+        entry.given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
         if _is_metric(value):
             entry.metric = value
-        self.entries[key] = entry
+        self.entries[key, self.in_batch] = entry
         return entry
+
+    def _refuse_changed_settings(self, key: str, entry: LoggedValue, given: tuple) -> None:
+        names = ("prog_bar", "logger", "on_step", "on_epoch", "reduce_fx", "sync_dist")
+        changed = [f"{n}={new!r} (first {old!r})" for n, old, new in zip(names, entry.given, given, strict=True)
+                   if old != new]
+        raise MisconfigurationError(
+            f"self.log({key!r}, ...) was called again with other settings: {', '.join(changed)}. A name keeps "
+            "one set of settings in the step functions and batch hooks (and one in the epoch hooks); log the "
+            "other variant under another name."
+        )
 
     def current_batch_size(self) -> int:
         """The current batch's size, found by ``extract_batch_size`` once per batch."""
@@ -215,10 +239,10 @@ class Results:
             self.batch_size = extract_batch_size(self.batch)
         return self.batch_size
 
-    def step_values(self) -> dict[str, LoggedValue]:
+    def step_values(self) -> list[LoggedValue]:
         """Entries logged with ``on_step=True`` during the current batch."""
         stamp = self.stamp
-        return {key: e for key, e in self.entries.items() if e.on_step and e.step_stamp == stamp}
+        return [e for e in self.entries.values() if e.on_step and e.step_stamp == stamp]
 
     def reset(self) -> None:
         """Forget every entry (resetting logged Metrics), so the next epoch starts empty."""

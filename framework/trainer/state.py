@@ -45,6 +45,7 @@ class TrainerState:
     every batch of ``current_epoch`` has run (its epoch-end hooks are running), and
     ``batches_stepped`` counts training batches that ended with an optimizer step (manual
     optimization: every batch); step-level logs are numbered with it, as in Lightning.
+    ``is_last_batch`` says the running training batch is its epoch's last.
     """
 
     fn: TrainerFn | None = None
@@ -57,6 +58,7 @@ class TrainerState:
     batches_stepped: int = 0
     epoch_finished: bool = False
     should_stop: bool = False
+    is_last_batch: bool = False
 
     @property
     def finished(self) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -22,18 +21,20 @@ from framework.runtime import Runtime
 from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
 from framework.trainer.checkpoint import dump_checkpoint, load_for, restore_checkpoint
-from framework.trainer.data import INFINITE, eval_data, load_fit_data
+from framework.trainer.data import INFINITE, eval_data, load_train_data, load_val_data, reload_due, val_is_defined
 from framework.trainer.dispatch import HookRunner
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.fit_loop import FitLoop, StepHooks
 from framework.trainer.metrics import MetricStore
 from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy, parse_optimizers
+from framework.trainer.properties import TrainerProperties
 from framework.trainer.report import print_results
 from framework.trainer.results import Results
+from framework.trainer.signatures import without_unaccepted_batch_idx
 from framework.trainer.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 
 
-class Trainer:
+class Trainer(TrainerProperties):
     """Runs a ``Module``'s fit, validate, test and predict loops; arguments as in Lightning.
 
     Example::
@@ -158,9 +159,14 @@ class Trainer:
         self.num_training_batches: float = INFINITE
         self.num_val_batches: list[float] = []
         self.val_check_batch: float = INFINITE
+        self.validates_in_fit = False
+        self.eval_loaders: dict[str, list[Iterable]] = {"val": [], "test": [], "predict": []}
+        self.eval_batches: dict[str, list[float]] = {"val": [], "test": [], "predict": []}
+        self.loaded_at: dict[str, int] = {}  # stage -> the epoch its loaders were last requested in
+        self.ckpt_path: str | None = None
+        self._weights_only: bool | None = None
         self._keep_predictions = True
         self.given_loaders: dict[str, Any] = {}
-        self._last_train_reload = -1
         self._module_setup = False
 
     # -- arguments that change others ---
@@ -186,212 +192,64 @@ class Trainer:
             return []
         return check.check_list_of("logger", logger, Logger, "Logger")
 
-    # -- what users read ---
-    @property
-    def current_epoch(self) -> int:
-        """Training epochs finished so far, i.e. the index of the epoch running."""
-        return self.state.current_epoch
-
-    @property
-    def global_step(self) -> int:
-        """Optimizer steps taken so far (every ``optimizer.step()`` in manual optimization)."""
-        return self.state.global_step
-
-    @property
-    def should_stop(self) -> bool:
-        """Set to True to end ``fit`` after the current batch, once ``min_epochs`` and ``min_steps`` are met."""
-        return self.state.should_stop
-
-    @should_stop.setter
-    def should_stop(self, value: bool) -> None:
-        """Ask ``fit`` to stop (or withdraw the request); each run starts with False."""
-        self.state.should_stop = bool(value)
-
-    @property
-    def callback_metrics(self) -> dict[str, Any]:
-        """The latest value of every logged name, the running batch's included (what callbacks monitor)."""
-        return self.metrics.callback_view()
-
-    @property
-    def logged_metrics(self) -> dict[str, Any]:
-        """The latest values sent to loggers, the running batch's included."""
-        return self.metrics.logged_view()
-
-    @property
-    def progress_bar_metrics(self) -> dict[str, Any]:
-        """The latest values logged with ``prog_bar=True``, as floats."""
-        return self.metrics.progress_bar_view()
-
-    @property
-    def strategy(self) -> Any:
-        """The ``Strategy`` in use (``trainer.runtime.strategy``)."""
-        return self.runtime.strategy
-
-    @property
-    def precision(self) -> str:
-        """The precision mode's name, such as ``"32-true"``."""
-        return self.runtime.precision.name
-
-    @property
-    def lightning_module(self) -> Module | None:
-        """The ``Module`` being run, under Lightning's name (``trainer.module``)."""
-        return self.module
-
-    @property
-    def world_size(self) -> int:
-        """Number of processes taking part, over all nodes."""
-        return self.runtime.world_size
-
-    @property
-    def global_rank(self) -> int:
-        """This process's index among all processes."""
-        return self.runtime.global_rank
-
-    @property
-    def local_rank(self) -> int:
-        """This process's index on its node."""
-        return self.runtime.local_rank
-
-    @property
-    def node_rank(self) -> int:
-        """This node's index."""
-        return self.runtime.node_rank
-
-    @property
-    def is_global_zero(self) -> bool:
-        """Whether this process is global rank 0."""
-        return self.runtime.is_global_zero
-
-    @property
-    def num_nodes(self) -> int:
-        """The ``num_nodes`` the Trainer was given."""
-        return self.runtime.num_nodes
-
-    @property
-    def device_ids(self) -> list[int]:
-        """Indices of the devices in use (``[0]`` for one device)."""
-        return self.runtime.device_ids
-
-    @property
-    def num_devices(self) -> int:
-        """How many devices in use per node (``len(device_ids)``)."""
-        return len(self.runtime.device_ids)
-
-    @property
-    def logger(self) -> Logger | None:
-        """The first logger, or None."""
-        return self.loggers[0] if self.loggers else None
-
-    @property
-    def default_root_dir(self) -> str:
-        """The ``default_root_dir`` given, else the working directory the Trainer was made in."""
-        return self._default_root_dir
-
-    @property
-    def log_dir(self) -> str:
-        """The first logger's directory, else ``default_root_dir``."""
-        if self.loggers and self.loggers[0].log_dir is not None:
-            return self.loggers[0].log_dir
-        return self._default_root_dir
-
-    @property
-    def sanity_checking(self) -> bool:
-        """The sanity-check validation at the start of ``fit`` is running."""
-        return self.state.sanity_checking
-
-    @property
-    def training(self) -> bool:
-        """The training loop is running (not validation inside fit)."""
-        return self.state.stage == RunningStage.TRAINING
-
-    @property
-    def validating(self) -> bool:
-        """A validation loop is running (from ``validate`` or inside ``fit``; not the sanity check)."""
-        return self.state.stage == RunningStage.VALIDATING
-
-    @property
-    def testing(self) -> bool:
-        """The test loop is running."""
-        return self.state.stage == RunningStage.TESTING
-
-    @property
-    def predicting(self) -> bool:
-        """The predict loop is running."""
-        return self.state.stage == RunningStage.PREDICTING
-
-    @property
-    def checkpoint_callbacks(self) -> list[Callback]:
-        """The checkpoint-saving callbacks (those with ``runs_last``)."""
-        return [cb for cb in self.callbacks if cb.runs_last]
-
-    @property
-    def checkpoint_callback(self) -> Callback | None:
-        """The first checkpoint-saving callback, or None."""
-        found = self.checkpoint_callbacks
-        return found[0] if found else None
-
-    @property
-    def estimated_stepping_batches(self) -> float:
-        """How many optimizer steps ``fit`` will take, from max_steps, max_epochs and the batch counts."""
-        by_epochs = INFINITE
-        if self.num_training_batches != INFINITE and self.max_epochs != -1:
-            by_epochs = math.ceil(self.num_training_batches / self.accumulate_grad_batches) * self.max_epochs
-        return by_epochs if self.max_steps == -1 else min(self.max_steps, by_epochs)
-
-    @property
-    def sanity_steps(self) -> float:
-        """Validation batches per loader in the sanity check (infinity for ``num_sanity_val_steps=-1``)."""
-        return INFINITE if self.num_sanity_val_steps == -1 else self.num_sanity_val_steps
-
-    @property
-    def val_enabled(self) -> bool:
-        """Fit has a validation loader with at least one batch to run."""
-        return bool(self.val_loaders) and any(n > 0 for n in self.num_val_batches)
-
     # -- entry points ---
     def fit(self, model: Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
-            datamodule: DataModule | None = None, ckpt_path: str | os.PathLike | None = None) -> None:
-        """Train ``model``; validation runs when due if there is validation data and a ``validation_step``."""
+            datamodule: DataModule | None = None, ckpt_path: str | os.PathLike | None = None,
+            weights_only: bool | None = None) -> None:
+        """Train ``model``; validation runs when due if there is validation data and a ``validation_step``.
+
+        ``ckpt_path`` ("last", "best" or a path) resumes from a checkpoint. Checkpoints load with
+        ``torch.load(weights_only=True)``; ``weights_only=False`` also unpickles arbitrary objects
+        (only for files you trust).
+        """
         if isinstance(train_dataloaders, DataModule):
             datamodule, train_dataloaders = train_dataloaders, None
+        if datamodule is not None and (train_dataloaders is not None or val_dataloaders is not None):
+            raise MisconfigurationError(
+                "trainer.fit got dataloaders and a datamodule: pass train_dataloaders/val_dataloaders or "
+                "datamodule=, not both."
+            )
         self._run(TrainerFn.FITTING, model, datamodule, {"train": train_dataloaders, "val": val_dataloaders},
-                  ckpt_path)
+                  ckpt_path, weights_only)
 
     def validate(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
-                 verbose: bool = True, datamodule: DataModule | None = None) -> list[dict[str, float]]:
+                 verbose: bool = True, datamodule: DataModule | None = None,
+                 weights_only: bool | None = None) -> list[dict[str, float]]:
         """Run one validation epoch; returns one dict of metrics per dataloader."""
-        return self._evaluate(TrainerFn.VALIDATING, model, dataloaders, ckpt_path, verbose, datamodule)
+        return self._evaluate(TrainerFn.VALIDATING, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
     def test(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
-             verbose: bool = True, datamodule: DataModule | None = None) -> list[dict[str, float]]:
+             verbose: bool = True, datamodule: DataModule | None = None,
+             weights_only: bool | None = None) -> list[dict[str, float]]:
         """Run one test epoch; returns one dict of metrics per dataloader."""
-        return self._evaluate(TrainerFn.TESTING, model, dataloaders, ckpt_path, verbose, datamodule)
+        return self._evaluate(TrainerFn.TESTING, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
     def predict(self, model: Module | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
-                return_predictions: bool | None = None, ckpt_path: str | None = None) -> list[Any] | None:
+                return_predictions: bool | None = None, ckpt_path: str | None = None,
+                weights_only: bool | None = None) -> list[Any] | None:
         """Run ``predict_step`` over the data; returns the predictions, moved to the CPU, in order (a list
         per loader if several), or None with ``return_predictions=False`` (nothing is kept then)."""
-        if isinstance(dataloaders, DataModule):
-            datamodule, dataloaders = dataloaders, None
+        datamodule, dataloaders = _datamodule_or_loaders("predict", datamodule, dataloaders)
         self._keep_predictions = return_predictions is not False
-        return self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path)
+        return self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only)
 
     def _evaluate(self, fn: TrainerFn, model: Module | None, dataloaders: Any, ckpt_path: str | None,
-                  verbose: bool, datamodule: DataModule | None) -> list[dict[str, float]]:
-        if isinstance(dataloaders, DataModule):
-            datamodule, dataloaders = dataloaders, None
+                  verbose: bool, datamodule: DataModule | None, weights_only: bool | None) -> list[dict[str, float]]:
+        datamodule, dataloaders = _datamodule_or_loaders(fn.value, datamodule, dataloaders)
         stage = "val" if fn == TrainerFn.VALIDATING else "test"
-        results = self._run(fn, model, datamodule, {stage: dataloaders}, ckpt_path)
+        results = self._run(fn, model, datamodule, {stage: dataloaders}, ckpt_path, weights_only)
         if verbose and self.is_global_zero:
             print_results("Validate" if stage == "val" else "Test", results)
         return results
 
     # -- one run ---
     def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
-             ckpt_path: Any) -> Any:
+             ckpt_path: Any, weights_only: bool | None) -> Any:
         module = self._attach(fn, model, datamodule)
         self.given_loaders = loaders
+        self._weights_only = weights_only
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
+        self.state.stage = _FIRST_STAGE[fn]  # so setup() already sees trainer.training / testing ..., as in Lightning
         self.state.should_stop = False
         self.metrics.clear()  # each run starts with empty metric dicts, as in Lightning
         stage = "fit" if fn == TrainerFn.FITTING else fn.value
@@ -427,16 +285,12 @@ class Trainer:
     def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
         if model is None:
             if self.module is None:
-                raise MisconfigurationError(
-                    f"trainer.{fn.value}() needs a model: pass one, or call trainer.fit(model) first."
-                )
+                raise TypeError(f"trainer.{fn.value}() needs a model: pass one, or call trainer.fit(model) first.")
             model = self.module
         if not isinstance(model, Module):
-            raise MisconfigurationError(
-                f"trainer.{fn.value}(model={describe(model)}): the model must subclass framework.Module."
-            )
+            raise TypeError(f"trainer.{fn.value}(model={describe(model)}): the model must subclass framework.Module.")
         if datamodule is not None and not isinstance(datamodule, DataModule):
-            raise MisconfigurationError(
+            raise TypeError(
                 f"trainer.{fn.value}(datamodule={describe(datamodule)}): it must subclass framework.DataModule."
             )
         self.hooks = None  # until this run's are resolved, an early failure must not reach the last run's
@@ -470,7 +324,9 @@ class Trainer:
         if not self._module_setup:
             self.model = self.runtime.setup_module(module)
             self._module_setup = True
-        self.training_step = self.runtime.strategy.step_function(self.model, "training_step")
+        self.training_step = without_unaccepted_batch_idx(
+            self.runtime.strategy.step_function(self.model, "training_step"), module.training_step
+        )
         self._log_hyperparams()
 
     def _log_hyperparams(self) -> None:
@@ -518,12 +374,17 @@ class Trainer:
         module = self.module
         self.fit_loop = FitLoop(self)
         self._check_fit_settings()
-        load_fit_data(self)  # first, so configure_optimizers can read estimated_stepping_batches
+        # Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
+        # training's when training starts (or when configure_optimizers reads estimated_stepping_batches).
+        self.train_loader, self.num_training_batches = None, INFINITE
+        self.val_loaders, self.num_val_batches = [], []
+        self.loaded_at.clear()
+        self.validates_in_fit = val_is_defined(self)
         self._configure_optimizers()
         self.state.stage = RunningStage.TRAINING
         self.step_hooks = StepHooks(self)
         if ckpt_path is not None:
-            restore_checkpoint(self, load_for(self, ckpt_path), training=True)
+            restore_checkpoint(self, load_for(self, ckpt_path, self._weights_only), training=True)
         self.hooks.call(Hook.ON_FIT_START)
         if not module.training:
             warnings.warn(
@@ -567,16 +428,28 @@ class Trainer:
                 )
         if not overrides(self.module, Module, "training_step"):
             raise MisconfigurationError(f"{type(self.module).__qualname__} must define training_step to fit.")
+        if self.given_loaders.get("train") is None and not any(
+            owner is not None and callable(getattr(owner, "train_dataloader", None))
+            for owner in (self.datamodule, self.module)
+        ):
+            raise MisconfigurationError(
+                "trainer.fit found no training data: pass train_dataloaders=, a datamodule=, or define "
+                "train_dataloader() on the Module."
+            )
 
-    def reload_train_loader_if_due(self) -> None:
-        """Ask for the loaders again every ``reload_dataloaders_every_n_epochs`` epochs."""
-        n = self.reload_dataloaders_every_n_epochs
-        if n and self.state.current_epoch - self._last_train_reload >= n:
-            load_fit_data(self)
+    def load_train_loader_if_due(self) -> None:
+        """Ask for the training loader when training starts, and again every ``reload_dataloaders_every_n_epochs``."""
+        if reload_due(self, "train"):
+            load_train_data(self)
 
     def run_validation_in_fit(self) -> None:
-        """One validation pass inside fit (the fit loop calls it when due)."""
+        """One validation pass inside fit (the fit loop calls it when due); nothing when no loader has batches."""
+        if reload_due(self, "val"):
+            load_val_data(self)
+        if not any(n > 0 for n in self.num_val_batches):
+            return
         self.state.stage = RunningStage.VALIDATING
+        self.hooks.call(Hook.ON_VALIDATION_MODEL_ZERO_GRAD)
         run_evaluation(self, "validate", self.val_loaders, self.num_val_batches)
         self.state.stage = RunningStage.TRAINING
         self.module._results = self.train_results
@@ -589,12 +462,14 @@ class Trainer:
         if not overrides(self.module, Module, step_name):
             raise MisconfigurationError(f"trainer.{fn.value}() needs {type(self.module).__qualname__}.{step_name}.")
         loaders, limits = eval_data(self, stage, getattr(self, f"limit_{stage}_batches"))
+        self.eval_loaders[stage], self.eval_batches[stage] = loaders, limits
         self._restore_for_eval(ckpt_path)
         self.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
         return run_evaluation(self, kind, loaders, limits)
 
     def _run_predict(self, ckpt_path: Any) -> list[Any]:
         loaders, limits = eval_data(self, "predict", self.limit_predict_batches)
+        self.eval_loaders["predict"], self.eval_batches["predict"] = loaders, limits
         self._restore_for_eval(ckpt_path)
         self.state.stage = RunningStage.PREDICTING
         predictions = run_evaluation(self, "predict", loaders, limits)
@@ -602,7 +477,7 @@ class Trainer:
 
     def _restore_for_eval(self, ckpt_path: Any) -> None:
         if ckpt_path is not None:
-            restore_checkpoint(self, load_for(self, ckpt_path), training=False)
+            restore_checkpoint(self, load_for(self, ckpt_path, self._weights_only), training=False)
 
     # -- services the loops and the Module call ------------------------------------------------------------------------
     def batch_mover(self) -> Callable[[Any, int], Any]:
@@ -632,6 +507,25 @@ class Trainer:
         if self.model is None:
             raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
         self.runtime.strategy.save_checkpoint(dump_checkpoint(self, weights_only), os.fspath(filepath))
+
+
+_FIRST_STAGE = {
+    TrainerFn.FITTING: RunningStage.TRAINING,
+    TrainerFn.VALIDATING: RunningStage.VALIDATING,
+    TrainerFn.TESTING: RunningStage.TESTING,
+    TrainerFn.PREDICTING: RunningStage.PREDICTING,
+}
+
+
+def _datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any) -> tuple[Any, Any]:
+    """A DataModule passed as ``dataloaders`` counts as ``datamodule``; both at once is an error."""
+    if isinstance(dataloaders, DataModule):
+        datamodule, dataloaders = dataloaders, None
+    if datamodule is not None and dataloaders is not None:
+        raise MisconfigurationError(
+            f"trainer.{entry} got dataloaders and a datamodule: pass dataloaders= or datamodule=, not both."
+        )
+    return datamodule, dataloaders
 
 
 def _default(value: Any, default: Any) -> Any:

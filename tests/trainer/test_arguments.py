@@ -359,9 +359,19 @@ def test_validate_without_validation_step():
 
 
 def test_fit_with_a_model_that_is_not_a_framework_module():
-    with pytest.raises(MisconfigurationError,
-                       match=r"trainer\.fit\(model=Linear\(.*\(type Linear\)\).*framework\.Module"):
+    # A TypeError, as Lightning raises, so `except TypeError` in a user's script still catches it.
+    with pytest.raises(TypeError, match=r"trainer\.fit\(model=Linear\(.*\(type Linear\)\).*framework\.Module"):
         quiet_trainer(max_epochs=1).fit(nn.Linear(4, 1), loader(n=16))
+    with pytest.raises(TypeError, match=r"trainer\.validate\(\) needs a model"):
+        quiet_trainer().validate(dataloaders=loader(n=16))
+
+
+def test_loaders_and_a_datamodule_at_once_are_refused():
+    datamodule = framework.DataModule()
+    with pytest.raises(MisconfigurationError, match=r"trainer\.fit got dataloaders and a datamodule"):
+        quiet_trainer(max_epochs=1).fit(Regressor(), loader(n=16), datamodule=datamodule)
+    with pytest.raises(MisconfigurationError, match=r"trainer\.test got dataloaders and a datamodule"):
+        quiet_trainer().test(Regressor(), loader(n=16), datamodule=datamodule)
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [

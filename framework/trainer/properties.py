@@ -1,0 +1,239 @@
+"""What users read from a ``Trainer``: counters, metrics, ranks, loaders and callbacks, under Lightning's names.
+
+Every property here is a view of state the Trainer holds elsewhere (its ``state``,
+``metrics``, ``runtime``, loaders and callbacks); nothing here changes a run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from framework.callbacks.base import Callback
+from framework.loggers.base import Logger
+from framework.module import Module
+from framework.trainer.data import INFINITE, load_train_data
+from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
+
+
+class TrainerProperties:
+    """The read-only views a ``Trainer`` offers (the Trainer subclasses this)."""
+
+    @property
+    def current_epoch(self) -> int:
+        """Training epochs finished so far, i.e. the index of the epoch running."""
+        return self.state.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far (every ``optimizer.step()`` in manual optimization)."""
+        return self.state.global_step
+
+    @property
+    def should_stop(self) -> bool:
+        """Set to True to end ``fit`` after the current batch, once ``min_epochs`` and ``min_steps`` are met."""
+        return self.state.should_stop
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        """Ask ``fit`` to stop (or withdraw the request); each run starts with False."""
+        self.state.should_stop = bool(value)
+
+    @property
+    def callback_metrics(self) -> dict[str, Any]:
+        """The latest value of every logged name, the running batch's included (what callbacks monitor)."""
+        return self.metrics.callback_view()
+
+    @property
+    def logged_metrics(self) -> dict[str, Any]:
+        """The latest values sent to loggers, the running batch's included."""
+        return self.metrics.logged_view()
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, Any]:
+        """The latest values logged with ``prog_bar=True``, as floats."""
+        return self.metrics.progress_bar_view()
+
+    @property
+    def strategy(self) -> Any:
+        """The ``Strategy`` in use (``trainer.runtime.strategy``)."""
+        return self.runtime.strategy
+
+    @property
+    def precision(self) -> str:
+        """The precision mode's name, such as ``"32-true"``."""
+        return self.runtime.precision.name
+
+    @property
+    def lightning_module(self) -> Module | None:
+        """The ``Module`` being run, under Lightning's name (``trainer.module``)."""
+        return self.module
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes taking part, over all nodes."""
+        return self.runtime.world_size
+
+    @property
+    def global_rank(self) -> int:
+        """This process's index among all processes."""
+        return self.runtime.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's index on its node."""
+        return self.runtime.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """This node's index."""
+        return self.runtime.node_rank
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this process is global rank 0."""
+        return self.runtime.is_global_zero
+
+    @property
+    def num_nodes(self) -> int:
+        """The ``num_nodes`` the Trainer was given."""
+        return self.runtime.num_nodes
+
+    @property
+    def device_ids(self) -> list[int]:
+        """Indices of the devices in use (``[0]`` for one device)."""
+        return self.runtime.device_ids
+
+    @property
+    def num_devices(self) -> int:
+        """How many devices in use per node (``len(device_ids)``)."""
+        return len(self.runtime.device_ids)
+
+    @property
+    def logger(self) -> Logger | None:
+        """The first logger, or None."""
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def default_root_dir(self) -> str:
+        """The ``default_root_dir`` given, else the working directory the Trainer was made in."""
+        return self._default_root_dir
+
+    @property
+    def log_dir(self) -> str:
+        """The first logger's directory, else ``default_root_dir``."""
+        if self.loggers and self.loggers[0].log_dir is not None:
+            return self.loggers[0].log_dir
+        return self._default_root_dir
+
+    @property
+    def sanity_checking(self) -> bool:
+        """The sanity-check validation at the start of ``fit`` is running."""
+        return self.state.sanity_checking
+
+    @property
+    def training(self) -> bool:
+        """The training loop is running (not validation inside fit)."""
+        return self.state.stage == RunningStage.TRAINING
+
+    @property
+    def validating(self) -> bool:
+        """A validation loop is running (from ``validate`` or inside ``fit``; not the sanity check)."""
+        return self.state.stage == RunningStage.VALIDATING
+
+    @property
+    def testing(self) -> bool:
+        """The test loop is running."""
+        return self.state.stage == RunningStage.TESTING
+
+    @property
+    def predicting(self) -> bool:
+        """The predict loop is running."""
+        return self.state.stage == RunningStage.PREDICTING
+
+    @property
+    def checkpoint_callbacks(self) -> list[Callback]:
+        """The checkpoint-saving callbacks (those with ``runs_last``)."""
+        return [cb for cb in self.callbacks if cb.runs_last]
+
+    @property
+    def checkpoint_callback(self) -> Callback | None:
+        """The first checkpoint-saving callback, or None."""
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def estimated_stepping_batches(self) -> float:
+        """How many optimizer steps ``fit`` will take, from max_steps, max_epochs and the batch counts.
+
+        Read in ``configure_optimizers`` (e.g. for OneCycleLR), it asks for the training loader
+        early; otherwise that happens when training starts.
+        """
+        if self.train_loader is None and self.state.fn == TrainerFn.FITTING:
+            load_train_data(self)
+        by_epochs = INFINITE
+        if self.num_training_batches != INFINITE and self.max_epochs != -1:
+            by_epochs = math.ceil(self.num_training_batches / self.accumulate_grad_batches) * self.max_epochs
+        return by_epochs if self.max_steps == -1 else min(self.max_steps, by_epochs)
+
+    @property
+    def sanity_steps(self) -> float:
+        """Validation batches per loader in the sanity check (infinity for ``num_sanity_val_steps=-1``)."""
+        return INFINITE if self.num_sanity_val_steps == -1 else self.num_sanity_val_steps
+
+    @property
+    def interrupted(self) -> bool:
+        """The last run was interrupted (Ctrl-C) or failed."""
+        return self.state.status == TrainerStatus.INTERRUPTED
+
+    @property
+    def is_last_batch(self) -> bool:
+        """The training batch running is the last of its epoch (e.g. to step a scheduler by hand)."""
+        return self.state.is_last_batch
+
+    @property
+    def train_dataloader(self) -> Iterable | None:
+        """The training loader of the current or last ``fit`` (None before training starts)."""
+        return self.train_loader
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation loader(s) in use: one loader, a list when there are several, or None."""
+        return _one_or_list(self.val_loaders if self.state.fn == TrainerFn.FITTING else self.eval_loaders["val"])
+
+    @property
+    def test_dataloaders(self) -> Any:
+        """The test loader(s) of the current or last ``test``: one loader, a list, or None."""
+        return _one_or_list(self.eval_loaders["test"])
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        """The predict loader(s) of the current or last ``predict``: one loader, a list, or None."""
+        return _one_or_list(self.eval_loaders["predict"])
+
+    @property
+    def num_sanity_val_batches(self) -> list[float]:
+        """Validation batches per loader that the sanity check runs."""
+        return [min(self.sanity_steps, n) for n in self.num_val_batches]
+
+    @property
+    def num_test_batches(self) -> list[float]:
+        """Batches per test loader in the current or last ``test``."""
+        return list(self.eval_batches["test"])
+
+    @property
+    def num_predict_batches(self) -> list[float]:
+        """Batches per predict loader in the current or last ``predict``."""
+        return list(self.eval_batches["predict"])
+
+    @property
+    def enable_validation(self) -> bool:
+        """``fit`` validates: the Module has a ``validation_step``, there is validation data and the limit is not 0."""
+        return self.validates_in_fit
+
+
+def _one_or_list(loaders: list[Any]) -> Any:
+    if not loaders:
+        return None
+    return loaders[0] if len(loaders) == 1 else list(loaders)
