@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from framework.hparams import AttributeDict, init_arguments
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from framework.hparams import AttributeDict, build_from_hparams, init_arguments, read_hparams_file
 from framework.runtime.transfer import move_to_device
 
 
@@ -65,4 +69,52 @@ class DataModule:
         """What to save in checkpoints (under ``"datamodule"``)."""
         return {}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned, when ``fit`` resumes from a checkpoint."""
+
+    @classmethod
+    def from_datasets(cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None,
+                      predict_dataset: Any = None, batch_size: int = 1, num_workers: int = 0,
+                      **datamodule_kwargs: Any) -> DataModule:
+        """A DataModule whose loaders wrap the given datasets (each a Dataset, or a list or dict of them).
+
+        Training data is shuffled (unless it is an IterableDataset); the other stages keep their order.
+
+        Example::
+
+            datamodule = DataModule.from_datasets(train_set, val_set, batch_size=64)
+        """
+
+        def loaders_of(datasets: Any, shuffle: bool) -> Any:
+            def loader(dataset: Dataset) -> DataLoader:
+                return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
+                                  shuffle=shuffle and not isinstance(dataset, IterableDataset))
+
+            if isinstance(datasets, Mapping):
+                return {key: loader(dataset) for key, dataset in datasets.items()}
+            if isinstance(datasets, Sequence) and not isinstance(datasets, Dataset):
+                return [loader(dataset) for dataset in datasets]
+            return loader(datasets)
+
+        datamodule = cls(**datamodule_kwargs)
+        stages = {"train": (train_dataset, True), "val": (val_dataset, False), "test": (test_dataset, False),
+                  "predict": (predict_dataset, False)}
+        for stage, (datasets, shuffle) in stages.items():
+            if datasets is not None:
+                setattr(datamodule, f"{stage}_dataloader",
+                        lambda datasets=datasets, shuffle=shuffle: loaders_of(datasets, shuffle))
+        return datamodule
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, hparams_file: str | os.PathLike | None = None,
+                             weights_only: bool | None = None, **overrides: Any) -> DataModule:
+        """Rebuild the DataModule from the hyperparameters (and state) a Trainer checkpoint saved for it."""
+        from framework.io.checkpoint import load_checkpoint
+
+        checkpoint = load_checkpoint(checkpoint_path, map_location="cpu", weights_only=weights_only)
+        saved = (read_hparams_file(hparams_file) if hparams_file is not None
+                 else checkpoint.get("datamodule_hyper_parameters", {}))
+        datamodule = build_from_hparams(cls, saved, overrides)
+        if "datamodule" in checkpoint:
+            datamodule.load_state_dict(checkpoint["datamodule"])
+        return datamodule

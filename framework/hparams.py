@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import warnings
 from types import FrameType
 from typing import Any
+
+from framework.errors import MisconfigurationError
 
 
 class AttributeDict(dict):
@@ -60,3 +63,38 @@ def _is_plain(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, (str, int)) and _is_plain(v) for k, v in value.items())
     return False
+
+
+def read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The hyperparameters in a YAML file (``hparams.yaml``, as loggers write), for ``load_from_checkpoint``."""
+    import yaml
+
+    from framework.io.fs import read_bytes
+
+    if not str(path).lower().endswith((".yaml", ".yml")):
+        raise MisconfigurationError(f"hparams_file={os.fspath(path)!r}: accepted is a .yaml or .yml file.")
+    loaded = yaml.safe_load(read_bytes(path)) or {}
+    if not isinstance(loaded, dict):
+        raise MisconfigurationError(f"hparams_file={os.fspath(path)!r} holds {type(loaded).__name__}, not a mapping.")
+    return loaded
+
+
+def build_from_hparams(cls: type, hparams: dict[str, Any], overrides: dict[str, Any]) -> Any:
+    """``cls(**hparams, **overrides)``, keeping only the saved names ``cls.__init__`` takes."""
+    arguments = {**_accepted_by(cls, hparams), **overrides}
+    try:
+        return cls(**arguments)
+    except TypeError as error:
+        raise MisconfigurationError(
+            f"{cls.__qualname__}.load_from_checkpoint could not call {cls.__qualname__}(**{sorted(arguments)}): "
+            f"{error}. Pass the missing arguments as keyword overrides, or call save_hyperparameters() in __init__."
+        ) from error
+
+
+def _accepted_by(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
+    """The saved hyperparameters ``cls.__init__`` takes (a base class's own ones are dropped)."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return dict(hparams)
+    names = {p.name for p in parameters}
+    return {key: value for key, value in hparams.items() if key in names}

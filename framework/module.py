@@ -12,8 +12,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from framework import export
 from framework.errors import MisconfigurationError, describe
-from framework.hparams import AttributeDict, init_arguments
+from framework.hparams import AttributeDict, build_from_hparams, init_arguments, read_hparams_file
 from framework.runtime.transfer import move_to_device
 
 
@@ -38,13 +39,23 @@ class Module(nn.Module):
                 return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
     """
 
+    # TorchScript must not compile these (they read the Trainer, or describe the Python object).
+    __jit_unused_properties__ = [
+        "trainer", "device", "dtype", "on_gpu", "global_step", "current_epoch", "global_rank", "local_rank",
+        "logger", "loggers", "hparams", "hparams_initial",
+    ]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._trainer: Any = None
         self._results: Any = None
         self._hparams = AttributeDict()
+        self._hparams_initial = AttributeDict()
         self._log_hyperparams = True
+        self._jit_is_scripting = False
         self.automatic_optimization: bool = True
+        #: Whether ``load_from_checkpoint`` and resuming require every key of the module in the checkpoint.
+        self.strict_loading: bool = True
         self.example_input_array: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -56,7 +67,7 @@ class Module(nn.Module):
     @property
     def trainer(self) -> Any:
         """The Trainer this module is attached to; raises ``RuntimeError`` when there is none."""
-        if self._trainer is None:
+        if self._trainer is None and not self._jit_is_scripting:
             raise RuntimeError(
                 f"{type(self).__qualname__} is not attached to a Trainer; call trainer.fit(model) first."
             )
@@ -75,6 +86,19 @@ class Module(nn.Module):
         for tensor in self.buffers():
             return tensor.device
         return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the first floating parameter (else buffer); torch's default dtype for a module with neither."""
+        for tensor in (*self.parameters(), *self.buffers()):
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the module's parameters are on a CUDA device."""
+        return self.device.type == "cuda"
 
     @property
     def global_step(self) -> int:
@@ -117,6 +141,11 @@ class Module(nn.Module):
         """What ``save_hyperparameters`` stored, readable as attributes (``self.hparams.lr``)."""
         return self._hparams
 
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of ``hparams`` as ``save_hyperparameters`` stored them, unaffected by later changes to ``hparams``."""
+        return AttributeDict(self._hparams_initial)
+
     def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True,
                              frame: Any = None) -> None:
         """Store the ``__init__`` arguments in ``self.hparams`` (and so in checkpoints and logs).
@@ -141,6 +170,7 @@ class Module(nn.Module):
             chosen = init_args
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
         self._hparams = AttributeDict({k: v for k, v in chosen.items() if k not in ignored})
+        self._hparams_initial = AttributeDict(self._hparams)
         self._log_hyperparams = logger
 
     # -- logging ---
@@ -394,11 +424,16 @@ class Module(nn.Module):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_exception(self, exception: BaseException) -> None: ...
 
-    # -- checkpoints ---
+    # -- checkpoints and export ---
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None,
-                             strict: bool = True, **overrides: Any) -> Module:
+                             hparams_file: str | os.PathLike | None = None, strict: bool | None = None,
+                             weights_only: bool | None = None, **overrides: Any) -> Module:
         """Rebuild the module from a checkpoint: ``cls(**saved hparams, **overrides)``, then its weights.
+
+        ``hparams_file`` (a YAML file) replaces the hyperparameters saved in the checkpoint;
+        ``strict=None`` means ``self.strict_loading``; ``weights_only=False`` also unpickles
+        arbitrary objects (only for files you trust).
 
         Example::
 
@@ -406,27 +441,20 @@ class Module(nn.Module):
         """
         from framework.io.checkpoint import load_checkpoint
 
-        checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu")
-        hparams = {**_accepted_by(cls, checkpoint.get("hyper_parameters", {})), **overrides}
-        try:
-            model = cls(**hparams)
-        except TypeError as error:
-            raise MisconfigurationError(
-                f"{cls.__qualname__}.load_from_checkpoint could not call "
-                f"{cls.__qualname__}(**{sorted(hparams)}): {error}. "
-                "Pass the missing arguments as keyword overrides, or call save_hyperparameters() in __init__."
-            ) from error
+        checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu", weights_only=weights_only)
+        saved = read_hparams_file(hparams_file) if hparams_file is not None else checkpoint.get("hyper_parameters", {})
+        model = build_from_hparams(cls, saved, overrides)
         model.on_load_checkpoint(checkpoint)
-        model.load_state_dict(checkpoint["state_dict"], strict=strict)
+        model.load_state_dict(checkpoint["state_dict"], strict=model.strict_loading if strict is None else strict)
         if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
             model.to(map_location)
         return model
 
+    def to_torchscript(self, file_path: str | os.PathLike | None = None, method: str = "script",
+                       example_inputs: Any = None, **kwargs: Any) -> Any:
+        """The module as TorchScript ("script", or "trace" with ``example_inputs``), saved to ``file_path`` if given."""
+        return export.to_torchscript(self, file_path, method, example_inputs, **kwargs)
 
-def _accepted_by(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
-    """The saved hyperparameters ``cls.__init__`` takes (a base class's own ones are dropped)."""
-    parameters = inspect.signature(cls.__init__).parameters.values()
-    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return dict(hparams)
-    names = {p.name for p in parameters}
-    return {key: value for key, value in hparams.items() if key in names}
+    def to_onnx(self, file_path: str | os.PathLike, input_sample: Any = None, **kwargs: Any) -> Any:
+        """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``)."""
+        return export.to_onnx(self, file_path, input_sample, **kwargs)

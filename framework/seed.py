@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 from collections.abc import Iterator
@@ -15,11 +16,12 @@ from framework.errors import MisconfigurationError, describe
 _MAX_SEED = 2**32 - 1
 
 
-def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
     """Seed ``random``, NumPy (when installed) and torch (all devices); returns the seed used.
 
     With ``seed=None`` the ``PL_GLOBAL_SEED`` environment variable is used, else 0.
     ``workers=True`` sets ``PL_SEED_WORKERS=1`` so DataLoader workers get distinct derived seeds.
+    ``verbose`` logs the seed (logger ``"framework"``, level INFO).
 
     Example::
 
@@ -39,6 +41,8 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     else:
         numpy.random.seed(seed)
     torch.manual_seed(seed)
+    if verbose:
+        logging.getLogger("framework").info("Seed set to %d", seed)
     return seed
 
 

@@ -274,3 +274,43 @@ def test_datamodule_save_hyperparameters():
 
     assert Configured(batch_size=16).hparams == {"batch_size": 16, "root": "/data"}
     assert Configured().hparams.root == "/data"
+
+
+def test_from_datasets_wraps_each_stage_in_a_loader():
+    train, val = regression_data(n=32), [regression_data(n=16), regression_data(n=8, seed=1)]
+    datamodule = framework.DataModule.from_datasets(train, val, test_dataset=regression_data(n=8), batch_size=8)
+    assert isinstance(datamodule.train_dataloader().sampler, torch.utils.data.RandomSampler)
+    assert [len(v) for v in datamodule.val_dataloader()] == [2, 1]
+    assert not hasattr(datamodule, "predict_dataloader")
+
+    class TwoVal(Regressor):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val_loss", self.loss(batch))
+
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(TwoVal(), datamodule=datamodule)
+    assert trainer.num_training_batches == 4 and trainer.num_val_batches == [2, 1]
+    assert list(trainer.test(TwoVal(), datamodule=datamodule, verbose=False)[0]) == ["test_loss"]
+
+
+def test_datamodule_load_from_checkpoint_rebuilds_it_with_its_hyperparameters_and_state(tmp_path):
+    class Sized(framework.DataModule):
+        def __init__(self, batch_size: int = 4):
+            super().__init__()
+            self.save_hyperparameters()
+            self.restored = None
+
+        def train_dataloader(self):
+            return DataLoader(regression_data(n=16), batch_size=self.hparams.batch_size)
+
+        def state_dict(self):
+            return {"seen": 7}
+
+        def load_state_dict(self, state_dict):
+            self.restored = state_dict
+
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Regressor(), datamodule=Sized(batch_size=8))
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    loaded = Sized.load_from_checkpoint(tmp_path / "a.ckpt")
+    assert loaded.hparams.batch_size == 8 and loaded.restored == {"seen": 7}

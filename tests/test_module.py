@@ -468,3 +468,66 @@ def test_a_fitted_module_pickles_and_copies_without_its_trainer(tmp_path):
     restored = pickle.loads(pickle.dumps(model))
     torch.testing.assert_close(restored.net.weight, model.net.weight)
     torch.save(model, tmp_path / "model.pt")
+
+
+def test_load_from_checkpoint_takes_hyperparameters_from_a_yaml_file(tmp_path):
+    path = tmp_path / "model.ckpt"
+    trained = Regressor(lr=0.2, features=3)
+    _fit_and_save(trained, path, features=3)
+    (tmp_path / "hparams.yaml").write_text("lr: 0.5\nfeatures: 3\n")
+    loaded = Regressor.load_from_checkpoint(path, hparams_file=tmp_path / "hparams.yaml")
+    assert loaded.hparams == {"lr": 0.5, "features": 3}
+    _assert_weights(loaded.state_dict(), trained.state_dict())
+    with pytest.raises(MisconfigurationError, match=r"hparams_file=.*hparams\.txt.*\.yaml or \.yml"):
+        Regressor.load_from_checkpoint(path, hparams_file=tmp_path / "hparams.txt")
+
+
+def test_strict_loading_decides_how_missing_keys_are_treated(tmp_path):
+    class Wider(Regressor):
+        def __init__(self, lr: float = 0.05, features: int = 4):
+            super().__init__(lr, features)
+            self.register_buffer("extra", torch.zeros(2))
+
+    path = tmp_path / "model.ckpt"
+    _fit_and_save(Regressor(), path)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        Wider.load_from_checkpoint(path)
+    Wider.load_from_checkpoint(path, strict=False)
+
+    class Lenient(Wider):
+        def __init__(self, lr: float = 0.05, features: int = 4):
+            super().__init__(lr, features)
+            self.strict_loading = False
+
+    Lenient.load_from_checkpoint(path)  # strict=None follows the module's strict_loading
+    quiet_trainer(max_epochs=2).fit(Lenient(), loader(), ckpt_path=path)  # resuming does too
+
+
+def test_hparams_initial_keeps_the_saved_values():
+    model = Regressor(lr=0.3)
+    model.hparams.lr = 0.01
+    assert model.hparams.lr == 0.01 and model.hparams_initial == {"lr": 0.3, "features": 4}
+
+
+def test_dtype_and_on_gpu():
+    model = Regressor()
+    assert model.dtype == torch.float32 and not model.on_gpu
+    assert model.double().dtype == torch.float64
+    assert framework.Module().dtype == torch.get_default_dtype()
+
+
+def test_to_torchscript_by_script_and_by_trace_gives_the_same_outputs(tmp_path):
+    model = Regressor()
+    x = torch.randn(3, 4)
+    scripted = model.to_torchscript(tmp_path / "model.pt")
+    traced = model.to_torchscript(method="trace", example_inputs=x)
+    torch.testing.assert_close(scripted(x), model(x))
+    torch.testing.assert_close(traced(x), model(x))
+    torch.testing.assert_close(torch.jit.load(tmp_path / "model.pt")(x), model(x))
+    assert model.training  # the export left the mode as it was
+    with pytest.raises(MisconfigurationError, match=r"method='graph'.*'script' or 'trace'"):
+        model.to_torchscript(method="graph")
+    with pytest.raises(MisconfigurationError, match=r"needs example_inputs"):
+        model.to_torchscript(method="trace")
+    with pytest.raises(MisconfigurationError, match=r"to_onnx needs input_sample"):
+        model.to_onnx(tmp_path / "model.onnx")

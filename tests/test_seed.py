@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import random
 
 import numpy
@@ -65,3 +66,10 @@ def test_the_sanity_check_does_not_change_a_seeded_run():
         return model.net.weight.detach().clone()
 
     torch.testing.assert_close(train(2), train(0))
+
+
+def test_verbose_logs_the_seed_and_can_be_silenced(caplog):
+    with caplog.at_level(logging.INFO, logger="framework"):
+        framework.seed_everything(7)
+        framework.seed_everything(8, verbose=False)
+    assert [record.getMessage() for record in caplog.records] == ["Seed set to 7"]

@@ -15,11 +15,12 @@ import torch
 from framework.io.fs import read_bytes, write_bytes_atomic
 
 
-def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``checkpoint`` to ``path`` atomically (any fsspec path)."""
+def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike,
+                    storage_options: dict[str, Any] | None = None) -> None:
+    """Write ``checkpoint`` to ``path`` atomically (any fsspec path; ``storage_options`` go to its filesystem)."""
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
-    write_bytes_atomic(path, buffer.getvalue())
+    write_bytes_atomic(path, buffer.getvalue(), storage_options)
 
 
 def load_checkpoint(

@@ -7,11 +7,11 @@ import uuid
 from typing import Any
 
 
-def filesystem(path: str | os.PathLike) -> tuple[Any, str]:
-    """The fsspec filesystem for ``path`` and the path as that filesystem spells it."""
+def filesystem(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem for ``path`` (made with ``storage_options``) and the path as it spells it."""
     from fsspec.core import url_to_fs
 
-    return url_to_fs(os.fspath(path))
+    return url_to_fs(os.fspath(path), **(storage_options or {}))
 
 
 def exists(path: str | os.PathLike) -> bool:
@@ -27,13 +27,13 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         return handle.read()
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, storage_options: dict[str, Any] | None = None) -> None:
     """Write ``data`` to ``path`` so that a reader sees either the old file or the new one.
 
     The bytes go to a temporary name beside the target first and are renamed over it only
     once complete, so a crash mid-write never leaves a truncated file at ``path``.
     """
-    fs, inner = filesystem(path)
+    fs, inner = filesystem(path, storage_options)
     parent = os.path.dirname(inner.rstrip("/"))
     if parent:
         fs.makedirs(parent, exist_ok=True)

@@ -1,5 +1,5 @@
 """Loggers: where logged metrics are written."""
 
-from framework.loggers.base import Logger
+from framework.loggers.base import DummyLogger, Logger
 
-__all__ = ["Logger"]
+__all__ = ["DummyLogger", "Logger"]

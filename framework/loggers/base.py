@@ -50,3 +50,34 @@ class Logger:
     def finalize(self, status: str) -> None:
         """The run ended with ``status`` ("success", "failed" or "interrupted")."""
         self.save()
+
+
+class DummyLogger(Logger):
+    """A logger that records nothing; ``fast_dev_run`` puts it in place of the real ones.
+
+    Code that reaches for ``self.logger.experiment.add_image(...)`` keeps working: the
+    experiment accepts any call and does nothing.
+    """
+
+    @property
+    def experiment(self) -> _NoOp:
+        """An object on which every method call does nothing."""
+        return _NoOp()
+
+    @property
+    def name(self) -> str:
+        """Empty: it writes nowhere."""
+        return ""
+
+    @property
+    def version(self) -> str:
+        """Empty: it writes nowhere."""
+        return ""
+
+
+class _NoOp:
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+    def __getitem__(self, index: Any) -> _NoOp:
+        return self

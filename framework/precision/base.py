@@ -51,6 +51,10 @@ class Precision:
         """Why ``device`` cannot do this mode (and what to use instead), or None when it can."""
         return None
 
+    def module_init_context(self) -> contextlib.AbstractContextManager:
+        """The context for creating a module directly in this mode's parameter dtype (here: none)."""
+        return contextlib.nullcontext()
+
     def convert_module(self, module: nn.Module) -> nn.Module:
         """Cast the module's parameters where the mode needs it (here: nothing)."""
         return module

@@ -33,6 +33,10 @@ class TruePrecision(Precision):
         """``module`` with every floating parameter and buffer in ``dtype`` (integer buffers are kept)."""
         return module.to(dtype=self.dtype)
 
+    def module_init_context(self) -> contextlib.AbstractContextManager:
+        """Layers created inside get their floating parameters in ``dtype`` directly (no fp32 copy first)."""
+        return _default_dtype(self.dtype)
+
     def convert_input(self, data: Any) -> Any:
         """``data`` with its floating tensors cast to ``dtype`` (integer labels and masks are kept)."""
         dtype = self.dtype

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -94,6 +95,18 @@ class Runtime:
     def setup_environment(self) -> None:
         """Let the strategy set up its environment (start the process group, where there is one)."""
         self.strategy.setup_environment()
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Create modules inside this block directly on the device, in the precision's parameter dtype.
+
+        Example::
+
+            with runtime.init_module():
+                model = torch.nn.Linear(1024, 1024)   # on the device, bf16 under "bf16-true"
+        """
+        with self.strategy.module_init_context(empty_init), self.precision.module_init_context():
+            yield
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Convert ``module`` for the precision, place/wrap it for the strategy, then compile it if asked."""

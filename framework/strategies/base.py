@@ -67,6 +67,10 @@ class Strategy:
     def setup_environment(self) -> None:
         """Start the process group, where there is one."""
 
+    def module_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager:
+        """The context for creating a module on this strategy's device (sharded strategies may use meta)."""
+        return torch.device(self.device)
+
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move ``module`` to the device and wrap it (DDP, fully_shard) where needed."""
         return module.to(self.device)
@@ -137,12 +141,13 @@ class Strategy:
         """The ``state_dict()`` of the user's module inside any wrapper, as checkpoints hold it."""
         return self.unwrap(module).state_dict()
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str,
+                        storage_options: dict[str, Any] | None = None) -> None:
         """Write ``checkpoint`` to ``path`` (one file here; rank 0 only when distributed)."""
         from framework.io.checkpoint import save_checkpoint
 
         if self.is_global_zero:
-            save_checkpoint(checkpoint, path)
+            save_checkpoint(checkpoint, path, storage_options)
         self.barrier("save_checkpoint")
 
     def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:

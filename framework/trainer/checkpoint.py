@@ -70,7 +70,9 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool)
     trainer.module.on_load_checkpoint(checkpoint)
     if "state_dict" not in checkpoint:
         raise MisconfigurationError("The checkpoint has no 'state_dict' entry; it was not written by a Trainer.")
-    trainer.runtime.strategy.unwrap(trainer.model).load_state_dict(checkpoint["state_dict"])
+    trainer.runtime.strategy.unwrap(trainer.model).load_state_dict(
+        checkpoint["state_dict"], strict=trainer.module.strict_loading
+    )
     if not training:
         return
     if "optimizer_states" not in checkpoint:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,9 +68,9 @@ def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[LRSchedulerCo
 def _parse_dicts(items: Sequence[Mapping]) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
     optimizers, configs = [], []
     for item in items:
-        unknown = set(item) - {"optimizer", "lr_scheduler", "monitor"}
-        if "optimizer" not in item or not _is_optimizer(item["optimizer"]) or unknown:
+        if "optimizer" not in item or not _is_optimizer(item["optimizer"]):
             raise _bad_form(item)
+        _warn_unknown_keys("optimizer dict", item, {"optimizer", "lr_scheduler", "monitor"})
         optimizers.append(item["optimizer"])
         if item.get("lr_scheduler") is not None:
             configs.append(_scheduler_config(item["lr_scheduler"], monitor=item.get("monitor")))
@@ -78,14 +80,13 @@ def _parse_dicts(items: Sequence[Mapping]) -> tuple[list[Optimizer], list[LRSche
 def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConfig:
     """``value`` as a config; ``monitor`` is the one given beside it (``{"optimizer", "lr_scheduler", "monitor"}``)."""
     if isinstance(value, Mapping):
-        unknown = set(value) - _CONFIG_KEYS
-        if "scheduler" not in value or unknown:
+        if "scheduler" not in value:
             raise MisconfigurationError(
-                f"LR scheduler config {dict(value)!r} is not valid: it needs a 'scheduler' key"
-                + (f" and has unknown keys {sorted(unknown)}" if unknown else "")
-                + f". Accepted keys: {sorted(_CONFIG_KEYS - {'reduce_on_plateau'})}."
+                f"LR scheduler config {dict(value)!r} is not valid: it needs a 'scheduler' key. "
+                f"Accepted keys: {sorted(_CONFIG_KEYS - {'reduce_on_plateau'})}."
             )
-        config = LRSchedulerConfig(**{key: value[key] for key in value if key != "reduce_on_plateau"})
+        _warn_unknown_keys("LR scheduler config", value, _CONFIG_KEYS - {"reduce_on_plateau"})
+        config = LRSchedulerConfig(**{key: value[key] for key in value if key in _CONFIG_KEYS - {"reduce_on_plateau"}})
     else:
         config = LRSchedulerConfig(scheduler=value)
     if config.monitor is None:
@@ -105,6 +106,19 @@ def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConf
             "{'scheduler': scheduler, 'monitor': 'val_loss'}} from configure_optimizers."
         )
     return config
+
+
+def _warn_unknown_keys(what: str, given: Mapping, known: set[str]) -> None:
+    """Unknown keys are ignored with a warning, as in Lightning, naming the key probably meant."""
+    for key in sorted(set(given) - known, key=str):
+        close = difflib.get_close_matches(str(key), sorted(known), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        warnings.warn(
+            f"configure_optimizers: the {what} has the unknown key {key!r}, which is ignored.{hint} "
+            f"Known keys: {sorted(known)}.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def _is_plateau(scheduler: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -14,7 +15,7 @@ from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, overrides
-from framework.loggers.base import Logger
+from framework.loggers.base import DummyLogger, Logger
 from framework.module import Module
 from framework.precision import Precision
 from framework.runtime import Runtime
@@ -113,11 +114,11 @@ class Trainer(TrainerProperties):
         self.log_every_n_steps = check.check_int("log_every_n_steps", log_every_n_steps, 0, 50)
         self.accumulate_grad_batches = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)
         self.gradient_clip_val = check.check_optional_number("gradient_clip_val", gradient_clip_val)
+        # None stays None, as in Lightning (configure_gradient_clipping receives it); clipping reads it as "norm".
         self.gradient_clip_algorithm = check.check_choice(
             "gradient_clip_algorithm",
-            gradient_clip_algorithm.lower() if isinstance(gradient_clip_algorithm, str) else
-            ("norm" if gradient_clip_algorithm is None else gradient_clip_algorithm),
-            ("norm", "value"),
+            gradient_clip_algorithm.lower() if isinstance(gradient_clip_algorithm, str) else gradient_clip_algorithm,
+            (None, "norm", "value"),
         )
         self.reload_dataloaders_every_n_epochs = check.check_int(
             "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0
@@ -138,6 +139,7 @@ class Trainer(TrainerProperties):
         self._default_root_dir = check.check_root_dir(default_root_dir)
         self.callbacks: list[Callback] = check.check_list_of("callbacks", callbacks, Callback, "Callback")
         self.loggers: list[Logger] = self._resolve_loggers(logger)
+        self._loggers_asked_for = logger is not False and logger != []
         if self.fast_dev_run:
             self._apply_fast_dev_run()
         self._apply_torch_flags()
@@ -176,7 +178,8 @@ class Trainer(TrainerProperties):
         self.limit_test_batches = self.limit_predict_batches = n
         self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0
         self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
-        self.loggers = []
+        # As in Lightning: no files are written, but trainer.logger stays usable where loggers were asked for.
+        self.loggers = [DummyLogger()] if self._loggers_asked_for else []
         self.callbacks = [cb for cb in self.callbacks if not cb.runs_last]
 
     def _apply_torch_flags(self) -> None:
@@ -501,12 +504,28 @@ class Trainer(TrainerProperties):
         """The callable that runs the step method ``name`` (e.g. ``"validation_step"``) on the set-up model."""
         return self.runtime.strategy.step_function(self.model, name)
 
+    def init_module(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager:
+        """Create the model inside this block to build it on the device, in the precision's parameter dtype.
+
+        Example::
+
+            trainer = Trainer(precision="bf16-true")
+            with trainer.init_module():
+                model = MyModule()            # parameters created in bf16 on the device
+        """
+        return self.runtime.init_module(empty_init)
+
     # -- checkpoints ---
-    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False) -> None:
-        """Write a checkpoint of the current run to ``filepath`` (any fsspec path)."""
+    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False,
+                        storage_options: dict[str, Any] | None = None) -> None:
+        """Write a checkpoint of the current run to ``filepath`` (any fsspec path).
+
+        ``storage_options`` go to the fsspec filesystem (e.g. credentials for ``s3://``).
+        """
         if self.model is None:
             raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
-        self.runtime.strategy.save_checkpoint(dump_checkpoint(self, weights_only), os.fspath(filepath))
+        self.runtime.strategy.save_checkpoint(dump_checkpoint(self, weights_only), os.fspath(filepath),
+                                              storage_options=storage_options)
 
 
 _FIRST_STAGE = {

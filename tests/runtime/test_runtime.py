@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+import framework
 from framework import MisconfigurationError, Runtime
 from tests.helpers import regression_data
 
@@ -217,3 +218,16 @@ def test_load_overwrites_the_target_module_in_place(tmp_path):
             p.zero_()
     runtime.load(path, {"model": other})
     _assert_same_weights(other, model)
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("32-true", torch.float32), ("bf16-true", torch.bfloat16),
+                                                  ("64-true", torch.float64), ("bf16-mixed", torch.float32)])
+def test_init_module_creates_parameters_on_the_device_in_the_parameter_dtype(precision, dtype):
+    runtime = Runtime(accelerator="cpu", precision=precision)
+    with runtime.init_module():
+        layer = torch.nn.Linear(4, 4)
+    assert layer.weight.dtype == dtype and layer.weight.device == runtime.device
+    assert torch.get_default_dtype() == torch.float32  # restored afterwards
+    trainer = framework.Trainer(accelerator="cpu", precision=precision, logger=False)
+    with trainer.init_module():
+        assert torch.nn.Linear(2, 2).weight.dtype == dtype

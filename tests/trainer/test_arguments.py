@@ -135,7 +135,7 @@ def test_defaults():
     trainer = quiet_trainer()
     assert trainer.max_epochs == 1000 and trainer.max_steps == -1 and trainer.max_time is None
     assert trainer.num_sanity_val_steps == 2 and trainer.log_every_n_steps == 50
-    assert trainer.gradient_clip_algorithm == "norm" and trainer.val_check_interval == 1.0
+    assert trainer.gradient_clip_algorithm is None and trainer.val_check_interval == 1.0
 
 
 @pytest.mark.parametrize(("limit", "steps"), [(3, 3), (0.5, 4), (1.0, 8), (100, 8), (0, 0)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import framework
@@ -66,3 +67,89 @@ def test_resume_from_validation_at_the_epoch_end(tmp_path):
 def test_resume_from_inside_an_epoch_skips_the_batches_already_trained(tmp_path):
     resumed = _resume_matches_uninterrupted(tmp_path, "batch", batch_idx=2)
     assert resumed.epoch_starts == [0, 1] and resumed.batches == 5 + 8
+
+
+def test_on_load_checkpoint_runs_on_the_module_first_and_on_callbacks_only_when_resuming(tmp_path):
+    order = []
+
+    class Listens(framework.Callback):
+        def on_load_checkpoint(self, trainer, module, checkpoint):
+            order.append("callback")
+
+    class Module(Regressor):
+        def on_load_checkpoint(self, checkpoint):
+            order.append("module")
+
+    path = tmp_path / "a.ckpt"
+    trainer = quiet_trainer(max_epochs=1, callbacks=[Listens()])
+    trainer.fit(Module(), loader())
+    trainer.save_checkpoint(path)
+    quiet_trainer(max_epochs=2, callbacks=[Listens()]).fit(Module(), loader(), ckpt_path=path)
+    assert order == ["module", "callback"]
+    order.clear()
+    quiet_trainer(callbacks=[Listens()]).validate(Module(), loader(), ckpt_path=path, verbose=False)
+    assert order == ["module"]
+
+
+class Stateful(framework.Callback):
+    def __init__(self, count=0):
+        self.count = count
+
+    def state_dict(self):
+        return {"count": self.count} if self.count else {}
+
+    def load_state_dict(self, state_dict):
+        self.count = state_dict["count"]
+
+
+def test_only_callbacks_with_state_are_saved_and_two_may_not_share_a_key(tmp_path):
+    trainer = quiet_trainer(max_epochs=1, callbacks=[Stateful(0), framework.Callback()])
+    trainer.fit(Regressor(), loader())
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    assert torch.load(tmp_path / "a.ckpt", weights_only=True)["callbacks"] == {}
+    trainer = quiet_trainer(max_epochs=1, callbacks=[Stateful(3)])
+    trainer.fit(Regressor(), loader())
+    trainer.save_checkpoint(tmp_path / "b.ckpt")
+    restored = Stateful(0)
+    quiet_trainer(max_epochs=2, callbacks=[restored]).fit(Regressor(), loader(), ckpt_path=tmp_path / "b.ckpt")
+    assert restored.count == 3
+    trainer = quiet_trainer(max_epochs=1, callbacks=[Stateful(1), Stateful(2)])
+    trainer.fit(Regressor(), loader())
+    with pytest.raises(framework.MisconfigurationError, match=r"Two callbacks with state share the state key "
+                                                               r"'Stateful'"):
+        trainer.save_checkpoint(tmp_path / "c.ckpt")
+    assert not (tmp_path / "c.ckpt").exists()
+
+
+def _lightning_checkpoint(model, epoch, global_step, epochs_started, epochs_processed, batches_processed):
+    """A checkpoint laid out as Lightning 2.x writes it (the loop progress Lightning stores, trimmed)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    return {
+        "epoch": epoch, "global_step": global_step, "pytorch-lightning_version": "2.6.6",
+        "state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "lr_schedulers": [],
+        "loops": {"fit_loop": {
+            "epoch_progress": {"current": {"ready": epochs_started, "started": epochs_started,
+                                           "processed": epochs_processed, "completed": epochs_processed}},
+            "epoch_loop.batch_progress": {"total": {"processed": global_step},
+                                          "current": {"processed": batches_processed}},
+            "epoch_loop.state_dict": {"_batches_that_stepped": global_step},
+        }},
+    }
+
+
+@pytest.mark.parametrize(("saved", "epoch_starts", "batches"), [
+    # trainer.save_checkpoint after fit(max_epochs=1): epoch is already 1, nothing left of epoch 0
+    ((1, 8, 1, 1, 8), [1], 8),
+    # ModelCheckpoint at the end of epoch 0: epoch is still 0, its batches all ran
+    ((0, 8, 1, 1, 8), [1], 8),
+    # mid-epoch, after 3 batches of epoch 0
+    ((0, 3, 1, 0, 3), [0, 1], 5 + 8),
+])
+def test_resume_from_a_lightning_checkpoint_continues_where_it_stopped(tmp_path, saved, epoch_starts, batches):
+    path = tmp_path / "lightning.ckpt"
+    torch.save(_lightning_checkpoint(Regressor(), *saved), path)
+    model = Counts()
+    trainer = quiet_trainer(max_epochs=2)
+    trainer.fit(model, loader(), ckpt_path=path)
+    assert model.epoch_starts == epoch_starts and model.batches == batches
+    assert trainer.global_step == 16 and trainer.current_epoch == 2

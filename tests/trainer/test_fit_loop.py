@@ -322,3 +322,28 @@ def test_manual_training_step_returning_something_odd_is_refused():
 
     with pytest.raises(framework.MisconfigurationError, match="training_step returned 'done'"):
         quiet_trainer(max_epochs=1).fit(Odd(), loader())
+
+
+def test_a_validation_inside_an_accumulation_window_keeps_the_gathered_gradients():
+    # Lightning's default on_validation_model_zero_grad drops them; ours leaves gradients alone.
+    plain = Regressor()
+    quiet_trainer(max_epochs=1, accumulate_grad_batches=4).fit(plain, loader())
+    validated = Regressor()
+    quiet_trainer(max_epochs=1, accumulate_grad_batches=4, val_check_interval=2, num_sanity_val_steps=0).fit(
+        validated, loader(), loader(n=16))
+    for a, b in zip(plain.parameters(), validated.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_configure_gradient_clipping_gets_the_algorithm_as_given():
+    seen = []
+
+    class Clips(Regressor):
+        def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+            seen.append((gradient_clip_val, gradient_clip_algorithm))
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    quiet_trainer(max_epochs=1, limit_train_batches=1, gradient_clip_val=0.5).fit(Clips(), loader())
+    quiet_trainer(max_epochs=1, limit_train_batches=1, gradient_clip_val=0.5,
+                  gradient_clip_algorithm="value").fit(Clips(), loader())
+    assert seen == [(0.5, None), (0.5, "value")]

@@ -45,8 +45,21 @@ def test_bad_scheduler_config_is_named():
     optimizer, scheduler = _parts(module)
     with pytest.raises(MisconfigurationError, match="interval='batch'"):
         parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "batch"}})
-    with pytest.raises(MisconfigurationError, match="unknown keys"):
-        parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "every": 2}})
+    with pytest.raises(MisconfigurationError, match="needs a 'scheduler' key"):
+        parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"sched": scheduler}})
+
+
+def test_unknown_config_keys_are_ignored_with_a_warning_naming_the_likely_key():
+    # Lightning warns and trains on; so do we, but say which key was probably meant.
+    module = Regressor()
+    optimizer, scheduler = _parts(module)
+    with pytest.warns(RuntimeWarning, match=r"unknown key 'intervall'.*Did you mean 'interval'"):
+        _, configs = parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler,
+                                                                                "intervall": "step"}})
+    assert configs[0].interval == "epoch"
+    with pytest.warns(RuntimeWarning, match=r"optimizer dict has the unknown key 'lr_sheduler'"):
+        optimizers, configs = parse_optimizers({"optimizer": optimizer, "lr_sheduler": scheduler})
+    assert optimizers == [optimizer] and configs == []
 
 
 class Scheduled(Regressor):

@@ -333,3 +333,87 @@ def test_every_step_is_logged_while_should_stop_waits_for_min_epochs():
     trainer.fit(StopsEarly(), loader())
     assert logger.steps_with("train_loss") == [3, 7, *range(8, 24)]
     assert trainer.current_epoch == 3
+
+
+def test_logged_python_numbers_are_kept_as_float_tensors():
+    class Numbers(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log("int_value", batch_idx)
+            self.log_dict({"float_value": 0.5, "flag": True})
+            return self.loss(batch)
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=3, logger=RecordingLogger(), log_every_n_steps=1)
+    trainer.fit(Numbers(), loader())
+    for name, expected in (("int_value", 2.0), ("float_value", 0.5), ("flag", 1.0)):
+        for metrics in (trainer.callback_metrics, trainer.logged_metrics):
+            value = metrics[name]
+            assert isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.item() == expected
+    assert trainer.loggers[0].calls[-1][1]["int_value"] == 2.0  # loggers still get floats
+
+
+def test_one_name_logged_with_other_settings_in_the_same_phase_is_refused():
+    class Changes(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log("value", 1.0, prog_bar=batch_idx == 1)
+            return self.loss(batch)
+
+    with pytest.raises(framework.MisconfigurationError,
+                       match=r"self\.log\('value', \.\.\.\) was called again with other settings: prog_bar=True "
+                             r"\(first False\)"):
+        quiet_trainer(max_epochs=1, limit_train_batches=2).fit(Changes(), loader())
+
+
+def test_one_name_logged_per_step_and_again_at_the_epoch_end_keeps_both():
+    # A common pattern: a per-step value in training_step, the epoch's value under the same name in
+    # on_train_epoch_end; as in Lightning, the loggers get both and the epoch value is the latest.
+    class StepAndEpoch(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log("accuracy", float(batch_idx))
+            return self.loss(batch)
+
+        def on_train_epoch_end(self):
+            self.log("accuracy", 100.0)
+
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=4, logger=logger, log_every_n_steps=2)
+    trainer.fit(StepAndEpoch(), loader())
+    assert [(step, metrics["accuracy"]) for step, metrics in logger.calls if "accuracy" in metrics] == [
+        (1, 1.0), (3, 3.0), (3, 100.0)]
+    assert trainer.callback_metrics["accuracy"].item() == 100.0
+
+
+def test_evaluation_step_values_reach_loggers_and_the_bar_but_not_callback_metrics():
+    seen_in_batch_end = []
+
+    class EvalSteps(Regressor):
+        def validation_step(self, batch, batch_idx):
+            self.log("val_step_value", float(batch_idx), on_step=True, on_epoch=False, prog_bar=True)
+            self.log("val_loss", self.loss(batch))
+
+        def on_validation_batch_end(self, outputs, batch, batch_idx):
+            seen_in_batch_end.append(self.trainer.logged_metrics["val_step_value"].item())
+
+    for logger in (False, RecordingLogger()):
+        seen_in_batch_end.clear()
+        trainer = quiet_trainer(logger=logger, limit_val_batches=3)
+        trainer.validate(EvalSteps(), loader(), verbose=False)
+        assert seen_in_batch_end == [0.0, 1.0, 2.0]  # the running batch's value, not the previous one's
+        assert "val_step_value" not in trainer.callback_metrics and "val_loss" in trainer.callback_metrics
+        assert trainer.logged_metrics["val_step_value"].item() == 2.0
+        assert trainer.progress_bar_metrics["val_step_value"] == 2.0
+
+
+def test_the_sanity_check_values_are_visible_in_its_validation_end_and_forgotten_after():
+    seen = []
+
+    class Watches(framework.Callback):
+        def on_validation_end(self, trainer, module):
+            seen.append((trainer.sanity_checking, sorted(trainer.callback_metrics), sorted(trainer.logged_metrics)))
+
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=1, logger=logger,
+                            callbacks=[Watches()], log_every_n_steps=1)
+    trainer.fit(Regressor(), loader(), loader())
+    assert seen[0] == (True, ["val_loss"], ["val_loss"])
+    assert seen[1] == (False, ["train_loss", "val_loss"], ["train_loss", "val_loss"])
+    assert [step for step, metrics in logger.calls if "val_loss" in metrics] == [0]  # the sanity value was not sent

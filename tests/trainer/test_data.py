@@ -1,0 +1,68 @@
+"""Finding loaders, when they are asked for, and what is done to them (framework/trainer/data.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from framework.errors import MisconfigurationError
+from tests.helpers import Regressor, loader, quiet_trainer, regression_data
+
+
+class CountsLoads(Regressor):
+    """Its loaders record (stage, current_epoch, global_step) whenever they are asked for."""
+
+    def __init__(self):
+        super().__init__()
+        self.loads: list[tuple[str, int, int]] = []
+
+    def train_dataloader(self):
+        self.loads.append(("train", self.current_epoch, self.global_step))
+        return loader(n=24)
+
+    def val_dataloader(self):
+        self.loads.append(("val", self.current_epoch, self.global_step))
+        return loader(n=16)
+
+
+def test_validation_loaders_are_reloaded_only_when_validation_runs():
+    model = CountsLoads()
+    trainer = quiet_trainer(max_epochs=4, reload_dataloaders_every_n_epochs=1, check_val_every_n_epoch=2,
+                            num_sanity_val_steps=0)
+    trainer.fit(model)
+    assert [load for load in model.loads if load[0] == "val"] == [("val", 1, 6), ("val", 3, 12)]
+    assert [load for load in model.loads if load[0] == "train"] == [("train", e, 3 * e) for e in range(4)]
+
+
+def test_a_zero_validation_limit_never_asks_for_the_validation_loader():
+    model = CountsLoads()
+    quiet_trainer(max_epochs=2, limit_val_batches=0).fit(model)
+    assert [stage for stage, _, _ in model.loads] == ["train"]
+
+
+def test_a_dict_of_loaders_runs_them_in_order():
+    class Two(Regressor):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val_loss", self.loss(batch))
+
+    results = quiet_trainer().validate(Two(), {"small": loader(n=8), "large": loader(n=16, seed=1)}, verbose=False)
+    assert [list(r) for r in results] == [["val_loss/dataloader_idx_0"], ["val_loss/dataloader_idx_1"]]
+
+
+def test_a_dataset_passed_as_a_loader_gets_a_hint():
+    with pytest.raises(MisconfigurationError, match=r"gave a Dataset \(TensorDataset\); wrap it in a DataLoader"):
+        quiet_trainer(max_epochs=1).fit(Regressor(), regression_data())
+
+
+def test_the_sampler_hears_each_epoch_once():
+    epochs = []
+
+    class Sampler(RandomSampler):
+        def set_epoch(self, epoch):
+            epochs.append(epoch)
+
+    data = regression_data()
+    train = DataLoader(data, batch_size=8, sampler=Sampler(data, generator=torch.Generator().manual_seed(0)))
+    quiet_trainer(max_epochs=3).fit(Regressor(), train)
+    assert epochs == [0, 1, 2]

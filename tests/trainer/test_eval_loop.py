@@ -1,0 +1,122 @@
+"""The evaluation loops: gradient mode inside and outside fit, and what they do with the step methods."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from framework.errors import MisconfigurationError
+from tests.helpers import Regressor, loader, quiet_trainer
+
+
+class GradModes(Regressor):
+    """Records the grad/inference mode of every validation_step."""
+
+    def __init__(self):
+        super().__init__()
+        self.modes: list[tuple[bool, bool]] = []
+
+    def validation_step(self, batch, batch_idx):
+        self.modes.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+        return super().validation_step(batch, batch_idx)
+
+
+def test_validation_inside_fit_runs_under_no_grad_and_standalone_under_inference_mode():
+    model = GradModes()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=1)
+    trainer.fit(model, loader(), loader())
+    assert model.modes == [(False, False), (False, False)]  # sanity check and the epoch's validation
+    model.modes.clear()
+    trainer.validate(model, loader(), verbose=False)
+    assert model.modes == [(False, True)]
+    model.modes.clear()
+    quiet_trainer(inference_mode=False, limit_val_batches=1).validate(model, loader(), verbose=False)
+    assert model.modes == [(False, False)]
+
+
+def test_a_tensor_made_in_validation_can_be_used_by_training():
+    # Lightning runs in-fit validation under no_grad; an inference tensor could not be saved for backward.
+    class LazyScale(Regressor):
+        def validation_step(self, batch, batch_idx):
+            if not hasattr(self, "scale"):
+                self.scale = torch.ones(1)
+            return super().validation_step(batch, batch_idx)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            scale = getattr(self, "scale", torch.ones(1))
+            return torch.nn.functional.mse_loss(self(x) * scale, y)
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=1)
+    trainer.fit(LazyScale(), loader(), loader())
+    assert trainer.global_step == 2
+
+
+def test_enable_grad_inside_validation_step_works_during_fit():
+    class InputGradients(Regressor):
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            with torch.enable_grad():
+                x = x.clone().requires_grad_(True)
+                loss = torch.nn.functional.mse_loss(self(x), y)
+                (gradient,) = torch.autograd.grad(loss, x)
+            self.log("input_grad_norm", gradient.norm())
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=1)
+    trainer.fit(InputGradients(), loader(), loader())
+    assert trainer.callback_metrics["input_grad_norm"] > 0
+
+
+class OneArgument(Regressor):
+    """Step methods that leave out batch_idx, as Lightning allows."""
+
+    def training_step(self, batch):
+        return self.loss(batch)
+
+    def validation_step(self, batch):
+        self.log("val_loss", self.loss(batch))
+
+    def test_step(self, batch):
+        self.log("test_loss", self.loss(batch))
+
+    def predict_step(self, batch):
+        return self(batch[0])
+
+
+def test_step_methods_without_batch_idx_get_only_the_batch():
+    model = OneArgument()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
+    trainer.fit(model, loader(), loader())
+    assert trainer.global_step == 2 and "val_loss" in trainer.callback_metrics
+    assert "test_loss" in trainer.test(model, loader(), verbose=False)[0]
+    predictions = trainer.predict(model, loader(n=16))
+    assert len(predictions) == 2 and predictions[0].shape == (8, 1)
+
+
+def test_several_loaders_need_dataloader_idx_in_the_step():
+    trainer = quiet_trainer()
+    with pytest.raises(MisconfigurationError, match=r"several validation dataloaders.*Regressor\.validation_step"
+                                                     r"\(\) has no dataloader_idx.*dataloader_idx=0"):
+        trainer.validate(Regressor(), [loader(), loader()], verbose=False)
+
+
+def test_several_loaders_need_dataloader_idx_in_overridden_batch_hooks_too():
+    class Hooked(Regressor):
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("test_loss", self.loss(batch))
+
+        def on_test_batch_end(self, outputs, batch, batch_idx):
+            pass
+
+    with pytest.raises(MisconfigurationError, match=r"Hooked\.on_test_batch_end\(\) has no dataloader_idx"):
+        quiet_trainer().test(Hooked(), [loader(), loader()], verbose=False)
+
+
+def test_one_loader_with_a_required_dataloader_idx_is_refused():
+    class Required(Regressor):
+        def validation_step(self, batch, batch_idx, dataloader_idx):
+            self.log("val_loss", self.loss(batch))
+
+    with pytest.raises(MisconfigurationError, match=r"one validation dataloader.*requires a dataloader_idx.*"
+                                                     r"dataloader_idx=0"):
+        quiet_trainer().validate(Required(), loader(), verbose=False)
