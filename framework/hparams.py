@@ -79,9 +79,17 @@ def read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
     return loaded
 
 
-def build_from_hparams(cls: type, hparams: dict[str, Any], overrides: dict[str, Any]) -> Any:
-    """``cls(**hparams, **overrides)``, keeping only the saved names ``cls.__init__`` takes."""
-    arguments = {**_accepted_by(cls, hparams), **overrides}
+def build_from_hparams(cls: type, hparams: dict[str, Any], overrides: dict[str, Any],
+                       hparams_name: str = "kwargs") -> Any:
+    """``cls(**hparams, **overrides)``, keeping only the saved names ``cls.__init__`` takes.
+
+    When the hyperparameters were saved from one dict or Namespace argument (``hparams_name``
+    names it), they go back in as that argument, readable by key and by attribute.
+    """
+    if hparams_name != "kwargs" and hparams_name in inspect.signature(cls.__init__).parameters:
+        arguments = {hparams_name: AttributeDict(hparams), **overrides}
+    else:
+        arguments = {**_accepted_by(cls, hparams), **overrides}
     try:
         return cls(**arguments)
     except TypeError as error:

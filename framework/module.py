@@ -51,6 +51,7 @@ class Module(nn.Module):
         self._results: Any = None
         self._hparams = AttributeDict()
         self._hparams_initial = AttributeDict()
+        self._hparams_name = "kwargs"
         self._log_hyperparams = True
         self._jit_is_scripting = False
         self.automatic_optimization: bool = True
@@ -155,9 +156,12 @@ class Module(nn.Module):
         """
         caller = frame if frame is not None else inspect.currentframe().f_back
         init_args = init_arguments(caller, self)
+        self._hparams_name = "kwargs"
         if len(args) == 1 and not isinstance(args[0], str):
             source = args[0]
             chosen = dict(vars(source) if not isinstance(source, Mapping) else source)
+            # The __init__ argument it came in as, so load_from_checkpoint can pass it back the same way.
+            self._hparams_name = next((name for name, value in init_args.items() if value is source), "kwargs")
         elif args:
             missing = [name for name in args if name not in init_args]
             if missing:
@@ -443,7 +447,7 @@ class Module(nn.Module):
 
         checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu", weights_only=weights_only)
         saved = read_hparams_file(hparams_file) if hparams_file is not None else checkpoint.get("hyper_parameters", {})
-        model = build_from_hparams(cls, saved, overrides)
+        model = build_from_hparams(cls, saved, overrides, checkpoint.get("hparams_name", "kwargs"))
         model.on_load_checkpoint(checkpoint)
         model.load_state_dict(checkpoint["state_dict"], strict=model.strict_loading if strict is None else strict)
         if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):

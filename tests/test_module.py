@@ -531,3 +531,26 @@ def test_to_torchscript_by_script_and_by_trace_gives_the_same_outputs(tmp_path):
         model.to_torchscript(method="trace")
     with pytest.raises(MisconfigurationError, match=r"to_onnx needs input_sample"):
         model.to_onnx(tmp_path / "model.onnx")
+
+
+def test_a_module_saving_one_namespace_argument_loads_back_through_it(tmp_path):
+    class FromArgs(framework.Module):
+        def __init__(self, args) -> None:
+            super().__init__()
+            self.save_hyperparameters(args)
+            self.net = nn.Linear(args.features, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    path = tmp_path / "model.ckpt"
+    trained = FromArgs(argparse.Namespace(lr=0.1, features=4))
+    _fit_and_save(trained, path)
+    assert load_checkpoint(path)["hparams_name"] == "args"
+    loaded = FromArgs.load_from_checkpoint(path)
+    assert loaded.hparams == {"lr": 0.1, "features": 4}
+    _assert_weights(loaded.state_dict(), trained.state_dict())

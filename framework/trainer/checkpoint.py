@@ -36,6 +36,7 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
             checkpoint["datamodule"] = trainer.datamodule.state_dict()
     if module.hparams:
         checkpoint["hyper_parameters"] = checkpoint_safe(dict(module.hparams))
+        checkpoint["hparams_name"] = module._hparams_name
     if trainer.datamodule is not None and trainer.datamodule.hparams:
         checkpoint["datamodule_hyper_parameters"] = checkpoint_safe(dict(trainer.datamodule.hparams))
     for callback in trainer.callbacks:
@@ -62,10 +63,11 @@ def callback_states(callbacks: list[Any]) -> dict[str, Any]:
 
 
 def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool) -> None:
-    """Load ``checkpoint`` into the trainer's module (and, when ``training``, everything needed to resume).
+    """Load ``checkpoint`` into the run: weights, DataModule and callback states, and, when
+    ``training``, optimizers, schedulers, precision and loop counters to resume from.
 
-    As in Lightning: the Module's ``on_load_checkpoint`` runs first; callbacks hear of the
-    checkpoint (and get their state back) only when training resumes.
+    The order is Lightning's: the Module's ``on_load_checkpoint``, the weights, the
+    DataModule's state, then each callback's ``on_load_checkpoint`` and state.
     """
     trainer.module.on_load_checkpoint(checkpoint)
     if "state_dict" not in checkpoint:
@@ -73,8 +75,19 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool)
     trainer.runtime.strategy.unwrap(trainer.model).load_state_dict(
         checkpoint["state_dict"], strict=trainer.module.strict_loading
     )
-    if not training:
-        return
+    if trainer.datamodule is not None and "datamodule" in checkpoint:
+        trainer.datamodule.load_state_dict(checkpoint["datamodule"])
+    for callback in trainer.callbacks:
+        callback.on_load_checkpoint(trainer, trainer.module, checkpoint)
+    saved_callbacks = checkpoint.get("callbacks", {})
+    for callback in trainer.callbacks:
+        if callback.state_key in saved_callbacks:
+            callback.load_state_dict(saved_callbacks[callback.state_key])
+    if training:
+        _restore_training_state(trainer, checkpoint)
+
+
+def _restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     if "optimizer_states" not in checkpoint:
         raise MisconfigurationError(
             "The checkpoint holds weights only (saved with weights_only=True), so training cannot resume from it. "
@@ -87,14 +100,6 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool)
     for config, saved in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=True):
         config.scheduler.load_state_dict(saved)
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
-    for callback in trainer.callbacks:
-        callback.on_load_checkpoint(trainer, trainer.module, checkpoint)
-    saved_callbacks = checkpoint.get("callbacks", {})
-    for callback in trainer.callbacks:
-        if callback.state_key in saved_callbacks:
-            callback.load_state_dict(saved_callbacks[callback.state_key])
-    if trainer.datamodule is not None and "datamodule" in checkpoint:
-        trainer.datamodule.load_state_dict(checkpoint["datamodule"])
     _restore_counters(trainer, checkpoint)
 
 

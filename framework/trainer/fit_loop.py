@@ -24,7 +24,7 @@ from framework.strategies import Strategy
 from framework.trainer.data import INFINITE, limited, load_val_data, reload_due, set_sampler_epoch
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.metrics import step_views
-from framework.trainer.optimizers import OptimizerProxy, step_schedulers
+from framework.trainer.optimizers import NoOptimizer, OptimizerProxy, step_schedulers
 from framework.trainer.state import RunningStage
 
 
@@ -44,6 +44,8 @@ class FitLoop:
         if trainer.sanity_steps and trainer.validates_in_fit and trainer.state.global_step == 0:
             self._sanity_check()
         trainer.load_train_loader_if_due()
+        if trainer.validates_in_fit and self._validates_in_epoch() and reload_due(trainer, "val"):
+            load_val_data(trainer)  # before on_train_start, as in Lightning, so a progress bar knows its length
         trainer.train_results.reset()
         trainer.module._results = trainer.train_results  # on_train_start may log too
         trainer.hooks.call(Hook.ON_TRAIN_START)
@@ -112,7 +114,8 @@ class FitLoop:
             optimizer.zero_grad(set_to_none=True)
 
         if trainer.module.automatic_optimization:
-            step, self._closure = self._automatic_step, _StepClosure(self, trainer.optimizers[0])
+            optimizer = trainer.optimizers[0] if trainer.optimizers else NoOptimizer(trainer.module)
+            step, self._closure = self._automatic_step, _StepClosure(self, optimizer)
         else:
             step = self._manual_step
         transfer = trainer.batch_mover()
@@ -121,7 +124,7 @@ class FitLoop:
         log_every = trainer.log_every_n_steps if trainer.loggers else 0
         max_steps = trainer.max_steps
         watch_time = trainer.max_time is not None
-        validates = trainer.validates_in_fit
+        validates = trainer.validates_in_fit and self._validates_in_epoch()
         plateau_each_step = trainer.has_step_schedulers
 
         for batch_idx, batch, is_last in _numbered(loader, total, first):
@@ -171,17 +174,18 @@ class FitLoop:
         state.epoch_finished = False
         step_schedulers(trainer, "epoch", plateau=True)
 
+    def _validates_in_epoch(self) -> bool:
+        every_n = self.trainer.check_val_every_n_epoch
+        return every_n is None or (self.trainer.state.current_epoch + 1) % every_n == 0
+
     def _should_validate(self, batch_idx: int, is_last: bool) -> bool:
         trainer, state = self.trainer, self.trainer.state
-        every_n = trainer.check_val_every_n_epoch
-        if every_n is not None and (state.current_epoch + 1) % every_n != 0:
-            return False
         if state.should_stop and self.can_stop_early():
             return True
         check_batch = trainer.val_check_batch
         if check_batch == INFINITE:
             return is_last
-        position = state.total_batch_idx - 1 if every_n is None else batch_idx
+        position = state.total_batch_idx - 1 if trainer.check_val_every_n_epoch is None else batch_idx
         return (position + 1) % check_batch == 0
 
     # -- one batch ---
@@ -386,6 +390,11 @@ def _numbered(loader: Iterable, total: float, skip: int) -> Iterator[tuple[int, 
     yield batch_idx, current, True
 
 
+def _closure_only(optimizer: Any, closure: Any = None, **kwargs: Any) -> bool:
+    optimizer.step(closure)
+    return True
+
+
 class StepHooks:
     """The hooks of the optimizer step, resolved once per fit (None where nothing overrides them)."""
 
@@ -407,7 +416,10 @@ class StepHooks:
         self.unscale = precision.unscale if needs_true_grads and overrides(precision, Precision, "unscale") else None
         # Where the strategy adds nothing to the precision's step or backward, call the precision
         # directly: one Python call less on every step.
-        if overrides(strategy, Strategy, "optimizer_step"):
+        if not trainer.optimizers and module.automatic_optimization:  # nothing to scale, clip or step
+            self.runtime_optimizer_step = _closure_only
+            self.unscale = self.clip = None
+        elif overrides(strategy, Strategy, "optimizer_step"):
             self.runtime_optimizer_step = strategy.optimizer_step
         else:
             self.runtime_optimizer_step = strategy.precision.optimizer_step

@@ -165,6 +165,31 @@ def step_schedulers(trainer: Any, interval: str, plateau: bool | None) -> None:
         trainer.module.lr_scheduler_step(config.scheduler, metric)
 
 
+class NoOptimizer:
+    """What the step sees when ``configure_optimizers`` returned None in automatic optimization.
+
+    As in Lightning, fit then runs ``training_step`` and backward on every batch without
+    updating any parameter (a module may update buffers itself); its ``zero_grad`` clears
+    the module's gradients so they do not pile up.
+    """
+
+    param_groups: list[dict[str, Any]] = []
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def step(self, closure: Any = None) -> Any:
+        """Run ``closure`` (training_step and backward); there is nothing to update."""
+        return closure() if closure is not None else None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the module's gradients."""
+        self.module.zero_grad(set_to_none=set_to_none)
+
+    def __repr__(self) -> str:
+        return "NoOptimizer()"
+
+
 class OptimizerProxy:
     """An optimizer whose ``step()`` goes through the Trainer (precision, ``global_step``).
 

@@ -167,6 +167,7 @@ class Trainer(TrainerProperties):
         self.loaded_at: dict[str, int] = {}  # stage -> the epoch its loaders were last requested in
         self.ckpt_path: str | None = None
         self._weights_only: bool | None = None
+        self._model_given = False
         self._keep_predictions = True
         self.given_loaders: dict[str, Any] = {}
         self._module_setup = False
@@ -249,6 +250,7 @@ class Trainer(TrainerProperties):
     def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
              ckpt_path: Any, weights_only: bool | None) -> Any:
         module = self._attach(fn, model, datamodule)
+        self._model_given = model is not None
         self.given_loaders = loaders
         self._weights_only = weights_only
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
@@ -404,9 +406,11 @@ class Trainer(TrainerProperties):
         self.optimizers, self.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
         if module.automatic_optimization:
             if not self.optimizers:
-                raise MisconfigurationError(
-                    "configure_optimizers returned None: automatic optimization needs an optimizer. Return one "
-                    "from configure_optimizers, or set self.automatic_optimization = False."
+                warnings.warn(
+                    "configure_optimizers returned None, so fit runs training_step and backward without updating "
+                    "any parameter (as Lightning does). Return an optimizer from configure_optimizers if the model "
+                    "should learn.",
+                    stacklevel=4,
                 )
             if len(self.optimizers) > 1:
                 raise MisconfigurationError(
@@ -466,19 +470,32 @@ class Trainer(TrainerProperties):
             raise MisconfigurationError(f"trainer.{fn.value}() needs {type(self.module).__qualname__}.{step_name}.")
         loaders, limits = eval_data(self, stage, getattr(self, f"limit_{stage}_batches"))
         self.eval_loaders[stage], self.eval_batches[stage] = loaders, limits
-        self._restore_for_eval(ckpt_path)
+        self._restore_for_eval(fn, ckpt_path)
+        if not any(limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
+            return []
         self.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
         return run_evaluation(self, kind, loaders, limits)
 
     def _run_predict(self, ckpt_path: Any) -> list[Any]:
         loaders, limits = eval_data(self, "predict", self.limit_predict_batches)
         self.eval_loaders["predict"], self.eval_batches["predict"] = loaders, limits
-        self._restore_for_eval(ckpt_path)
+        self._restore_for_eval(TrainerFn.PREDICTING, ckpt_path)
         self.state.stage = RunningStage.PREDICTING
         predictions = run_evaluation(self, "predict", loaders, limits)
         return predictions if self._keep_predictions else None
 
-    def _restore_for_eval(self, ckpt_path: Any) -> None:
+    def _restore_for_eval(self, fn: TrainerFn, ckpt_path: Any) -> None:
+        """Load ``ckpt_path``; without a model and a path, the best checkpoint of the last fit, as in Lightning."""
+        if ckpt_path is None and not self._model_given:
+            best = getattr(self.checkpoint_callback, "best_model_path", None)
+            if best:
+                warnings.warn(
+                    f"trainer.{fn.value}() was called without a model, so the best checkpoint of the last fit is "
+                    f"loaded ({best}), as Lightning does. Pass ckpt_path='best' to say so and silence this, or "
+                    "ckpt_path='last', a path, or the model to use its current weights.",
+                    stacklevel=5,
+                )
+                ckpt_path = "best"
         if ckpt_path is not None:
             restore_checkpoint(self, load_for(self, ckpt_path, self._weights_only), training=False)
 
@@ -504,6 +521,11 @@ class Trainer(TrainerProperties):
         """The callable that runs the step method ``name`` (e.g. ``"validation_step"``) on the set-up model."""
         return self.runtime.strategy.step_function(self.model, name)
 
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on each node's first process only."""
+        if self.local_rank == 0:
+            print(*args, **kwargs)
+
     def init_module(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager:
         """Create the model inside this block to build it on the device, in the precision's parameter dtype.
 
@@ -516,7 +538,7 @@ class Trainer(TrainerProperties):
         return self.runtime.init_module(empty_init)
 
     # -- checkpoints ---
-    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False,
+    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool | None = None,
                         storage_options: dict[str, Any] | None = None) -> None:
         """Write a checkpoint of the current run to ``filepath`` (any fsspec path).
 
@@ -524,7 +546,7 @@ class Trainer(TrainerProperties):
         """
         if self.model is None:
             raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
-        self.runtime.strategy.save_checkpoint(dump_checkpoint(self, weights_only), os.fspath(filepath),
+        self.runtime.strategy.save_checkpoint(dump_checkpoint(self, bool(weights_only)), os.fspath(filepath),
                                               storage_options=storage_options)
 
 

@@ -145,7 +145,7 @@ def test_arbitrary_python_object_is_refused(tmp_path, obj):
 
 EXPECTED_KEYS = {
     "framework_version", "epoch", "global_step", "loops", "state_dict", "optimizer_states", "lr_schedulers",
-    "precision", "callbacks", "hyper_parameters",
+    "precision", "callbacks", "hyper_parameters", "hparams_name",
 }
 
 

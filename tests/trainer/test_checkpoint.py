@@ -69,7 +69,7 @@ def test_resume_from_inside_an_epoch_skips_the_batches_already_trained(tmp_path)
     assert resumed.epoch_starts == [0, 1] and resumed.batches == 5 + 8
 
 
-def test_on_load_checkpoint_runs_on_the_module_first_and_on_callbacks_only_when_resuming(tmp_path):
+def test_on_load_checkpoint_runs_on_the_module_first_then_on_callbacks(tmp_path):
     order = []
 
     class Listens(framework.Callback):
@@ -88,7 +88,7 @@ def test_on_load_checkpoint_runs_on_the_module_first_and_on_callbacks_only_when_
     assert order == ["module", "callback"]
     order.clear()
     quiet_trainer(callbacks=[Listens()]).validate(Module(), loader(), ckpt_path=path, verbose=False)
-    assert order == ["module"]
+    assert order == ["module", "callback"]  # in every stage, as in Lightning 2.6
 
 
 class Stateful(framework.Callback):
@@ -153,3 +153,31 @@ def test_resume_from_a_lightning_checkpoint_continues_where_it_stopped(tmp_path,
     trainer.fit(model, loader(), ckpt_path=path)
     assert model.epoch_starts == epoch_starts and model.batches == batches
     assert trainer.global_step == 16 and trainer.current_epoch == 2
+
+
+def test_evaluating_without_a_model_after_fit_loads_the_best_checkpoint(tmp_path):
+    class KeepsBest(framework.Callback):
+        """Saves one checkpoint after the first epoch and calls it the best (ModelCheckpoint's attributes)."""
+
+        runs_last = True
+
+        def __init__(self):
+            self.best_model_path = ""
+
+        def on_train_epoch_end(self, trainer, module):
+            if not self.best_model_path:
+                self.best_model_path = str(tmp_path / "best.ckpt")
+                trainer.save_checkpoint(self.best_model_path)
+
+    model = Regressor()
+    trainer = quiet_trainer(max_epochs=3, callbacks=[KeepsBest()])
+    trainer.fit(model, loader())
+    best = Regressor.load_from_checkpoint(tmp_path / "best.ckpt")
+    with pytest.warns(UserWarning, match=r"trainer\.test\(\) was called without a model, so the best checkpoint"):
+        trainer.test(dataloaders=loader(), verbose=False)
+    torch.testing.assert_close(_weights(model), _weights(best))  # the model now holds the best weights
+    assert trainer.ckpt_path == str(tmp_path / "best.ckpt")
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Regressor(), loader())
+    trainer.test(dataloaders=loader(), verbose=False)  # no checkpoint callback: the current weights, no error
+    assert trainer.ckpt_path is None

@@ -66,3 +66,23 @@ def test_the_sampler_hears_each_epoch_once():
     train = DataLoader(data, batch_size=8, sampler=Sampler(data, generator=torch.Generator().manual_seed(0)))
     quiet_trainer(max_epochs=3).fit(Regressor(), train)
     assert epochs == [0, 1, 2]
+
+
+def test_without_a_sanity_check_the_validation_loader_is_asked_for_before_training_when_epoch_one_validates():
+    model = CountsLoads()
+    quiet_trainer(max_epochs=2, num_sanity_val_steps=0).fit(model)
+    assert model.loads == [("train", 0, 0), ("val", 0, 0)]  # as in Lightning, ready for a progress bar
+    model = CountsLoads()
+    quiet_trainer(max_epochs=2, num_sanity_val_steps=0, check_val_every_n_epoch=2).fit(model)
+    assert model.loads == [("train", 0, 0), ("val", 1, 6)]
+
+
+def test_a_zero_evaluation_limit_skips_the_loop():
+    calls = []
+
+    class Watches(Regressor):
+        def on_test_start(self):
+            calls.append("on_test_start")
+
+    assert quiet_trainer(limit_test_batches=0).test(Watches(), loader(), verbose=False) == []
+    assert calls == []
