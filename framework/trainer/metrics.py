@@ -41,7 +41,7 @@ def step_views(results: Results) -> Views:
 def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tensor]) -> Views:
     """The same three dicts from the epoch's reduced values."""
     log, bar, callback = {}, {}, {}
-    for entry in results.entries.values():
+    for entry in results.entries():
         key = entry.key
         if not entry.on_epoch:
             continue

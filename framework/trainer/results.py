@@ -119,15 +119,16 @@ def _stack(values: list[Any]) -> torch.Tensor:
 class Results:
     """Everything logged in one loop (training, validation, test) since its epoch began.
 
-    Entries are keyed by the logged name and by whether a batch was running: a name logged
-    per step in ``training_step`` and again at the epoch's end (``on_train_epoch_end``) is
-    two entries with their own settings, as Lightning keeps one per hook; where both show,
-    the later one wins.
+    Entries logged while a batch runs and those logged in the epoch hooks are kept apart: a
+    name logged per step in ``training_step`` and again in ``on_train_epoch_end`` is two
+    entries with their own settings, as Lightning keeps one per hook; where both show, the
+    epoch hook's wins.
     """
 
     def __init__(self, training: bool) -> None:
         self.training = training
-        self.entries: dict[tuple[str, bool], LoggedValue] = {}
+        self.batch_entries: dict[str, LoggedValue] = {}
+        self.epoch_entries: dict[str, LoggedValue] = {}
         self.batch: Any = None
         self.batch_size: int | None = None
         self.stamp = 0
@@ -151,9 +152,11 @@ class Results:
         else:
             suffix = f"/dataloader_idx_{self.dataloader_idx}"
             key = name + suffix
-        entry = self.entries.get((key, self.in_batch))
+        entries = self.batch_entries if self.in_batch else self.epoch_entries
+        entry = entries.get(key)
         if entry is None:
-            entry = self._new_entry(name, suffix, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+            entry = entries[key] = self._new_entry(name, suffix, value, prog_bar, logger, on_step, on_epoch, reduce_fx,
+                                                   sync_dist)
         elif entry.given != (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist):
             self._refuse_changed_settings(key, entry, (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist))
         if entry.metric is not None:
@@ -220,7 +223,6 @@ class Results:
         entry.given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
         if _is_metric(value):
             entry.metric = value
-        self.entries[key, self.in_batch] = entry
         return entry
 
     def _refuse_changed_settings(self, key: str, entry: LoggedValue, given: tuple) -> None:
@@ -242,13 +244,18 @@ class Results:
     def step_values(self) -> list[LoggedValue]:
         """Entries logged with ``on_step=True`` during the current batch."""
         stamp = self.stamp
-        return [e for e in self.entries.values() if e.on_step and e.step_stamp == stamp]
+        return [e for e in self.entries() if e.on_step and e.step_stamp == stamp]
+
+    def entries(self) -> list[LoggedValue]:
+        """Every entry: the batch-time ones, then the epoch hooks' (so theirs win where names clash)."""
+        return [*self.batch_entries.values(), *self.epoch_entries.values()]
 
     def reset(self) -> None:
         """Forget every entry (resetting logged Metrics), so the next epoch starts empty."""
-        for entry in self.entries.values():
+        for entry in self.entries():
             entry.reset_epoch()
-        self.entries.clear()
+        self.batch_entries.clear()
+        self.epoch_entries.clear()
         self.in_batch = False
         self.dataloader_idx = None
 
