@@ -2,17 +2,21 @@
 
 ``Trainer.fit`` runs, for each hook, the callbacks first (in the order given, checkpoint
 callbacks last) and then the ``Module`` (a ``DataModule`` hook, where there is one, before
-the ``Module``'s)::
+the ``Module``'s); ``on_load_checkpoint`` is the exception, Module first, as in Lightning::
 
     configure_callbacks                       # Module only; every run (fit, validate, test, predict)
     prepare_data                              # DataModule, then Module; once per node
     setup("fit")                              # DataModule, callbacks, Module
     configure_model                           # Module only
+    <ckpt_path: on_load_checkpoint (Module, then callbacks); weights, DataModule and callback states>
     configure_optimizers                      # Module only
+    <ckpt_path: optimizer, scheduler, precision and loop state>
     on_fit_start
     on_sanity_check_start                     # callbacks only
+        val_dataloader                        # validation loaders are asked for here (or when first needed)
         <validation loop over num_sanity_val_steps batches>
     on_sanity_check_end                       # callbacks only
+    train_dataloader                          # asked for here, unless estimated_stepping_batches was read before
     on_train_start
     for epoch:
         on_train_epoch_start
@@ -45,7 +49,8 @@ the ``Module``'s)::
 The validation loop (also ``Trainer.validate``; ``test`` and ``predict`` have the same
 shape with their own names)::
 
-    on_validation_model_zero_grad             # Module only; inside fit, not in the sanity check
+    on_validation_model_zero_grad             # Module only; inside fit after an optimizer step (not in
+                                              # an accumulation window, not in the sanity check)
     on_validation_model_eval                  # Module only
     on_validation_start
     on_validation_epoch_start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import warnings
@@ -145,7 +146,7 @@ class Module(nn.Module):
     @property
     def hparams_initial(self) -> AttributeDict:
         """A copy of ``hparams`` as ``save_hyperparameters`` stored them, unaffected by later changes to ``hparams``."""
-        return AttributeDict(self._hparams_initial)
+        return _copy_of(self._hparams_initial)
 
     def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True,
                              frame: Any = None) -> None:
@@ -174,7 +175,7 @@ class Module(nn.Module):
             chosen = init_args
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
         self._hparams = AttributeDict({k: v for k, v in chosen.items() if k not in ignored})
-        self._hparams_initial = AttributeDict(self._hparams)
+        self._hparams_initial = _copy_of(self._hparams)
         self._log_hyperparams = logger
 
     # -- logging ---
@@ -462,3 +463,11 @@ class Module(nn.Module):
     def to_onnx(self, file_path: str | os.PathLike, input_sample: Any = None, **kwargs: Any) -> Any:
         """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``)."""
         return export.to_onnx(self, file_path, input_sample, **kwargs)
+
+
+def _copy_of(hparams: AttributeDict) -> AttributeDict:
+    """A deep copy (a value that cannot be deep-copied, e.g. one holding a lock, is shared instead)."""
+    try:
+        return copy.deepcopy(hparams)
+    except Exception:  # noqa: BLE001 - any failure of a user object's __deepcopy__
+        return AttributeDict(hparams)

@@ -508,6 +508,15 @@ def test_hparams_initial_keeps_the_saved_values():
     model.hparams.lr = 0.01
     assert model.hparams.lr == 0.01 and model.hparams_initial == {"lr": 0.3, "features": 4}
 
+    class Nested(framework.Module):
+        def __init__(self, optim: dict) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+    nested = Nested({"lr": 0.1})
+    nested.hparams.optim["lr"] = 0.5
+    assert nested.hparams_initial.optim == {"lr": 0.1}
+
 
 def test_dtype_and_on_gpu():
     model = Regressor()

@@ -62,12 +62,12 @@ def callback_states(callbacks: list[Any]) -> dict[str, Any]:
     return states
 
 
-def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool) -> None:
-    """Load ``checkpoint`` into the run: weights, DataModule and callback states, and, when
-    ``training``, optimizers, schedulers, precision and loop counters to resume from.
+def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
+    """Load ``checkpoint``'s weights, DataModule state and callback states into the run (every stage).
 
     The order is Lightning's: the Module's ``on_load_checkpoint``, the weights, the
-    DataModule's state, then each callback's ``on_load_checkpoint`` and state.
+    DataModule's state, then each callback's ``on_load_checkpoint`` and state. Resuming
+    fit adds ``restore_training_state`` once the optimizers exist.
     """
     trainer.module.on_load_checkpoint(checkpoint)
     if "state_dict" not in checkpoint:
@@ -83,16 +83,19 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], training: bool)
     for callback in trainer.callbacks:
         if callback.state_key in saved_callbacks:
             callback.load_state_dict(saved_callbacks[callback.state_key])
-    if training:
-        _restore_training_state(trainer, checkpoint)
 
 
-def _restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
+def check_resumable(checkpoint: dict[str, Any]) -> None:
+    """Refuse, before anything is loaded, a checkpoint that training cannot resume from."""
     if "optimizer_states" not in checkpoint:
         raise MisconfigurationError(
             "The checkpoint holds weights only (saved with weights_only=True), so training cannot resume from it. "
             "Load the weights with Module.load_from_checkpoint and start a new fit instead."
         )
+
+
+def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
+    """Load the optimizers', LR schedulers', precision's and loop counters' state, to resume fit."""
     _check_count("optimizer", trainer.optimizers, checkpoint["optimizer_states"])
     _check_count("LR scheduler", trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []))
     for optimizer, saved in zip(trainer.optimizers, checkpoint["optimizer_states"], strict=True):
@@ -131,7 +134,9 @@ def _lightning_progress(checkpoint: dict[str, Any]) -> dict[str, int]:
         fit = checkpoint["loops"]["fit_loop"]
         epochs = fit["epoch_progress"]["current"]
         batches = fit["epoch_loop.batch_progress"]
-        in_epoch = epochs["started"] > epochs["processed"]  # saved before the epoch's last batch ran
+        # started > processed: saved inside an epoch; batch_idx says how far (after its last batch, e.g.
+        # from on_validation_end, it equals the epoch's length and the resumed run moves on to the next)
+        in_epoch = epochs["started"] > epochs["processed"]
         return {
             "current_epoch": int(epochs["processed"]),
             "global_step": global_step,

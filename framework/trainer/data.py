@@ -132,10 +132,7 @@ def load_train_data(trainer: Any) -> None:
     """
     loaders = find_loaders("train", trainer.given_loaders.get("train"), trainer.datamodule, trainer.module)
     if loaders is None:
-        raise MisconfigurationError(
-            "trainer.fit found no training data: pass train_dataloaders=, a datamodule=, or define "
-            "train_dataloader() on the Module."
-        )
+        raise no_training_data()
     if len(loaders) != 1:
         raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
     loader = seed_workers_if_asked(loaders[0])
@@ -154,6 +151,14 @@ def load_train_data(trainer: Any) -> None:
     trainer.loaded_at["train"] = trainer.state.current_epoch
 
 
+def no_training_data() -> MisconfigurationError:
+    """The error for a fit without training data."""
+    return MisconfigurationError(
+        "trainer.fit found no training data: pass train_dataloaders=, a datamodule=, or define "
+        "train_dataloader() on the Module."
+    )
+
+
 def val_is_defined(trainer: Any) -> bool:
     """Whether fit validates: a ``validation_step``, a source of validation data, and a limit above 0.
 
@@ -162,18 +167,24 @@ def val_is_defined(trainer: Any) -> bool:
     limit = trainer.overfit_batches if trainer.overfit_batches else trainer.limit_val_batches
     if limit == 0 or not overrides(trainer.module, Module, "validation_step"):
         return False
-    if trainer.given_loaders.get("val") is not None:
+    return has_loader_source(trainer, "val")
+
+
+def has_loader_source(trainer: Any, stage: str) -> bool:
+    """Whether loaders for ``stage`` were given, or the DataModule or Module has ``<stage>_dataloader``."""
+    if trainer.given_loaders.get(stage) is not None:
         return True
-    return any(owner is not None and callable(getattr(owner, "val_dataloader", None))
+    method = f"{stage}_dataloader"
+    return any(owner is not None and callable(getattr(owner, method, None))
                for owner in (trainer.datamodule, trainer.module))
 
 
 def load_val_data(trainer: Any) -> None:
-    """Ask for the validation loaders and count their batches (sets ``val_loaders``, ``num_val_batches``)."""
+    """Ask for fit's validation loaders and count their batches (sets ``val_loaders``, ``val_batch_counts``)."""
     loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
     name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
     trainer.val_loaders = [seed_workers_if_asked(val) for val in loaders]
-    trainer.num_val_batches = [apply_limit(name, batch_count(val), getattr(trainer, name)) for val in loaders]
+    trainer.val_batch_counts = [apply_limit(name, batch_count(val), getattr(trainer, name)) for val in loaders]
     trainer.loaded_at["val"] = trainer.state.current_epoch
 
 

@@ -24,7 +24,7 @@ from framework.strategies import Strategy
 from framework.trainer.data import INFINITE, limited, load_val_data, reload_due, set_sampler_epoch
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.metrics import step_views
-from framework.trainer.optimizers import NoOptimizer, OptimizerProxy, step_schedulers
+from framework.trainer.optimizers import OptimizerProxy, step_schedulers
 from framework.trainer.state import RunningStage
 
 
@@ -38,11 +38,17 @@ class FitLoop:
 
     # -- the whole fit ---
     def run(self) -> None:
-        """Sanity check (at step 0 only), ``on_train_start``, epochs until a limit or a stop, then ``on_train_end``."""
+        """Sanity check (at step 0 only), ``on_train_start``, epochs until a limit or a stop, then ``on_train_end``.
+
+        When there is nothing to train (a limit already reached, ``limit_train_batches=0``) only
+        the sanity check runs.
+        """
         trainer = self.trainer
         self.started_at = time.monotonic()
         if trainer.sanity_steps and trainer.validates_in_fit and trainer.state.global_step == 0:
             self._sanity_check()
+        if self._done() or (trainer.limit_train_batches == 0 and not trainer.overfit_batches):
+            return  # nothing to train: as in Lightning, no training loader and no on_train_start/end
         trainer.load_train_loader_if_due()
         if trainer.validates_in_fit and self._validates_in_epoch() and reload_due(trainer, "val"):
             load_val_data(trainer)  # before on_train_start, as in Lightning, so a progress bar knows its length
@@ -85,7 +91,7 @@ class FitLoop:
         trainer.hooks.call(Hook.ON_SANITY_CHECK_START)
         if reload_due(trainer, "val"):
             load_val_data(trainer)
-        if any(n > 0 for n in trainer.num_val_batches):
+        if any(trainer.val_batch_counts):
             with isolated_rng():  # a seeded run trains the same with or without the sanity check
                 run_evaluation(trainer, "validate", trainer.val_loaders, trainer.num_sanity_val_batches)
         trainer.hooks.call(Hook.ON_SANITY_CHECK_END)
@@ -114,8 +120,7 @@ class FitLoop:
             optimizer.zero_grad(set_to_none=True)
 
         if trainer.module.automatic_optimization:
-            optimizer = trainer.optimizers[0] if trainer.optimizers else NoOptimizer(trainer.module)
-            step, self._closure = self._automatic_step, _StepClosure(self, optimizer)
+            step, self._closure = self._automatic_step, _StepClosure(self, trainer.optimizers[0])
         else:
             step = self._manual_step
         transfer = trainer.batch_mover()
@@ -145,7 +150,7 @@ class FitLoop:
             if log_every and stepped and (state.batches_stepped % log_every == 0 or state.should_stop):
                 trainer.metrics.log_step(results, state.batches_stepped - 1, state.current_epoch)
             if validates and self._should_validate(batch_idx, is_last):
-                trainer.run_validation_in_fit()
+                trainer.run_validation_in_fit(after_step=stepped)
             if plateau_each_step and stepped:  # after validation, so they see its metrics
                 step_schedulers(trainer, "step", plateau=True)
             if max_steps != -1 and state.global_step >= max_steps:
@@ -390,11 +395,6 @@ def _numbered(loader: Iterable, total: float, skip: int) -> Iterator[tuple[int, 
     yield batch_idx, current, True
 
 
-def _closure_only(optimizer: Any, closure: Any = None, **kwargs: Any) -> bool:
-    optimizer.step(closure)
-    return True
-
-
 class StepHooks:
     """The hooks of the optimizer step, resolved once per fit (None where nothing overrides them)."""
 
@@ -416,10 +416,7 @@ class StepHooks:
         self.unscale = precision.unscale if needs_true_grads and overrides(precision, Precision, "unscale") else None
         # Where the strategy adds nothing to the precision's step or backward, call the precision
         # directly: one Python call less on every step.
-        if not trainer.optimizers and module.automatic_optimization:  # nothing to scale, clip or step
-            self.runtime_optimizer_step = _closure_only
-            self.unscale = self.clip = None
-        elif overrides(strategy, Strategy, "optimizer_step"):
+        if overrides(strategy, Strategy, "optimizer_step"):
             self.runtime_optimizer_step = strategy.optimizer_step
         else:
             self.runtime_optimizer_step = strategy.precision.optimizer_step

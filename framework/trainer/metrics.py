@@ -26,7 +26,7 @@ def step_views(results: Results) -> Views:
     log, bar, callback = {}, {}, {}
     for_callbacks = results.training
     for entry in results.step_values():
-        key, value = entry.key, entry.step_value
+        key, value = entry.key, as_tensor(entry.step_value)
         shown = f"{entry.name}_step{entry.suffix}" if entry.on_epoch else key
         if for_callbacks:
             callback[key] = value
@@ -140,6 +140,11 @@ class MetricStore:
         self.live = None
         self.ending = None
         self.eval_steps.clear()
+
+
+def as_tensor(value: Any) -> torch.Tensor:
+    """A logged Python number as a tensor, as Lightning stores it (converted here, not on every ``self.log``)."""
+    return value if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.get_default_dtype())
 
 
 def _this_rank_only(tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +69,7 @@ def _parse_dicts(items: Sequence[Mapping]) -> tuple[list[Optimizer], list[LRSche
     for item in items:
         if "optimizer" not in item or not _is_optimizer(item["optimizer"]):
             raise _bad_form(item)
-        _warn_unknown_keys("optimizer dict", item, {"optimizer", "lr_scheduler", "monitor"})
+        _refuse_unknown_keys("optimizer dict", item, {"optimizer", "lr_scheduler", "monitor"})
         optimizers.append(item["optimizer"])
         if item.get("lr_scheduler") is not None:
             configs.append(_scheduler_config(item["lr_scheduler"], monitor=item.get("monitor")))
@@ -85,7 +84,7 @@ def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConf
                 f"LR scheduler config {dict(value)!r} is not valid: it needs a 'scheduler' key. "
                 f"Accepted keys: {sorted(_CONFIG_KEYS - {'reduce_on_plateau'})}."
             )
-        _warn_unknown_keys("LR scheduler config", value, _CONFIG_KEYS - {"reduce_on_plateau"})
+        _refuse_unknown_keys("LR scheduler config", value, _CONFIG_KEYS - {"reduce_on_plateau"})
         config = LRSchedulerConfig(**{key: value[key] for key in value if key in _CONFIG_KEYS - {"reduce_on_plateau"}})
     else:
         config = LRSchedulerConfig(scheduler=value)
@@ -108,17 +107,17 @@ def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConf
     return config
 
 
-def _warn_unknown_keys(what: str, given: Mapping, known: set[str]) -> None:
-    """Unknown keys are ignored with a warning, as in Lightning, naming the key probably meant."""
-    for key in sorted(set(given) - known, key=str):
-        close = difflib.get_close_matches(str(key), sorted(known), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        warnings.warn(
-            f"configure_optimizers: the {what} has the unknown key {key!r}, which is ignored.{hint} "
-            f"Known keys: {sorted(known)}.",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+def _refuse_unknown_keys(what: str, given: Mapping, known: set[str]) -> None:
+    """An unknown key is an error naming the key probably meant (Lightning only warns, so a typo such as
+    "intervall" would train with the wrong schedule)."""
+    unknown = sorted(set(given) - known, key=str)
+    if not unknown:
+        return
+    hints = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+             for key in unknown for close in [difflib.get_close_matches(str(key), sorted(known), n=1)]]
+    raise MisconfigurationError(
+        f"configure_optimizers: the {what} has unknown keys {', '.join(hints)}. Accepted keys: {sorted(known)}."
+    )
 
 
 def _is_plateau(scheduler: Any) -> bool:
@@ -163,31 +162,6 @@ def step_schedulers(trainer: Any, interval: str, plateau: bool | None) -> None:
                     )
                 continue
         trainer.module.lr_scheduler_step(config.scheduler, metric)
-
-
-class NoOptimizer:
-    """What the step sees when ``configure_optimizers`` returned None in automatic optimization.
-
-    As in Lightning, fit then runs ``training_step`` and backward on every batch without
-    updating any parameter (a module may update buffers itself); its ``zero_grad`` clears
-    the module's gradients so they do not pile up.
-    """
-
-    param_groups: list[dict[str, Any]] = []
-
-    def __init__(self, module: Any) -> None:
-        self.module = module
-
-    def step(self, closure: Any = None) -> Any:
-        """Run ``closure`` (training_step and backward); there is nothing to update."""
-        return closure() if closure is not None else None
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the module's gradients."""
-        self.module.zero_grad(set_to_none=set_to_none)
-
-    def __repr__(self) -> str:
-        return "NoOptimizer()"
 
 
 class OptimizerProxy:

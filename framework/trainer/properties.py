@@ -1,7 +1,8 @@
 """What users read from a ``Trainer``: counters, metrics, ranks, loaders and callbacks, under Lightning's names.
 
 Every property here is a view of state the Trainer holds elsewhere (its ``state``,
-``metrics``, ``runtime``, loaders and callbacks); nothing here changes a run.
+``metrics``, ``runtime``, loaders and callbacks); only ``estimated_stepping_batches`` does
+work, asking for the training loader when it is read before training starts.
 """
 
 from __future__ import annotations
@@ -170,6 +171,8 @@ class TrainerProperties:
         Read in ``configure_optimizers`` (e.g. for OneCycleLR), it asks for the training loader
         early; otherwise that happens when training starts.
         """
+        if self.max_epochs == -1:  # no epoch limit: the loader's length does not matter
+            return INFINITE if self.max_steps == -1 else self.max_steps
         if self.train_loader is None and self.state.fn == TrainerFn.FITTING:
             load_train_data(self)
         by_epochs = INFINITE
@@ -213,9 +216,14 @@ class TrainerProperties:
         return _one_or_list(self.eval_loaders["predict"])
 
     @property
+    def num_val_batches(self) -> list[float]:
+        """Batches per validation loader: fit's inside fit, else those of the current or last ``validate``."""
+        return list(self.val_batch_counts if self.state.fn == TrainerFn.FITTING else self.eval_batches["val"])
+
+    @property
     def num_sanity_val_batches(self) -> list[float]:
         """Validation batches per loader that the sanity check runs."""
-        return [min(self.sanity_steps, n) for n in self.num_val_batches]
+        return [min(self.sanity_steps, n) for n in self.val_batch_counts]
 
     @property
     def num_test_batches(self) -> list[float]:

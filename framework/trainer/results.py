@@ -41,7 +41,7 @@ class LoggedValue:
         self.prog_bar = prog_bar
         self.logger = logger
         self.reduce_fx = reduce_fx
-        self.reduce = reduce_fx if isinstance(reduce_fx, str) else _TORCH_REDUCTIONS.get(reduce_fx, "callable")
+        self.reduce = reduce_fx if isinstance(reduce_fx, str) else "callable"
         self.sync_dist = sync_dist
         self.step_value: Any = None
         self.step_stamp = -1
@@ -154,11 +154,11 @@ class Results:
             key = name + suffix
         entries = self.batch_entries if self.in_batch else self.epoch_entries
         entry = entries.get(key)
+        given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
         if entry is None:
-            entry = entries[key] = self._new_entry(name, suffix, value, prog_bar, logger, on_step, on_epoch, reduce_fx,
-                                                   sync_dist)
-        elif entry.given != (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist):
-            self._refuse_changed_settings(key, entry, (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist))
+            entry = entries[key] = self._new_entry(name, suffix, value, given)
+        elif entry.given != given:  # spelled differently: compare what the settings resolve to
+            self._check_same_settings(key, entry, given)
         if entry.metric is not None:
             # A Metric's epoch value is its compute(); its step value is the batch value of forward().
             if entry.on_step:
@@ -175,10 +175,7 @@ class Results:
                 value = value.detach()
             if value.dtype in _HALF_DTYPES:  # epoch means of many fp16/bf16 values would lose digits
                 value = value.float()
-        elif isinstance(value, (int, float)):
-            # Stored as a tensor, as Lightning does, so metric dicts hold tensors whatever was logged.
-            value = torch.tensor(value, dtype=torch.get_default_dtype())
-        else:
+        elif not isinstance(value, (int, float)):
             raise MisconfigurationError(
                 f"self.log({name!r}, value) got {describe(value)}; accepted: a Python number, a one-element tensor "
                 "or a torchmetrics Metric."
@@ -191,49 +188,45 @@ class Results:
                 batch_size = self.current_batch_size()
             entry.add(value, batch_size or 1)
 
-    def _new_entry(self, name: str, suffix: str, value: Any, prog_bar: bool, logger: bool | None,
-                   on_step: bool | None, on_epoch: bool | None, reduce_fx: str | Callable,
-                   sync_dist: bool) -> LoggedValue:
+    def _new_entry(self, name: str, suffix: str, value: Any, given: tuple) -> LoggedValue:
         if not isinstance(name, str) or not name:
             raise MisconfigurationError(f"self.log(name=...) needs a non-empty string; got {describe(name)}.")
-        key = name + suffix
-        if isinstance(reduce_fx, str):
-            if reduce_fx.lower() not in REDUCTIONS:
-                raise MisconfigurationError(
-                    f"self.log({key!r}, reduce_fx={reduce_fx!r}): accepted are "
-                    f"{', '.join(map(repr, REDUCTIONS))} or a callable."
-                )
-            reduce_fx = reduce_fx.lower()
-        elif not callable(reduce_fx):
-            raise MisconfigurationError(
-                f"self.log({key!r}, reduce_fx={describe(reduce_fx)}): accepted are "
-                f"{', '.join(map(repr, REDUCTIONS))} or a callable."
-            )
-        step_default = self.training and self.in_batch
-        entry = LoggedValue(
-            name,
-            suffix,
-            on_step=step_default if on_step is None else bool(on_step),
-            on_epoch=(not step_default) if on_epoch is None else bool(on_epoch),
-            prog_bar=bool(prog_bar),
-            logger=True if logger is None else bool(logger),
-            reduce_fx=reduce_fx,
-            sync_dist=bool(sync_dist),
-        )
-        entry.given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+        prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist = self._resolve(name + suffix, given)
+        entry = LoggedValue(name, suffix, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
+        entry.given = given
         if _is_metric(value):
             entry.metric = value
         return entry
 
-    def _refuse_changed_settings(self, key: str, entry: LoggedValue, given: tuple) -> None:
-        names = ("prog_bar", "logger", "on_step", "on_epoch", "reduce_fx", "sync_dist")
-        changed = [f"{n}={new!r} (first {old!r})" for n, old, new in zip(names, entry.given, given, strict=True)
-                   if old != new]
-        raise MisconfigurationError(
-            f"self.log({key!r}, ...) was called again with other settings: {', '.join(changed)}. A name keeps "
-            "one set of settings in the step functions and batch hooks (and one in the epoch hooks); log the "
-            "other variant under another name."
+    def _resolve(self, key: str, given: tuple) -> tuple:
+        """What ``self.log``'s (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist) mean here."""
+        prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist = given
+        step_default = self.training and self.in_batch
+        return (
+            bool(prog_bar),
+            True if logger is None else bool(logger),
+            step_default if on_step is None else bool(on_step),
+            (not step_default) if on_epoch is None else bool(on_epoch),
+            _reduction(key, reduce_fx),
+            bool(sync_dist),
         )
+
+    def _check_same_settings(self, key: str, entry: LoggedValue, given: tuple) -> None:
+        """A name keeps its settings (as Lightning requires); only the spelling may change."""
+        first = (entry.prog_bar, entry.logger, entry.on_step, entry.on_epoch, entry.reduce_fx, entry.sync_dist)
+        names = ("prog_bar", "logger", "on_step", "on_epoch", "reduce_fx", "sync_dist")
+        changed = [
+            f"{n}={new!r} (first {old!r})"
+            for n, old, new in zip(names, first, self._resolve(key, given), strict=True)
+            if not (old == new or _same_code(old, new))
+        ]
+        if changed:
+            raise MisconfigurationError(
+                f"self.log({key!r}, ...) was called again with other settings: {', '.join(changed)}. A name keeps "
+                "one set of settings in the step functions and batch hooks (and one in the epoch hooks); log the "
+                "other variant under another name."
+            )
+        entry.given = given  # the next call spelled this way takes the fast path
 
     def current_batch_size(self) -> int:
         """The current batch's size, found by ``extract_batch_size`` once per batch."""
@@ -274,6 +267,29 @@ def extract_batch_size(batch: Any) -> int:
         elif hasattr(item, "__dataclass_fields__"):
             stack.extend(getattr(item, name) for name in item.__dataclass_fields__)
     return 1
+
+
+def _reduction(key: str, reduce_fx: Any) -> str | Callable:
+    """``reduce_fx`` as one of ``REDUCTIONS`` when it names one (any case, "avg", torch.mean ...), else the callable."""
+    if isinstance(reduce_fx, str):
+        name = reduce_fx.lower()
+        name = "mean" if name == "avg" else name
+        if name in REDUCTIONS:
+            return name
+    elif callable(reduce_fx):
+        try:
+            return _TORCH_REDUCTIONS.get(reduce_fx, reduce_fx)
+        except TypeError:  # an unhashable callable object
+            return reduce_fx
+    shown = repr(reduce_fx) if isinstance(reduce_fx, str) else describe(reduce_fx)
+    raise MisconfigurationError(
+        f"self.log({key!r}, reduce_fx={shown}): accepted are {', '.join(map(repr, REDUCTIONS))} or a callable."
+    )
+
+
+def _same_code(a: Any, b: Any) -> bool:
+    """Two reductions written as the same function (a lambda in training_step is a new object each call)."""
+    return callable(a) and callable(b) and getattr(a, "__code__", a) is getattr(b, "__code__", b)
 
 
 def _is_metric(value: Any) -> bool:

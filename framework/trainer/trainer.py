@@ -21,8 +21,23 @@ from framework.precision import Precision
 from framework.runtime import Runtime
 from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
-from framework.trainer.checkpoint import dump_checkpoint, load_for, restore_checkpoint
-from framework.trainer.data import INFINITE, eval_data, load_train_data, load_val_data, reload_due, val_is_defined
+from framework.trainer.checkpoint import (
+    check_resumable,
+    dump_checkpoint,
+    load_for,
+    restore_checkpoint,
+    restore_training_state,
+)
+from framework.trainer.data import (
+    INFINITE,
+    eval_data,
+    has_loader_source,
+    load_train_data,
+    load_val_data,
+    no_training_data,
+    reload_due,
+    val_is_defined,
+)
 from framework.trainer.dispatch import HookRunner
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.fit_loop import FitLoop, StepHooks
@@ -159,7 +174,7 @@ class Trainer(TrainerProperties):
         self.train_loader: Iterable | None = None
         self.val_loaders: list[Iterable] = []
         self.num_training_batches: float = INFINITE
-        self.num_val_batches: list[float] = []
+        self.val_batch_counts: list[float] = []
         self.val_check_batch: float = INFINITE
         self.validates_in_fit = False
         self.eval_loaders: dict[str, list[Iterable]] = {"val": [], "test": [], "predict": []}
@@ -206,12 +221,10 @@ class Trainer(TrainerProperties):
         ``torch.load(weights_only=True)``; ``weights_only=False`` also unpickles arbitrary objects
         (only for files you trust).
         """
-        if isinstance(train_dataloaders, DataModule):
-            datamodule, train_dataloaders = train_dataloaders, None
-        if datamodule is not None and (train_dataloaders is not None or val_dataloaders is not None):
+        datamodule, train_dataloaders = _datamodule_or_loaders("fit", datamodule, train_dataloaders)
+        if datamodule is not None and val_dataloaders is not None:
             raise MisconfigurationError(
-                "trainer.fit got dataloaders and a datamodule: pass train_dataloaders/val_dataloaders or "
-                "datamodule=, not both."
+                "trainer.fit got dataloaders and a datamodule: pass dataloaders= or datamodule=, not both."
             )
         self._run(TrainerFn.FITTING, model, datamodule, {"train": train_dataloaders, "val": val_dataloaders},
                   ckpt_path, weights_only)
@@ -257,6 +270,9 @@ class Trainer(TrainerProperties):
         self.state.stage = _FIRST_STAGE[fn]  # so setup() already sees trainer.training / testing ..., as in Lightning
         self.state.should_stop = False
         self.metrics.clear()  # each run starts with empty metric dicts, as in Lightning
+        self.ckpt_path = None
+        if fn == TrainerFn.FITTING:  # before setup(), which may read estimated_stepping_batches already
+            self._forget_fit_data()
         stage = "fit" if fn == TrainerFn.FITTING else fn.value
         try:
             self._setup(stage)
@@ -379,17 +395,18 @@ class Trainer(TrainerProperties):
         module = self.module
         self.fit_loop = FitLoop(self)
         self._check_fit_settings()
-        # Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
-        # training's when training starts (or when configure_optimizers reads estimated_stepping_batches).
-        self.train_loader, self.num_training_batches = None, INFINITE
-        self.val_loaders, self.num_val_batches = [], []
-        self.loaded_at.clear()
         self.validates_in_fit = val_is_defined(self)
+        # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
+        # (which may ask for the training loader), the optimizers' and the loops' state after it.
+        checkpoint = load_for(self, ckpt_path, self._weights_only) if ckpt_path is not None else None
+        if checkpoint is not None:
+            check_resumable(checkpoint)
+            restore_checkpoint(self, checkpoint)
         self._configure_optimizers()
         self.state.stage = RunningStage.TRAINING
         self.step_hooks = StepHooks(self)
-        if ckpt_path is not None:
-            restore_checkpoint(self, load_for(self, ckpt_path, self._weights_only), training=True)
+        if checkpoint is not None:
+            restore_training_state(self, checkpoint)
         self.hooks.call(Hook.ON_FIT_START)
         if not module.training:
             warnings.warn(
@@ -401,16 +418,24 @@ class Trainer(TrainerProperties):
             self.fit_loop.run()
         self.hooks.call(Hook.ON_FIT_END)
 
+    def _forget_fit_data(self) -> None:
+        """Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
+        training's when training starts (or when ``estimated_stepping_batches`` is first read)."""
+        self.train_loader, self.num_training_batches = None, INFINITE
+        self.val_loaders, self.val_batch_counts = [], []
+        self.loaded_at.clear()
+
     def _configure_optimizers(self) -> None:
         module = self.module
         self.optimizers, self.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
         if module.automatic_optimization:
             if not self.optimizers:
-                warnings.warn(
-                    "configure_optimizers returned None, so fit runs training_step and backward without updating "
-                    "any parameter (as Lightning does). Return an optimizer from configure_optimizers if the model "
-                    "should learn.",
-                    stacklevel=4,
+                # Lightning trains on without updates here; the issue's accepted forms make it an error, which
+                # also catches a configure_optimizers that forgot its return statement.
+                raise MisconfigurationError(
+                    "configure_optimizers returned None: automatic optimization needs an optimizer. Return one "
+                    "from configure_optimizers, or set self.automatic_optimization = False to step (or not) "
+                    "yourself in training_step."
                 )
             if len(self.optimizers) > 1:
                 raise MisconfigurationError(
@@ -435,29 +460,28 @@ class Trainer(TrainerProperties):
                 )
         if not overrides(self.module, Module, "training_step"):
             raise MisconfigurationError(f"{type(self.module).__qualname__} must define training_step to fit.")
-        if self.given_loaders.get("train") is None and not any(
-            owner is not None and callable(getattr(owner, "train_dataloader", None))
-            for owner in (self.datamodule, self.module)
-        ):
-            raise MisconfigurationError(
-                "trainer.fit found no training data: pass train_dataloaders=, a datamodule=, or define "
-                "train_dataloader() on the Module."
-            )
+        if not has_loader_source(self, "train"):
+            raise no_training_data()
 
     def load_train_loader_if_due(self) -> None:
         """Ask for the training loader when training starts, and again every ``reload_dataloaders_every_n_epochs``."""
         if reload_due(self, "train"):
             load_train_data(self)
 
-    def run_validation_in_fit(self) -> None:
-        """One validation pass inside fit (the fit loop calls it when due); nothing when no loader has batches."""
+    def run_validation_in_fit(self, after_step: bool) -> None:
+        """One validation pass inside fit (the fit loop calls it when due); nothing when no loader has batches.
+
+        ``after_step``: the last batch ended with an optimizer step, so no accumulated gradients
+        are pending and ``on_validation_model_zero_grad`` may run (as in Lightning).
+        """
         if reload_due(self, "val"):
             load_val_data(self)
-        if not any(n > 0 for n in self.num_val_batches):
+        if not any(self.val_batch_counts):
             return
         self.state.stage = RunningStage.VALIDATING
-        self.hooks.call(Hook.ON_VALIDATION_MODEL_ZERO_GRAD)
-        run_evaluation(self, "validate", self.val_loaders, self.num_val_batches)
+        if after_step:
+            self.hooks.call(Hook.ON_VALIDATION_MODEL_ZERO_GRAD)
+        run_evaluation(self, "validate", self.val_loaders, self.val_batch_counts)
         self.state.stage = RunningStage.TRAINING
         self.module._results = self.train_results
 
@@ -468,18 +492,20 @@ class Trainer(TrainerProperties):
         step_name = "validation_step" if kind == "validate" else "test_step"
         if not overrides(self.module, Module, step_name):
             raise MisconfigurationError(f"trainer.{fn.value}() needs {type(self.module).__qualname__}.{step_name}.")
+        self._restore_for_eval(fn, ckpt_path)  # first, so a restored DataModule builds the loaders
         loaders, limits = eval_data(self, stage, getattr(self, f"limit_{stage}_batches"))
         self.eval_loaders[stage], self.eval_batches[stage] = loaders, limits
-        self._restore_for_eval(fn, ckpt_path)
         if not any(limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
             return []
         self.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
         return run_evaluation(self, kind, loaders, limits)
 
     def _run_predict(self, ckpt_path: Any) -> list[Any]:
+        self._restore_for_eval(TrainerFn.PREDICTING, ckpt_path)
         loaders, limits = eval_data(self, "predict", self.limit_predict_batches)
         self.eval_loaders["predict"], self.eval_batches["predict"] = loaders, limits
-        self._restore_for_eval(TrainerFn.PREDICTING, ckpt_path)
+        if not any(limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
+            return [] if self._keep_predictions else None
         self.state.stage = RunningStage.PREDICTING
         predictions = run_evaluation(self, "predict", loaders, limits)
         return predictions if self._keep_predictions else None
@@ -497,7 +523,7 @@ class Trainer(TrainerProperties):
                 )
                 ckpt_path = "best"
         if ckpt_path is not None:
-            restore_checkpoint(self, load_for(self, ckpt_path, self._weights_only), training=False)
+            restore_checkpoint(self, load_for(self, ckpt_path, self._weights_only))
 
     # -- services the loops and the Module call ------------------------------------------------------------------------
     def batch_mover(self) -> Callable[[Any, int], Any]:

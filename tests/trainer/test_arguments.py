@@ -226,25 +226,10 @@ def test_configure_optimizers_returning_a_string_lists_accepted_forms():
         assert form in message, message
 
 
-def test_configure_optimizers_returning_none_trains_without_updates_as_lightning_does():
-    # A module may update buffers itself (running statistics, k-means centres); Lightning runs it with a warning.
-    class CountsBatches(_Optimizers):
-        def __init__(self):
-            super().__init__(None)
-            self.register_buffer("seen", torch.zeros(()))
-
-        def training_step(self, batch, batch_idx):
-            self.seen += 1
-            return super().training_step(batch, batch_idx)
-
-    model = CountsBatches()
-    before = [p.detach().clone() for p in model.parameters()]
-    with pytest.warns(UserWarning, match=r"configure_optimizers returned None, so fit runs training_step and "
-                                         r"backward without updating any parameter"):
-        trainer = _fit(model)
-    assert trainer.global_step == model.seen.item() > 0
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert all(p.grad is None for p in model.parameters())  # cleared after every step, as with an optimizer
+def test_configure_optimizers_returning_none_with_automatic_optimization():
+    expected = r"configure_optimizers returned None.*automatic_optimization = False"
+    with pytest.raises(MisconfigurationError, match=expected):
+        _fit(_Optimizers(None))
 
 
 def test_configure_optimizers_returning_none_is_fine_with_manual_optimization():

@@ -181,3 +181,51 @@ def test_evaluating_without_a_model_after_fit_loads_the_best_checkpoint(tmp_path
     trainer.fit(Regressor(), loader())
     trainer.test(dataloaders=loader(), verbose=False)  # no checkpoint callback: the current weights, no error
     assert trainer.ckpt_path is None
+
+
+class SizedData(framework.DataModule):
+    """Its training set size is state that checkpoints carry."""
+
+    def __init__(self, n: int = 64):
+        super().__init__()
+        self.n = n
+
+    def train_dataloader(self):
+        return loader(n=self.n)
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state_dict):
+        self.n = state_dict["n"]
+
+
+class ReadsSteps(Regressor):
+    """Sizes its scheduler from estimated_stepping_batches, which asks for the training loader early."""
+
+    def configure_optimizers(self):
+        optimizer = super().configure_optimizers()
+        self.steps_seen = self.trainer.estimated_stepping_batches
+        return optimizer
+
+
+def test_resuming_restores_the_datamodule_before_the_loaders_are_asked_for(tmp_path):
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(ReadsSteps(), datamodule=SizedData(n=32))  # 4 batches an epoch
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    model, resumed = ReadsSteps(), quiet_trainer(max_epochs=2)
+    resumed.fit(model, datamodule=SizedData(n=64), ckpt_path=tmp_path / "a.ckpt")
+    assert model.steps_seen == 8 and resumed.num_training_batches == 4 and resumed.global_step == 8
+
+
+def test_evaluating_from_a_checkpoint_restores_the_datamodule_before_its_loaders(tmp_path):
+    class TestSized(SizedData):
+        def test_dataloader(self):
+            return loader(n=self.n)
+
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Regressor(), datamodule=TestSized(n=32))
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    trainer = quiet_trainer()
+    trainer.test(Regressor(), datamodule=TestSized(n=64), ckpt_path=tmp_path / "a.ckpt", verbose=False)
+    assert trainer.num_test_batches == [4]

@@ -86,3 +86,29 @@ def test_a_zero_evaluation_limit_skips_the_loop():
 
     assert quiet_trainer(limit_test_batches=0).test(Watches(), loader(), verbose=False) == []
     assert calls == []
+
+
+def test_nothing_to_train_asks_for_no_training_loader_and_calls_no_training_hooks():
+    class Watches(CountsLoads):
+        def on_train_start(self):
+            self.loads.append(("on_train_start", self.current_epoch, self.global_step))
+
+    model = Watches()
+    quiet_trainer(max_epochs=2, limit_train_batches=0).fit(model)
+    assert model.loads == [("val", 0, 0)]  # the sanity check only
+    model, trainer = Watches(), quiet_trainer(max_epochs=1, num_sanity_val_steps=0)
+    trainer.fit(model)
+    model.loads.clear()
+    trainer.fit(model)  # max_epochs reached already
+    assert model.loads == [] and trainer.global_step == 3
+
+
+def test_a_zero_predict_limit_skips_the_loop():
+    calls = []
+
+    class Watches(Regressor):
+        def on_predict_start(self):
+            calls.append("on_predict_start")
+
+    assert quiet_trainer(limit_predict_batches=0).predict(Watches(), loader()) == []
+    assert calls == []

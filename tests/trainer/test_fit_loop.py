@@ -286,6 +286,7 @@ def test_a_failure_before_the_new_run_starts_does_not_call_the_previous_models_h
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=1)
     first = Watches()
     trainer.fit(first, loader())
+    trainer.max_epochs = 2  # so the second fit has an epoch to train and asks for its loader
     with pytest.raises(RuntimeError, match="no data"):
         trainer.fit(BadData())
     assert calls == []
@@ -325,12 +326,23 @@ def test_manual_training_step_returning_something_odd_is_refused():
 
 
 def test_a_validation_inside_an_accumulation_window_keeps_the_gathered_gradients():
-    # Lightning's default on_validation_model_zero_grad drops them; ours leaves gradients alone.
+    # on_validation_model_zero_grad runs only where no gradients are pending (as in Lightning), so an
+    # override that zeroes them cannot drop half an accumulation window.
+    class ZeroesBeforeValidation(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.zeroed_at: list[int] = []
+
+        def on_validation_model_zero_grad(self):
+            self.zeroed_at.append(self.global_step)
+            self.zero_grad(set_to_none=True)
+
     plain = Regressor()
     quiet_trainer(max_epochs=1, accumulate_grad_batches=4).fit(plain, loader())
-    validated = Regressor()
+    validated = ZeroesBeforeValidation()
     quiet_trainer(max_epochs=1, accumulate_grad_batches=4, val_check_interval=2, num_sanity_val_steps=0).fit(
         validated, loader(), loader(n=16))
+    assert validated.zeroed_at == [1, 2]  # after batches 4 and 8, not after 2 and 6
     for a, b in zip(plain.parameters(), validated.parameters()):
         torch.testing.assert_close(a, b)
 

@@ -49,17 +49,16 @@ def test_bad_scheduler_config_is_named():
         parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"sched": scheduler}})
 
 
-def test_unknown_config_keys_are_ignored_with_a_warning_naming_the_likely_key():
-    # Lightning warns and trains on; so do we, but say which key was probably meant.
+def test_unknown_config_keys_are_refused_naming_the_likely_key():
+    # Lightning warns and trains on, so a typo silently keeps the default schedule; we stop at once.
     module = Regressor()
     optimizer, scheduler = _parts(module)
-    with pytest.warns(RuntimeWarning, match=r"unknown key 'intervall'.*Did you mean 'interval'"):
-        _, configs = parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler,
-                                                                                "intervall": "step"}})
-    assert configs[0].interval == "epoch"
-    with pytest.warns(RuntimeWarning, match=r"optimizer dict has the unknown key 'lr_sheduler'"):
-        optimizers, configs = parse_optimizers({"optimizer": optimizer, "lr_sheduler": scheduler})
-    assert optimizers == [optimizer] and configs == []
+    with pytest.raises(MisconfigurationError, match=r"LR scheduler config has unknown keys 'intervall' \(did you "
+                                                     r"mean 'interval'\?\)"):
+        parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "intervall": "step"}})
+    with pytest.raises(MisconfigurationError, match=r"optimizer dict has unknown keys 'lr_sheduler' \(did you mean "
+                                                     r"'lr_scheduler'\?\)"):
+        parse_optimizers({"optimizer": optimizer, "lr_sheduler": scheduler})
 
 
 class Scheduled(Regressor):

@@ -96,3 +96,50 @@ def test_interrupted_and_ckpt_path(tmp_path):
     with pytest.warns(UserWarning, match="KeyboardInterrupt"):
         trainer.fit(Interrupts(), loader())
     assert trainer.interrupted
+
+
+def test_estimated_stepping_batches_read_in_setup_asks_for_the_loader_once_per_fit():
+    loads, estimates = [], []
+
+    class Early(Regressor):
+        def __init__(self, n):
+            super().__init__()
+            self.n = n
+
+        def setup(self, stage):
+            estimates.append(self.trainer.estimated_stepping_batches)
+
+        def train_dataloader(self):
+            loads.append(self.n)
+            return loader(n=self.n)
+
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Early(64))
+    trainer.max_epochs = 2
+    trainer.fit(Early(16))
+    assert loads == [64, 16] and estimates == [8, 4]  # the second fit's own loader, asked for once
+    assert quiet_trainer(max_epochs=-1, max_steps=5).estimated_stepping_batches == 5
+
+
+def test_num_val_batches_follows_the_running_stage():
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=1)
+    trainer.fit(Regressor(), loader(), loader(n=40))
+    assert trainer.num_val_batches == [5]
+    seen = []
+
+    class Watches(Regressor):
+        def on_validation_start(self):
+            seen.append(self.trainer.num_val_batches)
+
+    trainer.validate(Watches(), loader(n=16), verbose=False)
+    assert seen == [[2]] and trainer.num_val_batches == [2]
+
+
+def test_ckpt_path_is_forgotten_by_the_next_run(tmp_path):
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Regressor(), loader())
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    trainer.test(Regressor(), loader(), ckpt_path=tmp_path / "a.ckpt", verbose=False)
+    assert trainer.ckpt_path == str(tmp_path / "a.ckpt")
+    trainer.test(Regressor(), loader(), verbose=False)
+    assert trainer.ckpt_path is None

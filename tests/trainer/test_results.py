@@ -417,3 +417,22 @@ def test_the_sanity_check_values_are_visible_in_its_validation_end_and_forgotten
     assert seen[0] == (True, ["val_loss"], ["val_loss"])
     assert seen[1] == (False, ["train_loss", "val_loss"], ["train_loss", "val_loss"])
     assert [step for step, metrics in logger.calls if "val_loss" in metrics] == [0]  # the sanity value was not sent
+
+
+def test_the_same_settings_spelled_differently_are_accepted():
+    class Spellings(Regressor):
+        def training_step(self, batch, batch_idx):
+            loss = self.loss(batch)
+            first = batch_idx == 0
+            self.log("mean_value", loss, reduce_fx="mean" if first else "Mean", on_epoch=True)
+            self.log("avg_value", loss, reduce_fx="avg" if first else torch.mean, on_epoch=True)
+            self.log("max_value", loss, reduce_fx=lambda values: values.max(), on_epoch=True)  # a new lambda each call
+            self.log("shown", loss, logger=True if first else None)
+            return loss
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            self.log("shown", outputs["loss"], on_step=True, on_epoch=False)  # training_step's defaults, spelled out
+
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=3)
+    trainer.fit(Spellings(), loader())
+    assert {"mean_value_epoch", "avg_value_epoch", "max_value_epoch", "shown"} <= set(trainer.callback_metrics)
