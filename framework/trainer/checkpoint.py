@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 from framework.errors import MisconfigurationError, describe
@@ -147,6 +148,23 @@ def _lightning_progress(checkpoint: dict[str, Any]) -> dict[str, int]:
     except (KeyError, TypeError):  # no loop progress: assume it was saved at an epoch's end
         return {"current_epoch": int(checkpoint.get("epoch", -1)) + 1, "global_step": global_step,
                 "batches_stepped": global_step}
+
+
+def restore_for_evaluation(trainer: Any, fn: Any, ckpt_path: Any) -> None:
+    """Load ``ckpt_path`` before validate/test/predict; without a model or a path, the best checkpoint
+    of the last fit, as in Lightning."""
+    if ckpt_path is None and not trainer._model_given:
+        best = getattr(trainer.checkpoint_callback, "best_model_path", None)
+        if best:
+            warnings.warn(
+                f"trainer.{fn.value}() was called without a model, so the best checkpoint of the last fit is "
+                f"loaded ({best}), as Lightning does. Pass ckpt_path='best' to say so and silence this, or "
+                "ckpt_path='last', a path, or the model to use its current weights.",
+                stacklevel=6,
+            )
+            ckpt_path = "best"
+    if ckpt_path is not None:
+        restore_checkpoint(trainer, load_for(trainer, ckpt_path, trainer._weights_only))
 
 
 def load_for(trainer: Any, ckpt_path: Any, weights_only: bool | None = None) -> dict[str, Any]:

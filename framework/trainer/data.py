@@ -188,6 +188,14 @@ def load_val_data(trainer: Any) -> None:
     trainer.loaded_at["val"] = trainer.state.current_epoch
 
 
+def forget_fit_data(trainer: Any) -> None:
+    """Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
+    training's when training starts (or when ``estimated_stepping_batches`` is first read)."""
+    trainer.train_loader, trainer.num_training_batches = None, INFINITE
+    trainer.val_loaders, trainer.val_batch_counts = [], []
+    trainer.loaded_at.clear()
+
+
 def reload_due(trainer: Any, stage: str) -> bool:
     """Whether the ``stage`` ("train" or "val") loaders must be requested (again) now."""
     last = trainer.loaded_at.get(stage)

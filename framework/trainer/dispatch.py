@@ -12,6 +12,7 @@ from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
+from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, Target, overrides
 from framework.module import Module
 
@@ -109,3 +110,17 @@ class HookRunner:
 
         return run
 
+
+
+def merge_module_callbacks(callbacks: list[Callback], returned: Any) -> list[Callback]:
+    """The run's callbacks: those ``configure_callbacks`` returned replace the Trainer's of the same type,
+    and checkpoint-saving callbacks go last."""
+    extra = [returned] if isinstance(returned, Callback) else list(returned or [])
+    for callback in extra:
+        if not isinstance(callback, Callback):
+            raise MisconfigurationError(
+                f"configure_callbacks returned {describe(callback)}; it must return Callback instances."
+            )
+    replaced = {type(cb) for cb in extra}
+    kept = [cb for cb in callbacks if type(cb) not in replaced]
+    return sorted(kept + extra, key=lambda cb: cb.runs_last)

@@ -7,10 +7,12 @@ from typing import Any
 
 import torch
 
+from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.runtime.transfer import move_to_device
-from framework.trainer.data import limited
+from framework.trainer.checkpoint import restore_for_evaluation
+from framework.trainer.data import eval_data, limited
 from framework.trainer.metrics import to_floats
 from framework.trainer.results import Results
 from framework.trainer.signatures import check_dataloader_idx, without_unaccepted_batch_idx
@@ -48,6 +50,35 @@ _LOOPS = {
         Hook.ON_PREDICT_EPOCH_END, Hook.ON_PREDICT_END,
     ),
 }
+
+
+def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
+    """``trainer.validate`` or ``trainer.test`` once set up: restore, ask for the loaders, run the loop."""
+    kind = "validate" if fn == TrainerFn.VALIDATING else "test"
+    stage = "val" if kind == "validate" else "test"
+    step_name = _LOOPS[kind].step
+    module = trainer.module
+    if not overrides(module, Module, step_name):
+        raise MisconfigurationError(f"trainer.{fn.value}() needs {type(module).__qualname__}.{step_name}.")
+    restore_for_evaluation(trainer, fn, ckpt_path)  # first, so a restored DataModule builds the loaders
+    loaders, limits = eval_data(trainer, stage, getattr(trainer, f"limit_{stage}_batches"))
+    trainer.eval_loaders[stage], trainer.eval_batches[stage] = loaders, limits
+    if not any(limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
+        return []
+    trainer.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
+    return run_evaluation(trainer, kind, loaders, limits)
+
+
+def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
+    """``trainer.predict`` once set up: restore, ask for the loaders, run the loop, keep what was asked for."""
+    restore_for_evaluation(trainer, TrainerFn.PREDICTING, ckpt_path)
+    loaders, limits = eval_data(trainer, "predict", trainer.limit_predict_batches)
+    trainer.eval_loaders["predict"], trainer.eval_batches["predict"] = loaders, limits
+    if not any(limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
+        return [] if trainer._keep_predictions else None
+    trainer.state.stage = RunningStage.PREDICTING
+    predictions = run_evaluation(trainer, "predict", loaders, limits)
+    return predictions if trainer._keep_predictions else None
 
 
 def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) -> list[dict[str, Any]]:

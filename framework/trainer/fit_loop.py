@@ -1,4 +1,4 @@
-"""The training loop of ``Trainer.fit``: epochs, batches, the optimizer step and when to validate.
+"""The training loop of ``Trainer.fit``: its set-up, epochs, batches, the optimizer step and when to validate.
 
 The hook order is the one ``framework.hooks`` documents. Per batch the loop does only
 what that batch needs: hooks nobody overrides were resolved to None before the first
@@ -10,22 +10,33 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
-from framework.errors import MisconfigurationError, describe
+from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
-from framework.precision import Precision
 from framework.seed import isolated_rng
-from framework.strategies import Strategy
-from framework.trainer.data import INFINITE, limited, load_val_data, reload_due, set_sampler_epoch
+from framework.trainer.checkpoint import check_resumable, load_for, restore_checkpoint, restore_training_state
+from framework.trainer.data import (
+    INFINITE,
+    has_loader_source,
+    limited,
+    load_train_data,
+    load_val_data,
+    no_training_data,
+    reload_due,
+    set_sampler_epoch,
+    val_is_defined,
+)
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.metrics import step_views
-from framework.trainer.optimizers import OptimizerProxy, step_schedulers
+from framework.trainer.optimizers import OptimizerProxy, parse_optimizers, step_schedulers
 from framework.trainer.state import RunningStage
+from framework.trainer.step import StepClosure, StepHooks, check_training_output, outputs_for_hooks
 
 
 class FitLoop:
@@ -34,9 +45,75 @@ class FitLoop:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.started_at = 0.0
-        self._closure: _StepClosure | None = None  # automatic optimization's, made per epoch
+        self._closure: StepClosure | None = None  # automatic optimization's, made per epoch
 
     # -- the whole fit ---
+    def fit(self, ckpt_path: Any) -> None:
+        """Check the settings, restore ``ckpt_path`` if given, configure the optimizers, then train."""
+        trainer, module = self.trainer, self.trainer.module
+        self._check_settings()
+        trainer.validates_in_fit = val_is_defined(trainer)
+        # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
+        # (which may ask for the training loader), the optimizers' and the loops' state after it.
+        checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None
+        if checkpoint is not None:
+            check_resumable(checkpoint)
+            restore_checkpoint(trainer, checkpoint)
+        self._configure_optimizers()
+        trainer.state.stage = RunningStage.TRAINING
+        trainer.step_hooks = StepHooks(trainer)
+        if checkpoint is not None:
+            restore_training_state(trainer, checkpoint)
+        trainer.hooks.call(Hook.ON_FIT_START)
+        if not module.training:
+            warnings.warn(
+                f"{type(module).__qualname__} is in eval mode at the start of fit, so dropout and batch norm behave "
+                "as in evaluation while training. Call model.train() first if that is not intended.",
+                stacklevel=4,
+            )
+        with torch.autograd.set_detect_anomaly(trainer.detect_anomaly):  # restores the caller's setting on exit
+            self.run()
+        trainer.hooks.call(Hook.ON_FIT_END)
+
+    def _check_settings(self) -> None:
+        trainer, module = self.trainer, self.trainer.module
+        if not module.automatic_optimization:
+            if trainer.gradient_clip_val:
+                raise MisconfigurationError(
+                    f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) does nothing in manual optimization; "
+                    "call self.clip_gradients(optimizer, gradient_clip_val=...) in training_step instead."
+                )
+            if trainer.accumulate_grad_batches != 1:
+                raise MisconfigurationError(
+                    f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) does nothing in manual "
+                    "optimization; accumulate in training_step by stepping every N batches."
+                )
+        if not overrides(module, Module, "training_step"):
+            raise MisconfigurationError(f"{type(module).__qualname__} must define training_step to fit.")
+        if not has_loader_source(trainer, "train"):
+            raise no_training_data()
+
+    def _configure_optimizers(self) -> None:
+        trainer, module = self.trainer, self.trainer.module
+        optimizers, trainer.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
+        if module.automatic_optimization:
+            if not optimizers:
+                # Lightning trains on without updates here; the issue's accepted forms make it an error, which
+                # also catches a configure_optimizers that forgot its return statement.
+                raise MisconfigurationError(
+                    "configure_optimizers returned None: automatic optimization needs an optimizer. Return one "
+                    "from configure_optimizers, or set self.automatic_optimization = False to step (or not) "
+                    "yourself in training_step."
+                )
+            if len(optimizers) > 1:
+                raise MisconfigurationError(
+                    f"configure_optimizers returned {len(optimizers)} optimizers. Several optimizers need manual "
+                    "optimization: set self.automatic_optimization = False and step them in training_step."
+                )
+        trainer.optimizers = [trainer.runtime.setup_optimizer(optimizer) for optimizer in optimizers]
+        trainer.manual_optimizers = [OptimizerProxy(opt, self.manual_optimizer_step) for opt in trainer.optimizers]
+        trainer.has_step_schedulers = any(c.interval == "step" for c in trainer.lr_scheduler_configs)
+
     def run(self) -> None:
         """Sanity check (at step 0 only), ``on_train_start``, epochs until a limit or a stop, then ``on_train_end``.
 
@@ -49,7 +126,7 @@ class FitLoop:
             self._sanity_check()
         if self._done() or (trainer.limit_train_batches == 0 and not trainer.overfit_batches):
             return  # nothing to train: as in Lightning, no training loader and no on_train_start/end
-        trainer.load_train_loader_if_due()
+        self._load_train_loader_if_due()
         if trainer.validates_in_fit and self._validates_in_epoch() and reload_due(trainer, "val"):
             load_val_data(trainer)  # before on_train_start, as in Lightning, so a progress bar knows its length
         trainer.train_results.reset()
@@ -101,7 +178,7 @@ class FitLoop:
     # -- one epoch ---
     def _run_epoch(self) -> None:
         trainer, state, hooks = self.trainer, self.trainer.state, self.trainer.hooks
-        trainer.load_train_loader_if_due()
+        self._load_train_loader_if_due()
         loader = trainer.train_loader
         set_sampler_epoch(loader, state.current_epoch)
         results = trainer.train_results
@@ -120,7 +197,7 @@ class FitLoop:
             optimizer.zero_grad(set_to_none=True)
 
         if trainer.module.automatic_optimization:
-            step, self._closure = self._automatic_step, _StepClosure(self, trainer.optimizers[0])
+            step, self._closure = self._automatic_step, StepClosure(trainer, trainer.optimizers[0])
         else:
             step = self._manual_step
         transfer = trainer.batch_mover()
@@ -143,14 +220,14 @@ class FitLoop:
             state.batch_idx = batch_idx + 1
             state.total_batch_idx += 1
             if batch_end is not None:
-                batch_end(_outputs_for_hooks(output, loss), batch, batch_idx)
+                batch_end(outputs_for_hooks(output, loss), batch, batch_idx)
             results.in_batch = False
             stepped = state.batches_stepped != stepped_before
             # While should_stop waits for min_epochs/min_steps, every step is logged (as Lightning does).
             if log_every and stepped and (state.batches_stepped % log_every == 0 or state.should_stop):
                 trainer.metrics.log_step(results, state.batches_stepped - 1, state.current_epoch)
             if validates and self._should_validate(batch_idx, is_last):
-                trainer.run_validation_in_fit(after_step=stepped)
+                self._validate(after_step=stepped)
             if plateau_each_step and stepped:  # after validation, so they see its metrics
                 step_schedulers(trainer, "step", plateau=True)
             if max_steps != -1 and state.global_step >= max_steps:
@@ -160,6 +237,29 @@ class FitLoop:
             if state.should_stop and self.can_stop_early():
                 break
         self._end_epoch()
+
+    def _load_train_loader_if_due(self) -> None:
+        """Ask for the training loader when training starts, and again every ``reload_dataloaders_every_n_epochs``."""
+        if reload_due(self.trainer, "train"):
+            load_train_data(self.trainer)
+
+    def _validate(self, after_step: bool) -> None:
+        """One validation pass inside fit; nothing when no loader has batches.
+
+        ``after_step``: the last batch ended with an optimizer step, so no accumulated gradients
+        are pending and ``on_validation_model_zero_grad`` may run (as in Lightning).
+        """
+        trainer = self.trainer
+        if reload_due(trainer, "val"):
+            load_val_data(trainer)
+        if not any(trainer.val_batch_counts):
+            return
+        trainer.state.stage = RunningStage.VALIDATING
+        if after_step:
+            trainer.hooks.call(Hook.ON_VALIDATION_MODEL_ZERO_GRAD)
+        run_evaluation(trainer, "validate", trainer.val_loaders, trainer.val_batch_counts)
+        trainer.state.stage = RunningStage.TRAINING
+        trainer.module._results = trainer.train_results
 
     def _end_epoch(self) -> None:
         trainer, state = self.trainer, self.trainer.state
@@ -226,7 +326,7 @@ class FitLoop:
         state.batches_stepped += 1
         return closure.output, closure.loss
 
-    def _user_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: _StepClosure, batch_idx: int) -> bool:
+    def _user_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: StepClosure, batch_idx: int) -> bool:
         """The Module's ``optimizer_step`` override, given an optimizer whose ``step`` goes through the runtime."""
         trainer = self.trainer
         user_step, runtime_step = trainer.step_hooks.optimizer_step, trainer.step_hooks.runtime_optimizer_step
@@ -272,106 +372,6 @@ class FitLoop:
         return stepped
 
 
-class _StepClosure:
-    """training_step, backward and the pre-step hooks of one batch, as the callable ``optimizer.step`` takes.
-
-    One instance serves a whole epoch (``prepare`` points it at the next batch), so a step allocates no closure.
-    """
-
-    __slots__ = ("loop", "batch", "batch_idx", "optimizer", "stepping", "output", "loss", "ran")
-
-    def __init__(self, loop: FitLoop, optimizer: Any) -> None:
-        self.loop = loop
-        self.optimizer = optimizer
-        self.prepare(None, 0, False)
-
-    def prepare(self, batch: Any, batch_idx: int, stepping: bool) -> None:
-        """Make the next call run ``training_step`` on ``batch``; ``stepping``: the optimizer steps after it."""
-        self.batch = batch
-        self.batch_idx = batch_idx
-        self.stepping = stepping
-        self.output = None  # what training_step returned
-        self.loss = None  # the loss backward saw
-        self.ran = False
-
-    def __call__(self) -> torch.Tensor | None:
-        trainer = self.loop.trainer
-        hooks = trainer.step_hooks
-        if self.ran:
-            # Optimizers such as LBFGS evaluate the closure several times per step; gradients are
-            # otherwise zeroed only after the step, so clear the previous evaluation's here.
-            self.optimizer.zero_grad(set_to_none=True)
-        self.ran = True
-        with trainer.runtime.autocast():
-            output = trainer.training_step(self.batch, self.batch_idx)
-        loss = check_training_output(output, manual=False)
-        if loss is not None and trainer.accumulate_grad_batches > 1:
-            loss = loss / trainer.accumulate_grad_batches
-        self.output, self.loss = output, loss
-        if loss is None:
-            return None
-        if hooks.before_backward is not None:
-            hooks.before_backward(loss)
-        hooks.backward(loss)
-        if hooks.after_backward is not None:
-            hooks.after_backward()
-        if self.stepping:
-            if hooks.unscale is not None:
-                hooks.unscale(self.optimizer)
-            if hooks.before_optimizer_step is not None:
-                hooks.before_optimizer_step(self.optimizer)
-            if hooks.clip is not None:
-                hooks.clip(self.optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        return loss
-
-
-def _outputs_for_hooks(output: Any, loss: torch.Tensor | None) -> dict[str, Any]:
-    """What ``on_train_batch_end`` receives, as in Lightning: ``{"loss": detached loss, **other keys}``.
-
-    The loss is the one backward saw (divided by ``accumulate_grad_batches``); ``{}`` for None.
-    """
-    outputs = dict(output) if isinstance(output, dict) else {}
-    if loss is not None:
-        outputs["loss"] = loss.detach()
-    return outputs
-
-
-def check_training_output(output: Any, manual: bool) -> torch.Tensor | None:
-    """The loss in what ``training_step`` returned; a clear error for anything not accepted."""
-    if isinstance(output, torch.Tensor):
-        return _scalar_loss(output, manual)
-    if output is None:
-        return None
-    if isinstance(output, dict):
-        loss = output.get("loss")
-        if isinstance(loss, torch.Tensor):
-            return _scalar_loss(loss, manual)
-        if manual and "loss" not in output:
-            return None
-        raise MisconfigurationError(
-            f"training_step returned a dict whose 'loss' is {describe(loss)}; "
-            "it must hold the loss tensor under 'loss'."
-        )
-    if manual:
-        raise MisconfigurationError(
-            f"training_step returned {describe(output)}; in manual optimization it may return a tensor, a dict "
-            "or None."
-        )
-    raise MisconfigurationError(
-        f"training_step returned {describe(output)}; accepted: the loss tensor, a dict with a 'loss' tensor, or None "
-        "to skip the batch."
-    )
-
-
-def _scalar_loss(loss: torch.Tensor, manual: bool) -> torch.Tensor:
-    if not manual and loss.numel() != 1:
-        raise MisconfigurationError(
-            f"training_step returned a loss of shape {tuple(loss.shape)}; the loss must be a single number "
-            "(reduce it, e.g. loss.mean())."
-        )
-    return loss
-
-
 def _numbered(loader: Iterable, total: float, skip: int) -> Iterator[tuple[int, Any, bool]]:
     """``(batch_idx, batch, is_last)`` for the first ``total`` batches, after skipping ``skip`` of them."""
     batches: Iterator[Any] = limited(loader, total)
@@ -393,41 +393,3 @@ def _numbered(loader: Iterable, total: float, skip: int) -> Iterator[tuple[int, 
         current = upcoming
         batch_idx += 1
     yield batch_idx, current, True
-
-
-class StepHooks:
-    """The hooks of the optimizer step, resolved once per fit (None where nothing overrides them)."""
-
-    def __init__(self, trainer: Any) -> None:
-        hooks, module, runtime = trainer.hooks, trainer.module, trainer.runtime
-        self.before_backward = hooks.get(Hook.ON_BEFORE_BACKWARD)
-        self.after_backward = hooks.get(Hook.ON_AFTER_BACKWARD)
-        self.before_optimizer_step = hooks.get(Hook.ON_BEFORE_OPTIMIZER_STEP)
-        self.before_zero_grad = hooks.get(Hook.ON_BEFORE_ZERO_GRAD)
-        self.clip = hooks.get(Hook.CONFIGURE_GRADIENT_CLIPPING)
-        if self.clip is None and trainer.gradient_clip_val:
-            self.clip = module.configure_gradient_clipping
-        self.optimizer_step = module.optimizer_step if overrides(module, Module, "optimizer_step") else None
-        self.zero_grad = module.optimizer_zero_grad if overrides(module, Module, "optimizer_zero_grad") else None
-        strategy = runtime.strategy
-        # With loss scaling, on_before_optimizer_step and clipping see the true gradients, as in Lightning.
-        precision = strategy.precision
-        needs_true_grads = self.before_optimizer_step is not None or self.clip is not None
-        self.unscale = precision.unscale if needs_true_grads and overrides(precision, Precision, "unscale") else None
-        # Where the strategy adds nothing to the precision's step or backward, call the precision
-        # directly: one Python call less on every step.
-        if overrides(strategy, Strategy, "optimizer_step"):
-            self.runtime_optimizer_step = strategy.optimizer_step
-        else:
-            self.runtime_optimizer_step = strategy.precision.optimizer_step
-        if overrides(module, Module, "backward"):
-            self.backward = module.backward
-        elif not overrides(strategy, Strategy, "backward"):
-            self.backward = strategy.precision.backward
-        else:
-            model = trainer.model
-
-            def backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-                strategy.backward(loss, model, *args, **kwargs)
-
-            self.backward = backward

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from framework.errors import MisconfigurationError
 from framework.trainer.results import Results
 
 Views = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
@@ -140,6 +141,22 @@ class MetricStore:
         self.live = None
         self.ending = None
         self.eval_steps.clear()
+
+
+def log_hyperparams(loggers: list[Any], module: Any, datamodule: Any) -> None:
+    """The Module's and the DataModule's hyperparameters, together, to every logger."""
+    hparams = dict(module.hparams) if module._log_hyperparams else {}
+    if datamodule is not None:
+        clashes = [k for k, v in datamodule.hparams.items() if k in hparams and hparams[k] != v]
+        if clashes:
+            raise MisconfigurationError(
+                f"The Module and the DataModule both save hyperparameters {clashes} with different values; "
+                "rename one of them so the logged hyperparameters are unambiguous."
+            )
+        hparams.update(datamodule.hparams)
+    if hparams:
+        for logger in loggers:
+            logger.log_hyperparams(hparams)
 
 
 def as_tensor(value: Any) -> torch.Tensor:

@@ -21,33 +21,19 @@ from framework.precision import Precision
 from framework.runtime import Runtime
 from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
-from framework.trainer.checkpoint import (
-    check_resumable,
-    dump_checkpoint,
-    load_for,
-    restore_checkpoint,
-    restore_training_state,
-)
-from framework.trainer.data import (
-    INFINITE,
-    eval_data,
-    has_loader_source,
-    load_train_data,
-    load_val_data,
-    no_training_data,
-    reload_due,
-    val_is_defined,
-)
-from framework.trainer.dispatch import HookRunner
-from framework.trainer.eval_loop import run_evaluation
-from framework.trainer.fit_loop import FitLoop, StepHooks
-from framework.trainer.metrics import MetricStore
-from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy, parse_optimizers
+from framework.trainer.checkpoint import dump_checkpoint
+from framework.trainer.data import INFINITE, forget_fit_data
+from framework.trainer.dispatch import HookRunner, merge_module_callbacks
+from framework.trainer.eval_loop import run_predict, run_validate_or_test
+from framework.trainer.fit_loop import FitLoop
+from framework.trainer.metrics import MetricStore, log_hyperparams
+from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy
 from framework.trainer.properties import TrainerProperties
 from framework.trainer.report import print_results
 from framework.trainer.results import Results
 from framework.trainer.signatures import without_unaccepted_batch_idx
 from framework.trainer.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
+from framework.trainer.step import StepHooks
 
 
 class Trainer(TrainerProperties):
@@ -272,16 +258,17 @@ class Trainer(TrainerProperties):
         self.metrics.clear()  # each run starts with empty metric dicts, as in Lightning
         self.ckpt_path = None
         if fn == TrainerFn.FITTING:  # before setup(), which may read estimated_stepping_batches already
-            self._forget_fit_data()
+            forget_fit_data(self)
         stage = "fit" if fn == TrainerFn.FITTING else fn.value
         try:
             self._setup(stage)
             if fn == TrainerFn.FITTING:
-                outcome = self._run_fit(ckpt_path)
+                self.fit_loop = FitLoop(self)
+                outcome = self.fit_loop.fit(ckpt_path)
             elif fn == TrainerFn.PREDICTING:
-                outcome = self._run_predict(ckpt_path)
+                outcome = run_predict(self, ckpt_path)
             else:
-                outcome = self._run_eval(fn, ckpt_path)
+                outcome = run_validate_or_test(self, fn, ckpt_path)
             self._teardown(stage)
             self.state.status = TrainerStatus.FINISHED
             self._finalize_loggers("success")
@@ -327,7 +314,7 @@ class Trainer(TrainerProperties):
 
     def _setup(self, stage: str) -> None:
         module = self.module
-        self._merge_module_callbacks()
+        self.callbacks = merge_module_callbacks(self.callbacks, module.configure_callbacks())
         self.hooks = HookRunner(self, module, self.callbacks, self.datamodule)
         self._transfer_hooks = tuple(self.hooks.get(hook) for hook in (
             Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER))
@@ -348,36 +335,8 @@ class Trainer(TrainerProperties):
         self.training_step = without_unaccepted_batch_idx(
             self.runtime.strategy.step_function(self.model, "training_step"), module.training_step
         )
-        self._log_hyperparams()
-
-    def _log_hyperparams(self) -> None:
-        """The Module's and the DataModule's hyperparameters, together, to every logger."""
-        module, datamodule = self.module, self.datamodule
-        hparams = dict(module.hparams) if module._log_hyperparams else {}
-        if datamodule is not None:
-            clashes = [k for k, v in datamodule.hparams.items() if k in hparams and hparams[k] != v]
-            if clashes:
-                raise MisconfigurationError(
-                    f"The Module and the DataModule both save hyperparameters {clashes} with different values; "
-                    "rename one of them so the logged hyperparameters are unambiguous."
-                )
-            hparams.update(datamodule.hparams)
-        if hparams and self.loggers and self.is_global_zero:
-            for logger in self.loggers:
-                logger.log_hyperparams(hparams)
-
-    def _merge_module_callbacks(self) -> None:
-        """Callbacks from ``configure_callbacks`` replace the Trainer's of the same type; checkpointers go last."""
-        extra = self.module.configure_callbacks()
-        extra = [extra] if isinstance(extra, Callback) else list(extra or [])
-        for callback in extra:
-            if not isinstance(callback, Callback):
-                raise MisconfigurationError(
-                    f"configure_callbacks returned {describe(callback)}; it must return Callback instances."
-                )
-        replaced = {type(cb) for cb in extra}
-        kept = [cb for cb in self.callbacks if type(cb) not in replaced]
-        self.callbacks = sorted(kept + extra, key=lambda cb: cb.runs_last)
+        # every rank checks the hyperparameters (so all fail alike); rank 0 writes them
+        log_hyperparams(self.loggers if self.is_global_zero else [], module, self.datamodule)
 
     def _teardown(self, stage: str) -> None:
         self.hooks.call(Hook.TEARDOWN, stage)
@@ -389,141 +348,6 @@ class Trainer(TrainerProperties):
     def _finalize_loggers(self, status: str) -> None:
         for logger in self.loggers:
             logger.finalize(status)
-
-    # -- fit ---
-    def _run_fit(self, ckpt_path: Any) -> None:
-        module = self.module
-        self.fit_loop = FitLoop(self)
-        self._check_fit_settings()
-        self.validates_in_fit = val_is_defined(self)
-        # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
-        # (which may ask for the training loader), the optimizers' and the loops' state after it.
-        checkpoint = load_for(self, ckpt_path, self._weights_only) if ckpt_path is not None else None
-        if checkpoint is not None:
-            check_resumable(checkpoint)
-            restore_checkpoint(self, checkpoint)
-        self._configure_optimizers()
-        self.state.stage = RunningStage.TRAINING
-        self.step_hooks = StepHooks(self)
-        if checkpoint is not None:
-            restore_training_state(self, checkpoint)
-        self.hooks.call(Hook.ON_FIT_START)
-        if not module.training:
-            warnings.warn(
-                f"{type(module).__qualname__} is in eval mode at the start of fit, so dropout and batch norm behave "
-                "as in evaluation while training. Call model.train() first if that is not intended.",
-                stacklevel=4,
-            )
-        with torch.autograd.set_detect_anomaly(self.detect_anomaly):  # restores the caller's setting on exit
-            self.fit_loop.run()
-        self.hooks.call(Hook.ON_FIT_END)
-
-    def _forget_fit_data(self) -> None:
-        """Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
-        training's when training starts (or when ``estimated_stepping_batches`` is first read)."""
-        self.train_loader, self.num_training_batches = None, INFINITE
-        self.val_loaders, self.val_batch_counts = [], []
-        self.loaded_at.clear()
-
-    def _configure_optimizers(self) -> None:
-        module = self.module
-        self.optimizers, self.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
-        if module.automatic_optimization:
-            if not self.optimizers:
-                # Lightning trains on without updates here; the issue's accepted forms make it an error, which
-                # also catches a configure_optimizers that forgot its return statement.
-                raise MisconfigurationError(
-                    "configure_optimizers returned None: automatic optimization needs an optimizer. Return one "
-                    "from configure_optimizers, or set self.automatic_optimization = False to step (or not) "
-                    "yourself in training_step."
-                )
-            if len(self.optimizers) > 1:
-                raise MisconfigurationError(
-                    f"configure_optimizers returned {len(self.optimizers)} optimizers. Several optimizers need manual "
-                    "optimization: set self.automatic_optimization = False and step them in training_step."
-                )
-        self.optimizers = [self.runtime.setup_optimizer(optimizer) for optimizer in self.optimizers]
-        self.manual_optimizers = [OptimizerProxy(opt, self.fit_loop.manual_optimizer_step) for opt in self.optimizers]
-        self.has_step_schedulers = any(c.interval == "step" for c in self.lr_scheduler_configs)
-
-    def _check_fit_settings(self) -> None:
-        if not self.module.automatic_optimization:
-            if self.gradient_clip_val:
-                raise MisconfigurationError(
-                    f"Trainer(gradient_clip_val={self.gradient_clip_val}) does nothing in manual optimization; "
-                    "call self.clip_gradients(optimizer, gradient_clip_val=...) in training_step instead."
-                )
-            if self.accumulate_grad_batches != 1:
-                raise MisconfigurationError(
-                    f"Trainer(accumulate_grad_batches={self.accumulate_grad_batches}) does nothing in manual "
-                    "optimization; accumulate in training_step by stepping every N batches."
-                )
-        if not overrides(self.module, Module, "training_step"):
-            raise MisconfigurationError(f"{type(self.module).__qualname__} must define training_step to fit.")
-        if not has_loader_source(self, "train"):
-            raise no_training_data()
-
-    def load_train_loader_if_due(self) -> None:
-        """Ask for the training loader when training starts, and again every ``reload_dataloaders_every_n_epochs``."""
-        if reload_due(self, "train"):
-            load_train_data(self)
-
-    def run_validation_in_fit(self, after_step: bool) -> None:
-        """One validation pass inside fit (the fit loop calls it when due); nothing when no loader has batches.
-
-        ``after_step``: the last batch ended with an optimizer step, so no accumulated gradients
-        are pending and ``on_validation_model_zero_grad`` may run (as in Lightning).
-        """
-        if reload_due(self, "val"):
-            load_val_data(self)
-        if not any(self.val_batch_counts):
-            return
-        self.state.stage = RunningStage.VALIDATING
-        if after_step:
-            self.hooks.call(Hook.ON_VALIDATION_MODEL_ZERO_GRAD)
-        run_evaluation(self, "validate", self.val_loaders, self.val_batch_counts)
-        self.state.stage = RunningStage.TRAINING
-        self.module._results = self.train_results
-
-    # -- validate / test / predict ---
-    def _run_eval(self, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
-        kind = "validate" if fn == TrainerFn.VALIDATING else "test"
-        stage = "val" if kind == "validate" else "test"
-        step_name = "validation_step" if kind == "validate" else "test_step"
-        if not overrides(self.module, Module, step_name):
-            raise MisconfigurationError(f"trainer.{fn.value}() needs {type(self.module).__qualname__}.{step_name}.")
-        self._restore_for_eval(fn, ckpt_path)  # first, so a restored DataModule builds the loaders
-        loaders, limits = eval_data(self, stage, getattr(self, f"limit_{stage}_batches"))
-        self.eval_loaders[stage], self.eval_batches[stage] = loaders, limits
-        if not any(limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
-            return []
-        self.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
-        return run_evaluation(self, kind, loaders, limits)
-
-    def _run_predict(self, ckpt_path: Any) -> list[Any]:
-        self._restore_for_eval(TrainerFn.PREDICTING, ckpt_path)
-        loaders, limits = eval_data(self, "predict", self.limit_predict_batches)
-        self.eval_loaders["predict"], self.eval_batches["predict"] = loaders, limits
-        if not any(limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
-            return [] if self._keep_predictions else None
-        self.state.stage = RunningStage.PREDICTING
-        predictions = run_evaluation(self, "predict", loaders, limits)
-        return predictions if self._keep_predictions else None
-
-    def _restore_for_eval(self, fn: TrainerFn, ckpt_path: Any) -> None:
-        """Load ``ckpt_path``; without a model and a path, the best checkpoint of the last fit, as in Lightning."""
-        if ckpt_path is None and not self._model_given:
-            best = getattr(self.checkpoint_callback, "best_model_path", None)
-            if best:
-                warnings.warn(
-                    f"trainer.{fn.value}() was called without a model, so the best checkpoint of the last fit is "
-                    f"loaded ({best}), as Lightning does. Pass ckpt_path='best' to say so and silence this, or "
-                    "ckpt_path='last', a path, or the model to use its current weights.",
-                    stacklevel=5,
-                )
-                ckpt_path = "best"
-        if ckpt_path is not None:
-            restore_checkpoint(self, load_for(self, ckpt_path, self._weights_only))
 
     # -- services the loops and the Module call ------------------------------------------------------------------------
     def batch_mover(self) -> Callable[[Any, int], Any]:

@@ -1,0 +1,155 @@
+"""One training batch's optimization: the step closure, the step hooks, and what training_step may return.
+
+The hooks around backward and the optimizer step are resolved once per fit (``StepHooks``),
+and one ``StepClosure`` serves a whole epoch, so a step allocates nothing of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from framework.errors import MisconfigurationError, describe
+from framework.hooks import Hook, overrides
+from framework.module import Module
+from framework.precision import Precision
+from framework.strategies import Strategy
+
+
+class StepClosure:
+    """training_step, backward and the pre-step hooks of one batch, as the callable ``optimizer.step`` takes.
+
+    One instance serves a whole epoch (``prepare`` points it at the next batch), so a step allocates no closure.
+    """
+
+    __slots__ = ("trainer", "batch", "batch_idx", "optimizer", "stepping", "output", "loss", "ran")
+
+    def __init__(self, trainer: Any, optimizer: Any) -> None:
+        self.trainer = trainer
+        self.optimizer = optimizer
+        self.prepare(None, 0, False)
+
+    def prepare(self, batch: Any, batch_idx: int, stepping: bool) -> None:
+        """Make the next call run ``training_step`` on ``batch``; ``stepping``: the optimizer steps after it."""
+        self.batch = batch
+        self.batch_idx = batch_idx
+        self.stepping = stepping
+        self.output = None  # what training_step returned
+        self.loss = None  # the loss backward saw
+        self.ran = False
+
+    def __call__(self) -> torch.Tensor | None:
+        trainer = self.trainer
+        hooks = trainer.step_hooks
+        if self.ran:
+            # Optimizers such as LBFGS evaluate the closure several times per step; gradients are
+            # otherwise zeroed only after the step, so clear the previous evaluation's here.
+            self.optimizer.zero_grad(set_to_none=True)
+        self.ran = True
+        with trainer.runtime.autocast():
+            output = trainer.training_step(self.batch, self.batch_idx)
+        loss = check_training_output(output, manual=False)
+        if loss is not None and trainer.accumulate_grad_batches > 1:
+            loss = loss / trainer.accumulate_grad_batches
+        self.output, self.loss = output, loss
+        if loss is None:
+            return None
+        if hooks.before_backward is not None:
+            hooks.before_backward(loss)
+        hooks.backward(loss)
+        if hooks.after_backward is not None:
+            hooks.after_backward()
+        if self.stepping:
+            if hooks.unscale is not None:
+                hooks.unscale(self.optimizer)
+            if hooks.before_optimizer_step is not None:
+                hooks.before_optimizer_step(self.optimizer)
+            if hooks.clip is not None:
+                hooks.clip(self.optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+        return loss
+
+
+def outputs_for_hooks(output: Any, loss: torch.Tensor | None) -> dict[str, Any]:
+    """What ``on_train_batch_end`` receives, as in Lightning: ``{"loss": detached loss, **other keys}``.
+
+    The loss is the one backward saw (divided by ``accumulate_grad_batches``); ``{}`` for None.
+    """
+    outputs = dict(output) if isinstance(output, dict) else {}
+    if loss is not None:
+        outputs["loss"] = loss.detach()
+    return outputs
+
+
+def check_training_output(output: Any, manual: bool) -> torch.Tensor | None:
+    """The loss in what ``training_step`` returned; a clear error for anything not accepted."""
+    if isinstance(output, torch.Tensor):
+        return _scalar_loss(output, manual)
+    if output is None:
+        return None
+    if isinstance(output, dict):
+        loss = output.get("loss")
+        if isinstance(loss, torch.Tensor):
+            return _scalar_loss(loss, manual)
+        if manual and "loss" not in output:
+            return None
+        raise MisconfigurationError(
+            f"training_step returned a dict whose 'loss' is {describe(loss)}; "
+            "it must hold the loss tensor under 'loss'."
+        )
+    if manual:
+        raise MisconfigurationError(
+            f"training_step returned {describe(output)}; in manual optimization it may return a tensor, a dict "
+            "or None."
+        )
+    raise MisconfigurationError(
+        f"training_step returned {describe(output)}; accepted: the loss tensor, a dict with a 'loss' tensor, or None "
+        "to skip the batch."
+    )
+
+
+def _scalar_loss(loss: torch.Tensor, manual: bool) -> torch.Tensor:
+    if not manual and loss.numel() != 1:
+        raise MisconfigurationError(
+            f"training_step returned a loss of shape {tuple(loss.shape)}; the loss must be a single number "
+            "(reduce it, e.g. loss.mean())."
+        )
+    return loss
+
+
+class StepHooks:
+    """The hooks of the optimizer step, resolved once per fit (None where nothing overrides them)."""
+
+    def __init__(self, trainer: Any) -> None:
+        hooks, module, runtime = trainer.hooks, trainer.module, trainer.runtime
+        self.before_backward = hooks.get(Hook.ON_BEFORE_BACKWARD)
+        self.after_backward = hooks.get(Hook.ON_AFTER_BACKWARD)
+        self.before_optimizer_step = hooks.get(Hook.ON_BEFORE_OPTIMIZER_STEP)
+        self.before_zero_grad = hooks.get(Hook.ON_BEFORE_ZERO_GRAD)
+        self.clip = hooks.get(Hook.CONFIGURE_GRADIENT_CLIPPING)
+        if self.clip is None and trainer.gradient_clip_val:
+            self.clip = module.configure_gradient_clipping
+        self.optimizer_step = module.optimizer_step if overrides(module, Module, "optimizer_step") else None
+        self.zero_grad = module.optimizer_zero_grad if overrides(module, Module, "optimizer_zero_grad") else None
+        strategy = runtime.strategy
+        # With loss scaling, on_before_optimizer_step and clipping see the true gradients, as in Lightning.
+        precision = strategy.precision
+        needs_true_grads = self.before_optimizer_step is not None or self.clip is not None
+        self.unscale = precision.unscale if needs_true_grads and overrides(precision, Precision, "unscale") else None
+        # Where the strategy adds nothing to the precision's step or backward, call the precision
+        # directly: one Python call less on every step.
+        if overrides(strategy, Strategy, "optimizer_step"):
+            self.runtime_optimizer_step = strategy.optimizer_step
+        else:
+            self.runtime_optimizer_step = strategy.precision.optimizer_step
+        if overrides(module, Module, "backward"):
+            self.backward = module.backward
+        elif not overrides(strategy, Strategy, "backward"):
+            self.backward = strategy.precision.backward
+        else:
+            model = trainer.model
+
+            def backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+                strategy.backward(loss, model, *args, **kwargs)
+
+            self.backward = backward
