@@ -84,7 +84,7 @@ def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConf
                 f"LR scheduler config {dict(value)!r} is not valid: it needs a 'scheduler' key. "
                 f"Accepted keys: {sorted(_CONFIG_KEYS - {'reduce_on_plateau'})}."
             )
-        _refuse_unknown_keys("LR scheduler config", value, _CONFIG_KEYS - {"reduce_on_plateau"})
+        _refuse_unknown_keys("LR scheduler config", value, _CONFIG_KEYS)  # "reduce_on_plateau": Lightning 1.x's
         config = LRSchedulerConfig(**{key: value[key] for key in value if key in _CONFIG_KEYS - {"reduce_on_plateau"}})
     else:
         config = LRSchedulerConfig(scheduler=value)

@@ -56,6 +56,9 @@ def test_unknown_config_keys_are_refused_naming_the_likely_key():
     with pytest.raises(MisconfigurationError, match=r"LR scheduler config has unknown keys 'intervall' \(did you "
                                                      r"mean 'interval'\?\)"):
         parse_optimizers({"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "intervall": "step"}})
+    # Lightning 1.x's "reduce_on_plateau" key is still accepted (the scheduler's type decides it).
+    scheduler_dict = {"scheduler": scheduler, "reduce_on_plateau": False}
+    assert parse_optimizers({"optimizer": optimizer, "lr_scheduler": scheduler_dict})[1][0].scheduler is scheduler
     with pytest.raises(MisconfigurationError, match=r"optimizer dict has unknown keys 'lr_sheduler' \(did you mean "
                                                      r"'lr_scheduler'\?\)"):
         parse_optimizers({"optimizer": optimizer, "lr_sheduler": scheduler})
