@@ -1,7 +1,7 @@
 """Step time and peak memory of one model in every precision mode, on the current device.
 
 The model is a small transformer encoder (token embedding, 4 pre-norm blocks of width 256
-with 4 heads and a 1024-wide MLP, a linear head over 1,000 tokens: 3.4 M parameters)
+with 4 heads and a 1024-wide MLP, a linear head over 1,000 tokens: 3.7 M parameters)
 trained by the Trainer with AdamW on random token sequences (by default 8 sequences of 64
 tokens per batch: on a CPU without bf16/fp16 instructions a half-precision step is some 50x
 slower than fp32, and the default keeps the whole table within a few minutes there).

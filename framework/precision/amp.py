@@ -70,14 +70,13 @@ class Float16Mixed(MixedPrecision):
         self._given_scaler = scaler
         self.scaler: torch.amp.GradScaler | None = scaler
         self._unscaled: set[int] = set()  # ids of optimizers unscaled since their last step
-        self._scale = 0.0  # the scale before the current step, to tell a skipped step
+        self._update_due = False  # optimizers stepped since the scale was last updated
 
     def connect(self, device: torch.device) -> None:
         """Check the device and make the GradScaler for it."""
         super().connect(device)
         if self._given_scaler is None:
             self.scaler = torch.amp.GradScaler(device.type)
-        self._scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         """Loss scaling needs ``torch.amp.GradScaler`` for the device (CPU and CUDA have it)."""
@@ -86,7 +85,8 @@ class Float16Mixed(MixedPrecision):
         return super().unsupported_reason(device)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """Backward from ``loss * scale``."""
+        """Backward from ``loss * scale`` (after the update the last optimizer steps asked for)."""
+        self.update_scale()
         self._require_scaler().scale(loss).backward(*args, **kwargs)
 
     def unscale(self, optimizer: Optimizer) -> None:
@@ -98,8 +98,10 @@ class Float16Mixed(MixedPrecision):
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any) -> bool:
         """Run ``closure`` (GradScaler cannot take one), then step unless the gradients hold inf/nan.
 
-        Returns False when the step was skipped. The scale is updated once per optimizer
-        step, so gradient-accumulation micro-batches do not move it.
+        Returns False when the step was skipped. The scale is updated once after all the
+        optimizers of an iteration have stepped (``update_scale``, also run before the next
+        backward), so two optimizers sharing one backward see the same scale, and
+        gradient-accumulation micro-batches do not move it.
         """
         if isinstance(optimizer, torch.optim.LBFGS):
             raise MisconfigurationError(
@@ -112,22 +114,28 @@ class Float16Mixed(MixedPrecision):
             self._unscaled.discard(id(optimizer))
             return True
         scaler.step(optimizer, **kwargs)
-        scaler.update()
         self._unscaled.discard(id(optimizer))
-        scale_before, self._scale = self._scale, scaler.get_scale()
-        # update() lowers the scale exactly when step() found inf/nan and skipped the step.
-        return self._scale >= scale_before
+        self._update_due = True
+        # What step() found in this optimizer's gradients (an untouched record when the scaler is disabled).
+        found_inf = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+        return not any(bool(flag.item()) for flag in found_inf.values())
+
+    def update_scale(self) -> None:
+        """Update the scale once for the optimizer steps since the last update (halve it after inf/nan)."""
+        if self._update_due:
+            self._update_due = False
+            self._require_scaler().update()
 
     def state_dict(self) -> dict[str, Any]:
         """The GradScaler's state: the scale, its growth/backoff settings and growth tracker."""
+        self.update_scale()
         return self._require_scaler().state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the GradScaler's state from ``state_dict()``."""
         if state:
-            scaler = self._require_scaler()
-            scaler.load_state_dict(state)
-            self._scale = scaler.get_scale()
+            self._require_scaler().load_state_dict(state)
+            self._update_due = False
 
     def _require_scaler(self) -> torch.amp.GradScaler:
         if self.scaler is None:

@@ -82,6 +82,9 @@ class Precision:
             optimizer.step(closure=closure, **kwargs)
         return True
 
+    def update_scale(self) -> None:
+        """After an iteration's optimizer steps: adjust the fp16 loss scale (here: nothing to do)."""
+
     def state_dict(self) -> dict[str, Any]:
         """What must be saved to resume (the fp16 loss scale, for example)."""
         return {}

@@ -65,11 +65,19 @@ def _naming_failures(compiled: Callable[..., Any], module: nn.Module) -> Callabl
 
 
 def _root_cause(error: BaseException) -> str:
-    """``Type: first line`` of the innermost exception ``error`` was raised from (dynamo wraps the real one)."""
-    while True:
-        inner = getattr(error, "inner_exception", None) or error.__cause__
-        if inner is None:
+    """``Type: first line`` of the exception that made torch.compile fail.
+
+    Dynamo wraps the real error in its own exceptions (sometimes raised ``from None``), so the
+    chain is followed through causes and contexts to the first exception that is not dynamo's.
+    """
+    from torch._dynamo.exc import TorchDynamoException
+
+    seen = {id(error)}
+    while isinstance(error, TorchDynamoException):
+        inner = getattr(error, "inner_exception", None) or error.__cause__ or error.__context__
+        if inner is None or id(inner) in seen:
             break
+        seen.add(id(inner))
         error = inner
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__

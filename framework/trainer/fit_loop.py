@@ -46,6 +46,7 @@ class FitLoop:
         self.trainer = trainer
         self.started_at = 0.0
         self._closure: StepClosure | None = None  # automatic optimization's, made per epoch
+        self._applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
 
     # -- the whole fit ---
     def fit(self, ckpt_path: Any) -> None:
@@ -228,7 +229,7 @@ class FitLoop:
                 trainer.metrics.log_step(results, state.batches_stepped - 1, state.current_epoch)
             if validates and self._should_validate(batch_idx, is_last):
                 self._validate(after_step=stepped)
-            if plateau_each_step and stepped:  # after validation, so they see its metrics
+            if plateau_each_step and stepped and self._applied:  # after validation, so they see its metrics
                 step_schedulers(trainer, "step", plateau=True)
             if max_steps != -1 and state.global_step >= max_steps:
                 break
@@ -310,6 +311,8 @@ class FitLoop:
             stepped = hooks.runtime_optimizer_step(optimizer, closure)
         else:
             stepped = self._user_optimizer_step(optimizer, closure, batch_idx)
+        if hooks.update_scale is not None:
+            hooks.update_scale()
         if hooks.before_zero_grad is not None:
             hooks.before_zero_grad(optimizer)
         if hooks.zero_grad is not None:
@@ -319,6 +322,7 @@ class FitLoop:
         # A step skipped for inf/nan gradients (fp16) still counts, as in Lightning; only the
         # schedulers wait for a step that really changed the weights.
         state.global_step += 1
+        self._applied = stepped
         if stepped and trainer.has_step_schedulers:
             step_schedulers(trainer, "step", plateau=False)
         if is_last:
@@ -348,6 +352,8 @@ class FitLoop:
         with trainer.runtime.autocast():
             output = trainer.training_step(batch, batch_idx)
         loss = check_training_output(output, manual=True)
+        if trainer.step_hooks.update_scale is not None:  # once, after every optimizer of the batch stepped
+            trainer.step_hooks.update_scale()
         trainer.state.batches_stepped += 1
         return output, loss
 

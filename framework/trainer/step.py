@@ -136,6 +136,8 @@ class StepHooks:
         precision = strategy.precision
         needs_true_grads = self.before_optimizer_step is not None or self.clip is not None
         self.unscale = precision.unscale if needs_true_grads and overrides(precision, Precision, "unscale") else None
+        # Once per training batch, after its optimizer steps (fp16: the loss scale moves once per iteration).
+        self.update_scale = precision.update_scale if overrides(precision, Precision, "update_scale") else None
         # Where the strategy adds nothing to the precision's step or backward, call the precision
         # directly: one Python call less on every step.
         if overrides(strategy, Strategy, "optimizer_step"):

@@ -243,3 +243,105 @@ def test_base_precision_changes_nothing():
     with precision.autocast():
         assert not torch.is_autocast_enabled("cpu")
     assert precision.state_dict() == {}
+
+
+def test_a_plateau_scheduler_stepping_per_step_waits_for_a_skipped_step():
+    class PlateauEachStep(Overflowing):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+            return {"optimizer": optimizer,
+                    "lr_scheduler": {"scheduler": self.plateau, "interval": "step", "monitor": "train_loss"}}
+
+    model = PlateauEachStep(overflow_at=2)
+    precision = Float16Mixed(torch.amp.GradScaler("cpu", init_scale=1024.0))
+    quiet_trainer(max_steps=5, precision=precision).fit(model, blob_loader())
+    assert model.plateau.last_epoch == 4  # five steps, one skipped: it never saw the 1e30 loss
+    assert model.plateau.best < 10
+
+
+class SharedBackward(Classifier):
+    """Manual optimization: one backward over the whole net, one optimizer per layer."""
+
+    def __init__(self, overflow_at: int = -1) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.overflow_at = overflow_at
+        self.grads: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def training_step(self, batch, batch_idx):
+        first, second = self.optimizers()
+        loss = self._step(batch)
+        self.manual_backward(loss * 1e30 if batch_idx == self.overflow_at else loss)
+        self.clip_gradients(first, gradient_clip_val=1e9)  # unscales the first optimizer's gradients only
+        first.step()
+        self.clip_gradients(second, gradient_clip_val=1e9)
+        self.grads.append((self.net[0].weight.grad.clone(), self.net[2].weight.grad.clone()))
+        second.step()
+        first.zero_grad()
+        second.zero_grad()
+
+    def configure_optimizers(self):
+        return (torch.optim.SGD(self.net[0].parameters(), lr=0.1), torch.optim.SGD(self.net[2].parameters(), lr=0.1))
+
+
+def test_two_optimizers_sharing_one_backward_see_the_same_scale_and_it_moves_once():
+    # growth_interval=1 would double the scale after the first optimizer's step if it were updated per step
+    precision = Float16Mixed(torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=1))
+    model = SharedBackward()
+    quiet_trainer(max_steps=2, precision=precision).fit(model, blob_loader())
+    reference = Classifier()
+    x, y = next(iter(blob_loader()))
+    with torch.autocast("cpu", dtype=torch.float16):
+        nn.functional.cross_entropy(reference(x), y).backward()
+    for seen, expected in zip(model.grads[0], (reference.net[0].weight.grad, reference.net[2].weight.grad),
+                              strict=True):
+        torch.testing.assert_close(seen, expected, rtol=1e-2, atol=1e-4)
+    assert precision.scaler.get_scale() == 512.0  # one batch (two optimizer steps), one update
+
+    precision = Float16Mixed(torch.amp.GradScaler("cpu", init_scale=1024.0))
+    quiet_trainer(max_steps=2, precision=precision).fit(SharedBackward(overflow_at=0), blob_loader())
+    assert precision.scaler.get_scale() == 512.0  # one overflowing batch halves the scale once
+
+
+@pytest.mark.parametrize("where", ["manual", "runtime"])
+def test_clipping_outside_the_trainer_loop_clips_the_unscaled_gradients(where):
+    x, y = next(iter(blob_loader()))
+    reference = Classifier()
+    with torch.autocast("cpu", dtype=torch.float16):
+        nn.functional.cross_entropy(reference(x), y).backward()
+    true_norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05)
+    assert true_norm > 0.05
+
+    precision = Float16Mixed(torch.amp.GradScaler("cpu", init_scale=2.0**12))
+    if where == "manual":
+        class ClipsByHand(Classifier):
+            def __init__(self):
+                super().__init__()
+                self.automatic_optimization = False
+
+            def training_step(self, batch, batch_idx):
+                self.manual_backward(self._step(batch))
+                self.clip_gradients(self.optimizers(), gradient_clip_val=0.05, gradient_clip_algorithm="norm")
+                self.clipped = [p.grad.clone() for p in self.parameters()]
+
+        model = ClipsByHand()
+        quiet_trainer(max_epochs=1, limit_train_batches=1, precision=precision).fit(model, blob_loader())
+        clipped = model.clipped
+    else:
+        runtime = framework.Runtime(accelerator="cpu", precision=precision)
+        model = Classifier()
+        model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        with runtime.autocast():
+            loss = nn.functional.cross_entropy(model(x), y)
+        runtime.backward(loss)
+        norm = runtime.clip_gradients(model, optimizer, max_norm=0.05)
+        torch.testing.assert_close(norm, true_norm, rtol=1e-2, atol=1e-4)  # the norm of the true gradients
+        clipped = [p.grad.clone() for p in model.parameters()]
+    for seen, expected in zip(clipped, (p.grad for p in reference.parameters()), strict=True):
+        torch.testing.assert_close(seen, expected, rtol=1e-2, atol=1e-4)

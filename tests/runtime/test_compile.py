@@ -95,3 +95,13 @@ def test_a_compile_failure_names_the_module_and_the_cause():
     expected = r"torch.compile failed on Classifier.forward: RuntimeError: backend exploded on purpose\. Run once"
     with pytest.raises(CompileError, match=expected):
         trainer.fit(Classifier(), blob_loader())
+
+
+def test_a_model_error_met_while_compiling_is_named_by_its_own_message():
+    class WrongWidth(Classifier):
+        def forward(self, x):
+            return self.net(x[:, :5])  # the first layer takes 8 features
+
+    trainer = quiet_trainer(max_steps=1, compile={"backend": "eager"})
+    with pytest.raises(CompileError, match=r"failed on WrongWidth\.forward: RuntimeError: .*shapes|reduction dim"):
+        trainer.fit(WrongWidth(), blob_loader())
