@@ -50,7 +50,7 @@ class LoggedValue:
         self.folded: torch.Tensor | None = None
         self.folded_weight = 0.0
         self.metric: Any = None
-        self.given: tuple = ()  # the self.log arguments as first passed, to refuse a later change
+        self.given: tuple = ()  # the last self.log arguments checked: a call repeating them skips the check
 
     def add(self, value: Any, weight: float) -> None:
         """Accumulate one batch's ``value`` for the epoch, with ``weight`` (the batch size for means)."""
