@@ -55,3 +55,19 @@ def _map_dataclass(data: Any, fn: Callable[[torch.Tensor], Any], other: Callable
             # object.__setattr__ also works on frozen dataclasses.
             object.__setattr__(mapped, f.name, map_tensors(getattr(data, f.name), fn, other))
     return mapped
+
+
+def extract_batch_size(batch: Any) -> int:
+    """The length of the first tensor found in ``batch`` (1 when there is none)."""
+    stack = [batch]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, torch.Tensor):
+            return int(item.shape[0]) if item.ndim > 0 else 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif hasattr(item, "__dataclass_fields__"):
+            stack.extend(getattr(item, name) for name in item.__dataclass_fields__)
+    return 1

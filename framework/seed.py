@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import random
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from typing import Any
 
 import torch
 
+from framework import console
 from framework.errors import MisconfigurationError, describe
 
 _MAX_SEED = 2**32 - 1
@@ -42,7 +42,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         numpy.random.seed(seed)
     torch.manual_seed(seed)
     if verbose:
-        logging.getLogger("framework").info("Seed set to %d", seed)
+        console.info(f"Seed set to {seed}")
     return seed
 
 

@@ -1,5 +1,24 @@
-"""Callbacks: objects whose hooks the Trainer calls around the Module's."""
+"""Callbacks: the base class and the built-in ones (checkpointing, early stopping, progress, monitors)."""
 
 from framework.callbacks.base import Callback
+from framework.callbacks.early_stopping import EarlyStopping
+from framework.callbacks.lambda_callback import LambdaCallback
+from framework.callbacks.lr_monitor import LearningRateMonitor
+from framework.callbacks.model_checkpoint import ModelCheckpoint
+from framework.callbacks.model_summary import ModelSummary
+from framework.callbacks.progress import ProgressBar, TQDMProgressBar
+from framework.callbacks.throughput import ThroughputMonitor
+from framework.callbacks.timer import Timer
 
-__all__ = ["Callback"]
+__all__ = [
+    "Callback",
+    "EarlyStopping",
+    "LambdaCallback",
+    "LearningRateMonitor",
+    "ModelCheckpoint",
+    "ModelSummary",
+    "ProgressBar",
+    "TQDMProgressBar",
+    "ThroughputMonitor",
+    "Timer",
+]

@@ -20,6 +20,49 @@ def exists(path: str | os.PathLike) -> bool:
     return fs.exists(inner)
 
 
+def is_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a directory (any fsspec path)."""
+    fs, inner = filesystem(path)
+    return fs.isdir(inner)
+
+
+def names_in(path: str | os.PathLike) -> list[str]:
+    """The names of the entries of directory ``path`` (empty when it does not exist)."""
+    fs, inner = filesystem(path)
+    if not fs.isdir(inner):
+        return []
+    return sorted(os.path.basename(entry.rstrip("/")) for entry in fs.ls(inner, detail=False))
+
+
+def make_dirs(path: str | os.PathLike) -> None:
+    """Create directory ``path`` and its parents (any fsspec path); nothing if it exists."""
+    fs, inner = filesystem(path)
+    fs.makedirs(inner, exist_ok=True)
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Delete the file at ``path`` if it exists (any fsspec path)."""
+    fs, inner = filesystem(path)
+    if fs.exists(inner):
+        fs.rm(inner)
+
+
+def append_text(path: str | os.PathLike, text: str) -> None:
+    """Add ``text`` at the end of the file at ``path``, creating it if needed.
+
+    Local files are appended to; other filesystems (where appending is not always possible)
+    get the whole file rewritten atomically.
+    """
+    fs, inner = filesystem(path)
+    if _is_local(fs):
+        fs.makedirs(os.path.dirname(inner) or ".", exist_ok=True)
+        with open(inner, "a", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        return
+    old = read_bytes(path) if fs.exists(inner) else b""
+    write_bytes_atomic(path, old + text.encode("utf-8"))
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
     """The contents of the file at ``path`` (any fsspec path)."""
     fs, inner = filesystem(path)

@@ -9,7 +9,7 @@ class Logger:
     """Receives metrics as Python floats at the steps the Trainer decides.
 
     Subclasses implement ``log_metrics`` and usually ``log_hyperparams``; ``save`` and
-    ``finalize`` flush. Only rank 0 logs.
+    ``finalize`` flush. The Trainer calls loggers on global rank 0 only.
 
     Example::
 
@@ -43,6 +43,12 @@ class Logger:
 
     def log_hyperparams(self, params: dict[str, Any]) -> None:
         """Record the run's hyperparameters."""
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Record the model's computation graph, where the logger can show one."""
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """A checkpoint callback has just saved a file (loggers that upload checkpoints act here)."""
 
     def save(self) -> None:
         """Flush what is buffered."""

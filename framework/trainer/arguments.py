@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
-from datetime import timedelta
 from typing import Any
 
 from framework.errors import MisconfigurationError, describe
@@ -88,32 +86,6 @@ def check_fast_dev_run(value: Any) -> int:
     if isinstance(value, int) and value >= 0:
         return value
     raise _fail("fast_dev_run", value, "True, False or an int number of batches >= 0")
-
-
-_DURATION = re.compile(r"^(\d+):(\d+):(\d+):(\d+)$")
-
-
-def parse_max_time(value: Any) -> timedelta | None:
-    """``max_time`` as a timedelta: "DD:HH:MM:SS", a timedelta, or a dict of timedelta keywords."""
-    if value is None:
-        return None
-    duration = None
-    if isinstance(value, timedelta):
-        duration = value
-    elif isinstance(value, str):
-        match = _DURATION.match(value.strip())
-        if match:
-            days, hours, minutes, seconds = map(int, match.groups())
-            duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    elif isinstance(value, dict):
-        try:
-            duration = timedelta(**value)
-        except TypeError:
-            pass
-    if duration is None or duration.total_seconds() <= 0:
-        raise _fail("max_time", value, "a positive duration: a string 'DD:HH:MM:SS', a datetime.timedelta, "
-                    "or a dict such as {'hours': 1}")
-    return duration
 
 
 def check_root_dir(value: Any) -> str:

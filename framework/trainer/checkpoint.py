@@ -47,20 +47,9 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
 
 
 def callback_states(callbacks: list[Any]) -> dict[str, Any]:
-    """Each callback's non-empty ``state_dict()`` under its ``state_key``; two callbacks may not share a key."""
-    states: dict[str, Any] = {}
-    for callback in callbacks:
-        state = callback.state_dict()
-        if not state:
-            continue
-        if callback.state_key in states:
-            raise MisconfigurationError(
-                f"Two callbacks with state share the state key {callback.state_key!r} ({type(callback).__name__}), "
-                "so one would overwrite the other's state in the checkpoint. Give them different settings "
-                "(e.g. a different monitor) or keep only one."
-            )
-        states[callback.state_key] = state
-    return states
+    """Each callback's non-empty ``state_dict()`` under its ``state_key`` (unique: ``check_state_keys``)."""
+    states = {callback.state_key: callback.state_dict() for callback in callbacks}
+    return {key: state for key, state in states.items() if state}
 
 
 def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:

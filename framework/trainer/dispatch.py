@@ -123,4 +123,21 @@ def merge_module_callbacks(callbacks: list[Callback], returned: Any) -> list[Cal
             )
     replaced = {type(cb) for cb in extra}
     kept = [cb for cb in callbacks if type(cb) not in replaced]
-    return sorted(kept + extra, key=lambda cb: cb.runs_last)
+    merged = sorted(kept + extra, key=lambda cb: cb.runs_last)
+    check_state_keys(merged)
+    return merged
+
+
+def check_state_keys(callbacks: list[Callback]) -> None:
+    """Two callbacks with state must not share a state key (one would overwrite the other's in checkpoints)."""
+    seen: set[str] = set()
+    for callback in callbacks:
+        if type(callback).state_dict is Callback.state_dict and "state_dict" not in vars(callback):
+            continue
+        if callback.state_key in seen:
+            raise MisconfigurationError(
+                f"Two {type(callback).__name__} callbacks share the state key {callback.state_key!r}, so one would "
+                "overwrite the other's state in checkpoints. Give them different settings (e.g. another monitor) "
+                "or keep one."
+            )
+        seen.add(callback.state_key)

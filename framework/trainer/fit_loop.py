@@ -53,6 +53,7 @@ class FitLoop:
         """Check the settings, restore ``ckpt_path`` if given, configure the optimizers, then train."""
         trainer, module = self.trainer, self.trainer.module
         self._check_settings()
+        trainer.state.validated = False
         trainer.validates_in_fit = val_is_defined(trainer)
         # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
         # (which may ask for the training loader), the optimizers' and the loops' state after it.
@@ -258,6 +259,7 @@ class FitLoop:
         trainer.state.stage = RunningStage.VALIDATING
         if after_step:
             trainer.hooks.call(Hook.ON_VALIDATION_MODEL_ZERO_GRAD)
+        trainer.state.validated = True  # from here on a missing monitored metric is an error, not "not yet"
         run_evaluation(trainer, "validate", trainer.val_loaders, trainer.val_batch_counts)
         trainer.state.stage = RunningStage.TRAINING
         trainer.module._results = trainer.train_results

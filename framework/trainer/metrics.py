@@ -108,6 +108,10 @@ class MetricStore:
         self.progress_bar.update(bar)
         return log
 
+    def remember(self, values: dict[str, Any]) -> None:
+        """Add ``values`` to ``callback_metrics`` (callbacks that log on their own, such as LearningRateMonitor)."""
+        self.callback.update(values)
+
     def log_step(self, results: Results, step: int, epoch: int | None, to_loggers: bool = True) -> None:
         """Store the current batch's step values and hand them to the loggers (every ``log_every_n_steps``)."""
         self.send(self.store(step_views(results)), step, epoch, to_loggers)
@@ -132,6 +136,7 @@ class MetricStore:
             floats["epoch"] = epoch
         for logger in self.loggers:
             logger.log_metrics(floats, step)
+            logger.save()  # as Lightning: what was logged is on disk (CSV rows, TensorBoard events)
 
     def clear(self) -> None:
         """Forget every value: each run (and training after the sanity check) starts empty."""

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from framework.callbacks import EarlyStopping, ProgressBar
 from framework.callbacks.base import Callback
 from framework.loggers.base import Logger
 from framework.module import Module
@@ -123,9 +124,12 @@ class TrainerProperties:
 
     @property
     def log_dir(self) -> str:
-        """The first logger's directory, else ``default_root_dir``."""
-        if self.loggers and self.loggers[0].log_dir is not None:
-            return self.loggers[0].log_dir
+        """The first logger's run directory (else its ``save_dir``), else ``default_root_dir``."""
+        if self.loggers:
+            logger = self.loggers[0]
+            directory = logger.log_dir if logger.log_dir is not None else logger.save_dir
+            if directory is not None:
+                return directory
         return self._default_root_dir
 
     @property
@@ -163,6 +167,22 @@ class TrainerProperties:
         """The first checkpoint-saving callback, or None."""
         found = self.checkpoint_callbacks
         return found[0] if found else None
+
+    @property
+    def early_stopping_callbacks(self) -> list[EarlyStopping]:
+        """The EarlyStopping callbacks."""
+        return [cb for cb in self.callbacks if isinstance(cb, EarlyStopping)]
+
+    @property
+    def early_stopping_callback(self) -> EarlyStopping | None:
+        """The first EarlyStopping callback, or None."""
+        found = self.early_stopping_callbacks
+        return found[0] if found else None
+
+    @property
+    def progress_bar_callback(self) -> ProgressBar | None:
+        """The progress bar callback, or None."""
+        return next((cb for cb in self.callbacks if isinstance(cb, ProgressBar)), None)
 
     @property
     def estimated_stepping_batches(self) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from framework.errors import MisconfigurationError, describe
+from framework.nested import extract_batch_size
 
 REDUCTIONS = ("mean", "sum", "max", "min")
 # Step values are appended to a list and folded into one tensor only every so often: a
@@ -251,22 +252,6 @@ class Results:
         self.epoch_entries.clear()
         self.in_batch = False
         self.dataloader_idx = None
-
-
-def extract_batch_size(batch: Any) -> int:
-    """The length of the first tensor found in ``batch`` (1 when there is none)."""
-    stack = [batch]
-    while stack:
-        item = stack.pop(0)
-        if isinstance(item, torch.Tensor):
-            return int(item.shape[0]) if item.ndim > 0 else 1
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif hasattr(item, "__dataclass_fields__"):
-            stack.extend(getattr(item, name) for name in item.__dataclass_fields__)
-    return 1
 
 
 def _reduction(key: str, reduce_fx: Any) -> str | Callable:

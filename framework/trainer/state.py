@@ -45,7 +45,8 @@ class TrainerState:
     every batch of ``current_epoch`` has run (its epoch-end hooks are running), and
     ``batches_stepped`` counts training batches that ended with an optimizer step (manual
     optimization: every batch); step-level logs are numbered with it, as in Lightning.
-    ``is_last_batch`` says the running training batch is its epoch's last.
+    ``is_last_batch`` says the running training batch is its epoch's last, ``validated`` that
+    a validation pass (not the sanity check) has run in this ``fit``.
     """
 
     fn: TrainerFn | None = None
@@ -59,6 +60,7 @@ class TrainerState:
     epoch_finished: bool = False
     should_stop: bool = False
     is_last_batch: bool = False
+    validated: bool = False
 
     @property
     def finished(self) -> bool:

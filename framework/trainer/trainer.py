@@ -13,6 +13,7 @@ import torch
 
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
+from framework.duration import parse_duration
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, overrides
 from framework.loggers.base import DummyLogger, Logger
@@ -23,6 +24,7 @@ from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
 from framework.trainer.checkpoint import dump_checkpoint
 from framework.trainer.data import INFINITE, forget_fit_data
+from framework.trainer.defaults import default_loggers, with_default_callbacks
 from framework.trainer.dispatch import HookRunner, merge_module_callbacks
 from framework.trainer.eval_loop import run_predict, run_validate_or_test
 from framework.trainer.fit_loop import FitLoop
@@ -96,7 +98,7 @@ class Trainer(TrainerProperties):
         self.fast_dev_run = check.check_fast_dev_run(fast_dev_run)
         self.max_steps = check.check_int("max_steps", max_steps, -1)
         self.min_steps = check.check_int("min_steps", min_steps, 0, none_means=None)
-        self.max_time = check.parse_max_time(max_time)
+        self.max_time = parse_duration("Trainer", "max_time", max_time)
         max_epochs = check.check_int("max_epochs", max_epochs, -1, none_means=None)
         if max_epochs is None:
             max_epochs = 1000 if self.max_steps == -1 and self.max_time is None else -1
@@ -138,7 +140,10 @@ class Trainer(TrainerProperties):
             if value is not None:
                 raise MisconfigurationError(f"Trainer({name}={describe(value)}): only None is supported for now.")
         self._default_root_dir = check.check_root_dir(default_root_dir)
-        self.callbacks: list[Callback] = check.check_list_of("callbacks", callbacks, Callback, "Callback")
+        self.callbacks: list[Callback] = with_default_callbacks(
+            check.check_list_of("callbacks", callbacks, Callback, "Callback"), self.enable_checkpointing,
+            self.enable_progress_bar, self.enable_model_summary,
+        )
         self.loggers: list[Logger] = self._resolve_loggers(logger)
         self._loggers_asked_for = logger is not False and logger != []
         if self.fast_dev_run:
@@ -180,9 +185,9 @@ class Trainer(TrainerProperties):
         self.limit_test_batches = self.limit_predict_batches = n
         self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0
         self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
-        # As in Lightning: no files are written, but trainer.logger stays usable where loggers were asked for.
+        # As in Lightning: no files are written (ModelCheckpoint skips itself), but trainer.logger stays
+        # usable where loggers were asked for.
         self.loggers = [DummyLogger()] if self._loggers_asked_for else []
-        self.callbacks = [cb for cb in self.callbacks if not cb.runs_last]
 
     def _apply_torch_flags(self) -> None:
         if self.deterministic is not None:
@@ -335,8 +340,11 @@ class Trainer(TrainerProperties):
         self.training_step = without_unaccepted_batch_idx(
             self.runtime.strategy.step_function(self.model, "training_step"), module.training_step
         )
-        # every rank checks the hyperparameters (so all fail alike); rank 0 writes them
-        log_hyperparams(self.loggers if self.is_global_zero else [], module, self.datamodule)
+        # Loggers write on global rank 0 only; every rank checks the hyperparameters (so all fail alike).
+        self.metrics.loggers = self.loggers if self.is_global_zero else []
+        log_hyperparams(self.metrics.loggers, module, self.datamodule)
+        for logger in self.metrics.loggers:
+            logger.log_graph(module)
 
     def _teardown(self, stage: str) -> None:
         self.hooks.call(Hook.TEARDOWN, stage)
@@ -346,7 +354,7 @@ class Trainer(TrainerProperties):
             self.hooks.call(Hook.ON_EXCEPTION, error)
 
     def _finalize_loggers(self, status: str) -> None:
-        for logger in self.loggers:
+        for logger in self.metrics.loggers:
             logger.finalize(status)
 
     # -- services the loops and the Module call ------------------------------------------------------------------------
@@ -421,8 +429,3 @@ def _datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any) -> tup
 
 def _default(value: Any, default: Any) -> Any:
     return default if value is None else value
-
-
-def default_loggers(root_dir: str) -> list[Logger]:
-    """The loggers ``logger=True`` means; none until a concrete logger is registered."""
-    return []

@@ -113,12 +113,17 @@ def test_only_callbacks_with_state_are_saved_and_two_may_not_share_a_key(tmp_pat
     restored = Stateful(0)
     quiet_trainer(max_epochs=2, callbacks=[restored]).fit(Regressor(), loader(), ckpt_path=tmp_path / "b.ckpt")
     assert restored.count == 3
-    trainer = quiet_trainer(max_epochs=1, callbacks=[Stateful(1), Stateful(2)])
-    trainer.fit(Regressor(), loader())
-    with pytest.raises(framework.MisconfigurationError, match=r"Two callbacks with state share the state key "
+    with pytest.raises(framework.MisconfigurationError, match=r"Two Stateful callbacks share the state key "
                                                                r"'Stateful'"):
-        trainer.save_checkpoint(tmp_path / "c.ckpt")
-    assert not (tmp_path / "c.ckpt").exists()
+        quiet_trainer(max_epochs=1, callbacks=[Stateful(1), Stateful(2)])
+
+    class AddsAnother(Regressor):
+        def configure_callbacks(self):
+            return [Stateful(2)]
+
+    trainer = quiet_trainer(max_epochs=1, callbacks=[Stateful(1)])
+    trainer.fit(AddsAnother(), loader())  # configure_callbacks replaces the Trainer's Stateful: one key
+    assert [type(cb).__name__ for cb in trainer.callbacks] == ["Stateful"]
 
 
 def _lightning_checkpoint(model, epoch, global_step, epochs_started, epochs_processed, batches_processed):

@@ -1,0 +1,163 @@
+"""``EarlyStopping``: stop training when a monitored metric stops improving (or crosses a threshold)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+
+from framework import console
+from framework.callbacks.base import Callback
+from framework.errors import MisconfigurationError, describe
+
+_BETTER = {"min": torch.lt, "max": torch.gt}
+_SIGN = {"min": "<", "max": ">"}
+
+
+class EarlyStopping(Callback):
+    """Set ``trainer.should_stop`` when ``monitor`` has not improved for ``patience`` checks.
+
+    A check runs after each validation (or at each training epoch's end when validation runs
+    once an epoch). It improves when it beats the best value by more than ``min_delta``.
+    Training also stops at once when the value is not finite (``check_finite``), reaches
+    ``stopping_threshold``, or passes ``divergence_threshold`` the wrong way. The Trainer
+    still runs ``min_epochs`` / ``min_steps`` first. The reason is logged when it stops.
+
+    Example::
+
+        Trainer(callbacks=[EarlyStopping(monitor="val_loss", patience=3, min_delta=1e-3)])
+    """
+
+    reads_epoch_metrics = True
+
+    def __init__(
+        self,
+        monitor: str,
+        min_delta: float = 0.0,
+        patience: int = 3,
+        verbose: bool = False,
+        mode: str = "min",
+        strict: bool = True,
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool | None = None,
+        log_rank_zero_only: bool = False,
+    ) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise MisconfigurationError(f"EarlyStopping(monitor={describe(monitor)}): accepted is a logged name.")
+        if mode not in _BETTER:
+            raise MisconfigurationError(f"EarlyStopping(mode={describe(mode)}): accepted 'min' or 'max'.")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise MisconfigurationError(f"EarlyStopping(patience={describe(patience)}): accepted is an int >= 0.")
+        if not isinstance(min_delta, (int, float)) or isinstance(min_delta, bool) or math.isnan(min_delta):
+            raise MisconfigurationError(f"EarlyStopping(min_delta={describe(min_delta)}): accepted is a number.")
+        self.monitor = monitor
+        self.mode = mode
+        self.patience = patience
+        self.verbose = verbose
+        self.strict = strict
+        self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.log_rank_zero_only = log_rank_zero_only
+        # an improvement must beat the best by min_delta in the right direction
+        self.min_delta = abs(min_delta) if mode == "max" else -abs(min_delta)
+        self._check_on_train_epoch_end = check_on_train_epoch_end
+        self.wait_count = 0
+        self.stopped_epoch = 0
+        self.best_score = torch.tensor(math.inf if mode == "min" else -math.inf)
+        self.stopping_reason: str | None = None
+
+    @property
+    def state_key(self) -> str:
+        """EarlyStoppings on different metrics or modes keep separate states."""
+        return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
+
+    @property
+    def monitor_op(self) -> Any:
+        """``torch.lt`` for mode "min", ``torch.gt`` for "max"."""
+        return _BETTER[self.mode]
+
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        """Check at the training epoch's end when validation runs exactly once per epoch, else after validation."""
+        if self._check_on_train_epoch_end is None:
+            self._check_on_train_epoch_end = trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        """The check, when it runs at the training epoch's end."""
+        if self._check_on_train_epoch_end and not self._skips(trainer):
+            self._check(trainer)
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        """The check, when it runs after each validation."""
+        if not self._check_on_train_epoch_end and not self._skips(trainer):
+            self._check(trainer)
+
+    def _skips(self, trainer: Any) -> bool:
+        return trainer.state.fn != "fit" or trainer.sanity_checking or bool(trainer.fast_dev_run)
+
+    def _check(self, trainer: Any) -> None:
+        metrics = trainer.callback_metrics
+        current = metrics.get(self.monitor)
+        if current is None:
+            message = (f"EarlyStopping(monitor={self.monitor!r}) found no {self.monitor!r} in the logged metrics: "
+                       f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value), or change monitor=")
+            if self.strict:
+                raise MisconfigurationError(message + " (or pass strict=False to skip the check instead).")
+            if self.verbose:
+                warnings.warn(message + ".", RuntimeWarning, stacklevel=2)
+            return
+        current = torch.as_tensor(current).detach().squeeze().cpu()
+        should_stop, reason = self._evaluate(current)
+        should_stop = trainer.runtime.reduce_boolean_decision(should_stop, all=False)
+        trainer.should_stop = trainer.should_stop or should_stop
+        if should_stop:
+            self.stopped_epoch = trainer.current_epoch
+            self.stopping_reason = reason
+        if reason and (should_stop or self.verbose) and (trainer.is_global_zero or not self.log_rank_zero_only):
+            prefix = f"[rank: {trainer.global_rank}] " if trainer.world_size > 1 else ""
+            console.info(prefix + reason)
+
+    def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
+        """Whether ``current`` ends training, and a sentence saying why (or how it improved)."""
+        better = self.monitor_op
+        if self.check_finite and not torch.isfinite(current):
+            return True, (f"Monitored metric {self.monitor} = {current.item()} is not finite. Previous best value was "
+                          f"{self.best_score.item():.3f}. Signaling Trainer to stop.")
+        if self.stopping_threshold is not None and better(current, self.stopping_threshold):
+            return True, (f"Stopping threshold reached: {self.monitor} = {current.item()} {_SIGN[self.mode]} "
+                          f"{self.stopping_threshold}. Signaling Trainer to stop.")
+        if self.divergence_threshold is not None and better(-current, -self.divergence_threshold):
+            return True, (f"Divergence threshold reached: {self.monitor} = {current.item()} {_SIGN[self.mode]} "
+                          f"{self.divergence_threshold}. Signaling Trainer to stop.")
+        if better(current - self.min_delta, self.best_score):
+            reason = self._improvement_message(current)
+            self.best_score = current
+            self.wait_count = 0
+            return False, reason
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            return True, (f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
+                          f"Best score: {self.best_score.item():.3f}. Signaling Trainer to stop.")
+        return False, None
+
+    def _improvement_message(self, current: torch.Tensor) -> str:
+        if torch.isfinite(self.best_score):
+            return (f"Metric {self.monitor} improved by {abs(self.best_score - current).item():.3f} >= "
+                    f"min_delta = {abs(self.min_delta)}. New best score: {current.item():.3f}")
+        return f"Metric {self.monitor} improved. New best score: {current.item():.3f}"
+
+    def state_dict(self) -> dict[str, Any]:
+        """How long it has waited and the best value so far, to go on counting after a resume."""
+        return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch, "best_score": self.best_score,
+                "patience": self.patience}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.wait_count = state_dict["wait_count"]
+        self.stopped_epoch = state_dict["stopped_epoch"]
+        self.best_score = state_dict["best_score"]
+        self.patience = state_dict["patience"]

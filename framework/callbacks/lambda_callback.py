@@ -1,0 +1,33 @@
+"""``LambdaCallback``: a callback made of plain functions, one per hook."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from framework.callbacks.base import Callback
+from framework.errors import MisconfigurationError
+from framework.hooks import Hook, Target
+
+CALLBACK_HOOKS = frozenset(hook.value for hook in Hook if hook.target != Target.MODULE) | {"state_dict",
+                                                                                          "load_state_dict"}
+
+
+class LambdaCallback(Callback):
+    """Each keyword names a hook and gives the function to run there, with the hook's arguments.
+
+    Example::
+
+        LambdaCallback(on_train_epoch_end=lambda trainer, module: print(trainer.current_epoch))
+    """
+
+    def __init__(self, **hooks: Callable[..., Any]) -> None:
+        unknown = sorted(set(hooks) - CALLBACK_HOOKS)
+        if unknown:
+            raise MisconfigurationError(
+                f"LambdaCallback got {unknown}, which are not callback hooks. Hooks: {sorted(CALLBACK_HOOKS)}."
+            )
+        for name, function in hooks.items():
+            if not callable(function):
+                raise MisconfigurationError(f"LambdaCallback({name}=...) needs a callable; got {function!r}.")
+            setattr(self, name, function)

@@ -1,0 +1,114 @@
+"""``LearningRateMonitor``: log each optimizer's learning rate (and momentum, weight decay) as it changes."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from framework.callbacks.base import Callback
+from framework.errors import MisconfigurationError, describe
+
+
+class LearningRateMonitor(Callback):
+    """Log ``lr-<OptimizerName>`` for every optimizer, at the steps the Trainer logs (or every epoch).
+
+    Names follow Lightning: a scheduler config's ``name`` wins; a second optimizer of the
+    same class gets ``-1``; several parameter groups give ``/pg1``, ``/pg2`` (or the groups'
+    ``"name"``); ``log_momentum`` adds ``-momentum`` (``betas[0]`` for Adam-like optimizers)
+    and ``log_weight_decay`` ``-weight_decay``. ``logging_interval`` is "step", "epoch" or
+    None (each scheduler's own interval; optimizers without a scheduler at both).
+    The values also go into ``trainer.callback_metrics``.
+
+    Example::
+
+        Trainer(callbacks=[LearningRateMonitor(logging_interval="step")])
+    """
+
+    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False,
+                 log_weight_decay: bool = False) -> None:
+        if logging_interval not in (None, "step", "epoch"):
+            raise MisconfigurationError(
+                f"LearningRateMonitor(logging_interval={describe(logging_interval)}): accepted 'step', 'epoch' or None."
+            )
+        self.logging_interval = logging_interval
+        self.log_momentum = log_momentum
+        self.log_weight_decay = log_weight_decay
+        self.lrs: dict[str, list[float]] = defaultdict(list)
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        """Check there is a logger to write to."""
+        if not trainer.loggers:
+            raise MisconfigurationError(
+                "LearningRateMonitor needs a logger to write to, and the Trainer has none (logger=False). "
+                "Pass logger=True (or a logger), or remove the LearningRateMonitor."
+            )
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        """Log step-interval rates when this batch's step is one the Trainer logs."""
+        if self.logging_interval == "epoch":
+            return
+        step = trainer.state.batches_stepped
+        every = trainer.log_every_n_steps
+        if (every and (step + 1) % every == 0) or trainer.should_stop:
+            self._log(trainer, "step" if self.logging_interval is None else "any", step)
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        """Log epoch-interval rates as the epoch starts."""
+        if self.logging_interval != "step":
+            self._log(trainer, "epoch" if self.logging_interval is None else "any", trainer.state.batches_stepped)
+
+    def _log(self, trainer: Any, interval: str, step: int) -> None:
+        stats = self.extract_stats(trainer, interval)
+        if not stats:
+            return
+        trainer.metrics.remember({name: torch.tensor(value) for name, value in stats.items()})
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics(stats, step)
+
+    def extract_stats(self, trainer: Any, interval: str) -> dict[str, float]:
+        """The current values for ``interval`` ("step", "epoch" or "any"), by logged name."""
+        stats: dict[str, float] = {}
+        class_counts: defaultdict[type, int] = defaultdict(int)
+        with_scheduler: list[Any] = []
+        for config in trainer.lr_scheduler_configs:
+            optimizer = config.scheduler.optimizer
+            with_scheduler.append(optimizer)
+            name = config.name or self._optimizer_name(optimizer, class_counts)
+            if interval in (config.interval, "any"):
+                stats.update(self._stats_of(optimizer, name))
+        for optimizer in trainer.optimizers:
+            optimizer = getattr(optimizer, "optimizer", optimizer)  # a wrapper (ZeroRedundancyOptimizer) holds it
+            if any(optimizer is seen for seen in with_scheduler):
+                continue
+            stats.update(self._stats_of(optimizer, self._optimizer_name(optimizer, class_counts)))
+        for name, value in stats.items():
+            self.lrs[name].append(value)
+        return stats
+
+    @staticmethod
+    def _optimizer_name(optimizer: Any, class_counts: defaultdict[type, int]) -> str:
+        class_counts[type(optimizer)] += 1
+        count = class_counts[type(optimizer)]
+        name = f"lr-{type(optimizer).__name__}"
+        return f"{name}-{count - 1}" if count > 1 else name
+
+    def _stats_of(self, optimizer: Any, name: str) -> dict[str, float]:
+        groups = optimizer.param_groups
+        group_names = [group.get("name", f"pg{i}") for i, group in enumerate(groups, start=1)]
+        if len(set(group_names)) != len(group_names):
+            raise MisconfigurationError(
+                f"LearningRateMonitor: {name}'s parameter groups share a 'name' ({group_names}); give each its own."
+            )
+        stats: dict[str, float] = {}
+        for group, group_name in zip(groups, group_names, strict=True):
+            key = f"{name}/{group_name}" if len(groups) > 1 or "name" in group else name
+            stats[key] = float(group["lr"])
+            if self.log_momentum:
+                momentum = group["betas"][0] if "betas" in group else group.get("momentum", 0.0)
+                stats[f"{key}-momentum"] = float(momentum)
+            if self.log_weight_decay and "weight_decay" in group:
+                stats[f"{key}-weight_decay"] = float(group["weight_decay"])
+        return stats

@@ -1,0 +1,418 @@
+"""``ModelCheckpoint``: save checkpoints when due, keep the best k by a monitored metric."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+import warnings
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from framework import console
+from framework.callbacks.base import Callback
+from framework.errors import MisconfigurationError, describe
+from framework.io.fs import exists, is_dir, make_dirs, names_in, remove, write_bytes_atomic
+
+_MODES = {"min": torch.lt, "max": torch.gt}
+
+
+class ModelCheckpoint(Callback):
+    """Save a checkpoint every epoch (or every ``every_n_train_steps`` / ``train_time_interval``) and keep the best.
+
+    With ``monitor`` the ``save_top_k`` best files by that logged metric are kept (``mode``
+    "min" or "max"), and files that fall out of the top k are deleted; without it the latest
+    file is kept. ``save_top_k=-1`` keeps every file, ``0`` none. ``save_last=True`` also
+    writes ``last.ckpt``. ``filename`` is a template over logged metrics, ``epoch`` and
+    ``step``: ``"{epoch}-{val_loss:.2f}"`` gives ``epoch=3-val_loss=0.12.ckpt``. ``dirpath``
+    defaults to ``<log_dir>/checkpoints`` and may be any fsspec path. Every file is written
+    atomically, so a crash never leaves a half-written checkpoint or loses the earlier ones.
+
+    Example::
+
+        best = ModelCheckpoint(monitor="val_loss", save_top_k=3, save_last=True,
+                               filename="{epoch}-{val_loss:.3f}")
+        trainer = Trainer(callbacks=[best])
+        trainer.fit(model)
+        print(best.best_model_path, best.best_model_score)
+    """
+
+    runs_last = True
+    reads_epoch_metrics = True
+
+    CHECKPOINT_JOIN_CHAR = "-"
+    CHECKPOINT_EQUALS_CHAR = "="
+    CHECKPOINT_NAME_LAST = "last"
+    FILE_EXTENSION = ".ckpt"
+    STARTING_VERSION = 1
+
+    def __init__(
+        self,
+        dirpath: str | os.PathLike | None = None,
+        filename: str | None = None,
+        monitor: str | None = None,
+        verbose: bool = False,
+        save_last: bool | None = None,
+        save_top_k: int = 1,
+        save_weights_only: bool = False,
+        mode: str = "min",
+        auto_insert_metric_name: bool = True,
+        every_n_train_steps: int | None = None,
+        train_time_interval: timedelta | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
+    ) -> None:
+        _check_arguments(monitor, save_top_k, mode, every_n_train_steps, every_n_epochs, train_time_interval)
+        self.dirpath = os.fspath(dirpath) if dirpath is not None else None
+        self.filename = filename
+        self.monitor = monitor
+        self.verbose = verbose
+        self.save_last = save_last
+        self.save_top_k = save_top_k
+        self.save_weights_only = save_weights_only
+        self.mode = mode
+        self.auto_insert_metric_name = auto_insert_metric_name
+        self._save_on_train_epoch_end = save_on_train_epoch_end
+        self._enable_version_counter = enable_version_counter
+        self._train_time_interval = train_time_interval
+        if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
+            every_n_epochs = 1  # the default: one checkpoint per epoch
+        self._every_n_train_steps = every_n_train_steps or 0
+        self._every_n_epochs = every_n_epochs or 0
+        self._per_batch = bool(self._every_n_train_steps or train_time_interval)
+        self._last_time_checked: float | None = None
+        self._last_global_step_saved = -1
+        self._warned_missing = False
+        self.best_k_models: dict[str, torch.Tensor] = {}
+        self.kth_best_model_path = ""
+        self.kth_value: torch.Tensor | None = None
+        self.best_model_score: torch.Tensor | None = None
+        self.best_model_path = ""
+        self.last_model_path = ""
+        self.current_score: torch.Tensor | None = None
+
+    @property
+    def state_key(self) -> str:
+        """Two ModelCheckpoints that differ in what or when they save keep separate states."""
+        settings = {"monitor": self.monitor, "mode": self.mode, "every_n_train_steps": self._every_n_train_steps,
+                    "every_n_epochs": self._every_n_epochs, "train_time_interval": self._train_time_interval}
+        return f"{type(self).__qualname__}{settings!r}"
+
+    # -- when to save ---
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        """Decide the directory (rank 0's choice for every rank) and check it can be written to, when fitting."""
+        dirpath = self.dirpath if self.dirpath is not None else _default_dirpath(trainer)
+        self.dirpath = trainer.runtime.broadcast(dirpath)
+        if stage == "fit" and trainer.is_global_zero and self.save_top_k != 0 and not trainer.fast_dev_run:
+            _check_writable(self.dirpath)
+            if _holds_checkpoints(self.dirpath, self.FILE_EXTENSION):
+                warnings.warn(f"Checkpoint directory {self.dirpath} exists and holds checkpoints; this run writes "
+                              "beside them (a name clash gets a -v1 suffix) and deletes only its own.", stacklevel=2)
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        """Start the clock of ``train_time_interval``."""
+        self._last_time_checked = time.monotonic()
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Save when ``every_n_train_steps`` optimizer steps or ``train_time_interval`` have passed."""
+        if not self._per_batch or self._skips(trainer):
+            return
+        due_by_steps = self._every_n_train_steps > 0 and trainer.global_step % self._every_n_train_steps == 0
+        due_by_time = False
+        if self._train_time_interval is not None:
+            now = time.monotonic()
+            elapsed = now - (self._last_time_checked or now)
+            # every rank must agree, or one would wait in a collective the others skip
+            due_by_time = trainer.runtime.broadcast(elapsed >= self._train_time_interval.total_seconds())
+            if due_by_time:
+                self._last_time_checked = now
+        if due_by_steps or due_by_time:
+            self._save_due(trainer)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        """Save every ``every_n_epochs`` epochs, here when validation does not decide it."""
+        if not self._skips(trainer) and self._saves_on_train_epoch_end(trainer) and self._epoch_due(trainer):
+            self._save_due(trainer)
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        """Save every ``every_n_epochs`` epochs after validation, when validation runs inside the epoch."""
+        if not self._skips(trainer) and not self._saves_on_train_epoch_end(trainer) and self._epoch_due(trainer):
+            self._save_due(trainer)
+
+    def _skips(self, trainer: Any) -> bool:
+        return (bool(trainer.fast_dev_run) or trainer.state.fn != "fit" or trainer.sanity_checking
+                or self._last_global_step_saved == trainer.global_step)
+
+    def _epoch_due(self, trainer: Any) -> bool:
+        return self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0
+
+    def _saves_on_train_epoch_end(self, trainer: Any) -> bool:
+        """By default at the training epoch's end, unless validation runs several times an epoch or not every epoch."""
+        if self._save_on_train_epoch_end is not None:
+            return self._save_on_train_epoch_end
+        if trainer.check_val_every_n_epoch != 1:
+            return False
+        if not any(trainer.num_val_batches):
+            return True
+        return trainer.val_check_interval == 1.0
+
+    def _save_due(self, trainer: Any) -> None:
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
+
+    def _monitor_candidates(self, trainer: Any) -> dict[str, torch.Tensor]:
+        candidates = {key: value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(value)
+                      for key, value in trainer.callback_metrics.items()}
+        candidates.setdefault("epoch", torch.tensor(trainer.current_epoch))
+        candidates["step"] = torch.tensor(trainer.global_step)
+        return candidates
+
+    # -- top k ---
+    def _save_topk_checkpoint(self, trainer: Any, candidates: dict[str, torch.Tensor]) -> None:
+        if self.save_top_k == 0:
+            return
+        if self.monitor is None:
+            self._save_latest_only(trainer, candidates)
+            return
+        current = candidates.get(self.monitor)
+        if current is None:
+            available = sorted(k for k in candidates if k not in ("epoch", "step"))
+            message = (f"ModelCheckpoint(monitor={self.monitor!r}) could not find {self.monitor!r} in the logged "
+                       f"metrics: {available}. Log it with self.log({self.monitor!r}, value) in the Module, or change "
+                       "monitor=.")
+            # Before any validation a validation metric cannot exist yet (a save every n steps): skip, as Lightning.
+            if trainer.state.validated or not trainer.enable_validation:
+                raise MisconfigurationError(message)
+            if not self._warned_missing:
+                warnings.warn(message + " No checkpoint was saved by it until the metric appears.", stacklevel=2)
+                self._warned_missing = True
+            return
+        if self._better_than_kth(trainer, current):
+            self._update_best_and_save(trainer, current, candidates)
+        elif self.verbose and trainer.is_global_zero:
+            console.info(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: {self.monitor!r} "
+                         f"was not in top {self.save_top_k}")
+
+    def _better_than_kth(self, trainer: Any, current: torch.Tensor) -> bool:
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        better = bool(_MODES[self.mode](current, self.best_k_models[self.kth_best_model_path].to(current.device)))
+        return trainer.runtime.reduce_boolean_decision(better, all=True)
+
+    def _update_best_and_save(self, trainer: Any, current: torch.Tensor, candidates: dict[str, torch.Tensor]) -> None:
+        k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
+        dropped = ""
+        if len(self.best_k_models) == k:
+            dropped = self.kth_best_model_path
+            self.best_k_models.pop(dropped)
+        if torch.isnan(current):  # a nan is the worst possible score, never the best
+            current = torch.tensor(float("inf") if self.mode == "min" else float("-inf"))
+        filepath = self._free_filepath(trainer, candidates, dropped)
+        self.current_score = current
+        self.best_k_models[filepath] = current
+        if len(self.best_k_models) == k:
+            worst = max if self.mode == "min" else min
+            self.kth_best_model_path = worst(self.best_k_models, key=self.best_k_models.get)
+            self.kth_value = self.best_k_models[self.kth_best_model_path]
+        best = min if self.mode == "min" else max
+        self.best_model_path = best(self.best_k_models, key=self.best_k_models.get)
+        self.best_model_score = self.best_k_models[self.best_model_path]
+        if self.verbose and trainer.is_global_zero:
+            console.info(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: {self.monitor!r} reached "
+                         f"{current.item():0.5f} (best {self.best_model_score.item():0.5f}), saving model to "
+                         f"{filepath!r} as top {k}")
+        self._save(trainer, filepath)
+        if dropped and self._may_remove(trainer, dropped, filepath):
+            remove_on_rank_zero(trainer, dropped)
+
+    def _save_latest_only(self, trainer: Any, candidates: dict[str, torch.Tensor]) -> None:
+        """Without a monitor: save, and with ``save_top_k=1`` delete the file saved before."""
+        filepath = self._free_filepath(trainer, candidates, self.best_model_path)
+        previous, self.best_model_path = self.best_model_path, filepath
+        if self.verbose and trainer.is_global_zero:
+            console.info(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: saving model to "
+                         f"{filepath!r}")
+        self._save(trainer, filepath)
+        if self.save_top_k == 1 and previous and self._may_remove(trainer, previous, filepath):
+            remove_on_rank_zero(trainer, previous)
+
+    def _save_last_checkpoint(self, trainer: Any, candidates: dict[str, torch.Tensor]) -> None:
+        if not self.save_last:
+            return
+        filepath = self.format_checkpoint_name(candidates, self.CHECKPOINT_NAME_LAST)
+        if self._enable_version_counter:
+            filepath = self._free_filepath(trainer, candidates, self.last_model_path, self.CHECKPOINT_NAME_LAST)
+        previous, self.last_model_path = self.last_model_path, filepath
+        self._save(trainer, filepath)
+        if previous and self._may_remove(trainer, previous, filepath):
+            remove_on_rank_zero(trainer, previous)
+
+    def _save(self, trainer: Any, filepath: str) -> None:
+        trainer.save_checkpoint(filepath, self.save_weights_only)
+        self._last_global_step_saved = trainer.global_step
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(self)
+
+    def _may_remove(self, trainer: Any, previous: str, current: str) -> bool:
+        """Only files of this callback's directory, never the one being written or the one resumed from."""
+        if previous == current or previous == trainer.ckpt_path:
+            return False
+        directory = self.dirpath.rstrip("/") + "/"
+        return previous.startswith(directory) or os.path.abspath(previous).startswith(os.path.abspath(directory))
+
+    # -- file names ---
+    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
+                               ver: int | None = None) -> str:
+        """The path for ``metrics``: ``filename`` (the template by default) filled in, ``-v<ver>`` on clashes.
+
+        Example::
+
+            ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}").format_checkpoint_name(
+                {"epoch": 3, "val_loss": torch.tensor(0.1234)})     # 'ckpts/epoch=3-val_loss=0.12.ckpt'
+        """
+        name = self._fill_template(filename or self.filename, dict(metrics))
+        if ver is not None:
+            name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
+        name += self.FILE_EXTENSION
+        return os.path.join(self.dirpath, name) if self.dirpath else name
+
+    def _fill_template(self, template: str | None, metrics: dict[str, Any]) -> str:
+        if not template:
+            template = "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
+        # "{val_loss:.2f}" -> "val_loss={0[val_loss]:.2f}": names may hold dots and slashes this way
+        groups = sorted(set(re.findall(r"(\{.*?)[:\}]", template)), key=len, reverse=True)
+        for group in groups:
+            name = group[1:]
+            shown = name + self.CHECKPOINT_EQUALS_CHAR if self.auto_insert_metric_name else ""
+            template = template.replace(group, shown + "{0[" + name + "]")
+            metrics.setdefault(name, torch.tensor(0))
+        return template.format(metrics)
+
+    def _free_filepath(self, trainer: Any, candidates: dict[str, torch.Tensor], being_replaced: str,
+                       filename: str | None = None) -> str:
+        """The template's path, with ``-v1``, ``-v2`` ... while it names an existing file (other than the one
+        about to be replaced)."""
+        filepath = self.format_checkpoint_name(candidates, filename)
+        version = self.STARTING_VERSION
+        while self._enable_version_counter and filepath != being_replaced and self._file_exists(trainer, filepath):
+            filepath = self.format_checkpoint_name(candidates, filename, ver=version)
+            version += 1
+        return filepath
+
+    def _file_exists(self, trainer: Any, filepath: str) -> bool:
+        return trainer.runtime.broadcast(exists(filepath))
+
+    # -- state ---
+    def state_dict(self) -> dict[str, Any]:
+        """The top-k bookkeeping, so a resumed run keeps ranking against the same files."""
+        return {
+            "monitor": self.monitor,
+            "best_model_score": self.best_model_score,
+            "best_model_path": self.best_model_path,
+            "current_score": self.current_score,
+            "dirpath": self.dirpath,
+            "best_k_models": dict(self.best_k_models),
+            "kth_best_model_path": self.kth_best_model_path,
+            "kth_value": self.kth_value,
+            "last_model_path": self.last_model_path,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the bookkeeping; if the directory changed since, only ``best_model_path`` (with a warning)."""
+        saved_dir = state_dict.get("dirpath", self.dirpath)
+        if self.dirpath is None or saved_dir == self.dirpath:
+            self.best_model_score = state_dict["best_model_score"]
+            self.kth_best_model_path = state_dict["kth_best_model_path"]
+            self.kth_value = state_dict["kth_value"]
+            self.best_k_models = dict(state_dict["best_k_models"])
+            self.last_model_path = state_dict["last_model_path"]
+            self.current_score = state_dict.get("current_score")
+        else:
+            console.info(f"ModelCheckpoint's directory changed from {saved_dir} to {self.dirpath}: only "
+                         "best_model_path is restored; the top-k ranking starts afresh.")
+        self.best_model_path = state_dict["best_model_path"]
+
+    def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
+        """Write ``best_k_models`` (path: score) to ``filepath`` (default ``<dirpath>/best_k_models.yaml``)."""
+        import yaml
+
+        scores = {path: float(score) for path, score in self.best_k_models.items()}
+        path = filepath if filepath is not None else os.path.join(self.dirpath or ".", "best_k_models.yaml")
+        write_bytes_atomic(path, yaml.safe_dump(scores).encode("utf-8"))
+
+
+def remove_on_rank_zero(trainer: Any, filepath: str) -> None:
+    """Delete a checkpoint file on global rank 0, then let every rank go on."""
+    if trainer.is_global_zero:
+        remove(filepath)
+    trainer.runtime.barrier("remove_checkpoint")
+
+
+def _default_dirpath(trainer: Any) -> str:
+    """``<save_dir>/<name>/<version>/checkpoints`` of the logger, else ``<default_root_dir>/checkpoints``."""
+    loggers = [logger for logger in trainer.loggers if logger.save_dir is not None or logger.log_dir is not None]
+    if not loggers:
+        return os.path.join(trainer.default_root_dir, "checkpoints")
+    logger = loggers[0]
+    save_dir = logger.save_dir if len(trainer.loggers) == 1 and logger.save_dir else trainer.default_root_dir
+    version = logger.version
+    version = version if isinstance(version, str) else f"version_{version}"
+    return os.path.join(save_dir, str(logger.name or ""), version, "checkpoints")
+
+
+def _check_writable(dirpath: str) -> None:
+    """Fail at set-up, not after an hour of training, when checkpoints cannot be written to ``dirpath``."""
+    probe = os.path.join(dirpath, f".write-test-{uuid.uuid4().hex[:8]}")
+    try:
+        make_dirs(dirpath)
+        write_bytes_atomic(probe, b"")
+        remove(probe)
+    except OSError as error:
+        raise MisconfigurationError(
+            f"ModelCheckpoint cannot write to dirpath={dirpath!r}: {error}. Pass a writable dirpath=."
+        ) from error
+
+
+def _holds_checkpoints(dirpath: str, extension: str) -> bool:
+    return is_dir(dirpath) and any(name.endswith(extension) for name in names_in(dirpath))
+
+
+def _check_arguments(monitor: Any, save_top_k: Any, mode: Any, every_n_train_steps: Any, every_n_epochs: Any,
+                     train_time_interval: Any) -> None:
+    if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_top_k={describe(save_top_k)}): accepted is an int >= -1 (-1 keeps every file, "
+            "0 none)."
+        )
+    if mode not in _MODES:
+        raise MisconfigurationError(f"ModelCheckpoint(mode={describe(mode)}): accepted 'min' or 'max'.")
+    if monitor is None and save_top_k not in (-1, 0, 1):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
+            "ranking to keep the top k by; set monitor= or use save_top_k in (-1, 0, 1)."
+        )
+    for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise MisconfigurationError(f"ModelCheckpoint({name}={describe(value)}): accepted is an int >= 0 or None.")
+    if train_time_interval is not None:
+        if not isinstance(train_time_interval, timedelta):
+            raise MisconfigurationError(
+                f"ModelCheckpoint(train_time_interval={describe(train_time_interval)}): accepted is a "
+                "datetime.timedelta."
+            )
+        if every_n_train_steps or every_n_epochs:
+            raise MisconfigurationError(
+                "ModelCheckpoint: every_n_train_steps, every_n_epochs and train_time_interval are alternatives; "
+                "give one of them."
+            )
+    elif every_n_train_steps and every_n_epochs:
+        raise MisconfigurationError(
+            "ModelCheckpoint: every_n_train_steps, every_n_epochs and train_time_interval are alternatives; "
+            "give one of them."
+        )

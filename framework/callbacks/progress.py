@@ -1,0 +1,206 @@
+"""Progress bars: ``TQDMProgressBar`` on a terminal, one line per epoch (or per run) everywhere else."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Any
+
+from framework.callbacks.base import Callback
+from framework.errors import MisconfigurationError, describe
+
+
+class ProgressBar(Callback):
+    """What every progress bar shows next to the counts: ``v_num`` (the logger's version) and the
+    values logged with ``prog_bar=True``."""
+
+    def get_metrics(self, trainer: Any, module: Any) -> dict[str, Any]:
+        """The values to show: ``{"v_num": version, **trainer.progress_bar_metrics}``."""
+        shown: dict[str, Any] = {}
+        version = trainer.logger.version if trainer.logger is not None else None
+        if version is not None:
+            shown["v_num"] = version
+        shown.update(trainer.progress_bar_metrics)
+        return shown
+
+
+class TQDMProgressBar(ProgressBar):
+    """A tqdm bar for training (``Epoch 3: 40/100 [... loss=0.12, v_num=0]``), validation, testing and predicting.
+
+    Bars are redrawn every ``refresh_rate`` batches (0 turns the bar off). When standard
+    output is not a terminal (a log file, CI, a notebook capture) there are no bars: one line
+    per training epoch, and one per validate/test/predict run, so logs do not fill with
+    carriage returns. Only global rank 0 shows anything.
+
+    Example::
+
+        Trainer(callbacks=[TQDMProgressBar(refresh_rate=10)])
+    """
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
+        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
+            raise MisconfigurationError(
+                f"TQDMProgressBar(refresh_rate={describe(refresh_rate)}): accepted an int >= 0 (0 turns it off)."
+            )
+        self.refresh_rate = refresh_rate
+        self.process_position = process_position
+        self.leave = leave
+        self._enabled = True
+        self._terminal = False
+        self._bars: dict[str, Any] = {}  # stage -> tqdm bar, in terminal mode
+        self._started: dict[str, float] = {}  # stage -> time.monotonic() at its start, for the summary lines
+        self._seen: dict[str, int] = {}  # stage -> batches done, for the summary lines
+
+    @property
+    def is_enabled(self) -> bool:
+        """Whether this bar shows anything in this process."""
+        return self._enabled and self.refresh_rate > 0
+
+    def enable(self) -> None:
+        """Show progress again."""
+        self._enabled = True
+
+    def disable(self) -> None:
+        """Show nothing (the Trainer does this on every rank but 0)."""
+        self._enabled = False
+
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        """Decide, once per run, whether this process shows bars, lines, or nothing."""
+        if not trainer.is_global_zero:
+            self.disable()
+        self._terminal = _is_terminal(sys.stdout)
+
+    # -- training ---
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        """A fresh training bar for the epoch."""
+        self._start("train", f"Epoch {trainer.current_epoch}", trainer.num_training_batches, position=0)
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Count the batch; redraw every ``refresh_rate`` batches."""
+        self._advance("train", batch_idx + 1, trainer, module)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        """The epoch's final counts and metrics (validation's included): a last redraw, or the epoch's line."""
+        self._finish("train", trainer, module, close=False)
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        """Close the training bar."""
+        self._close("train")
+
+    # -- evaluation ---
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        """A bar for the validation run (in fit it goes under the training bar and disappears after)."""
+        label = "Sanity Checking" if trainer.sanity_checking else "Validation"
+        self._start("validate", label, _total(trainer.num_sanity_val_batches if trainer.sanity_checking
+                                                else trainer.num_val_batches), position=1)
+
+    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        """Count the batch."""
+        self._advance("validate", self._seen.get("validate", 0) + 1, trainer, module)
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        """Close the validation bar; a line for a standalone ``validate`` (inside fit the epoch's line tells)."""
+        self._finish("validate", trainer, module, close=True, line=trainer.state.fn == "validate")
+        if "train" in self._bars:  # show the new validation metrics on the training bar
+            self._bars["train"].set_postfix(self.get_metrics(trainer, module), refresh=True)
+
+    def on_test_start(self, trainer: Any, module: Any) -> None:
+        """A bar for the test run."""
+        self._start("test", "Testing", _total(trainer.num_test_batches), position=0)
+
+    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        """Count the batch."""
+        self._advance("test", self._seen.get("test", 0) + 1, trainer, module)
+
+    def on_test_end(self, trainer: Any, module: Any) -> None:
+        """Close the test bar, or print the run's line."""
+        self._finish("test", trainer, module, close=True)
+
+    def on_predict_start(self, trainer: Any, module: Any) -> None:
+        """A bar for the predict run."""
+        self._start("predict", "Predicting", _total(trainer.num_predict_batches), position=0)
+
+    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        """Count the batch."""
+        self._advance("predict", self._seen.get("predict", 0) + 1, trainer, module)
+
+    def on_predict_end(self, trainer: Any, module: Any) -> None:
+        """Close the predict bar, or print the run's line."""
+        self._finish("predict", trainer, module, close=True, with_metrics=False)
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        """Close every bar so the traceback is not drawn over."""
+        for stage in list(self._bars):
+            self._close(stage)
+
+    # -- the mechanics ---
+    def _start(self, stage: str, label: str, total: float, position: int) -> None:
+        if not self.is_enabled:
+            return
+        self._seen[stage] = 0
+        self._started[stage] = time.monotonic()
+        if not self._terminal:
+            return
+        from tqdm.auto import tqdm
+
+        self._close(stage)
+        self._bars[stage] = tqdm(
+            desc=label, total=None if total == math.inf else int(total), position=2 * self.process_position + position,
+            leave=self.leave if stage in ("train", "validate") else True, dynamic_ncols=True, file=sys.stdout,
+            smoothing=0, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]",
+        )
+
+    def _advance(self, stage: str, done: int, trainer: Any, module: Any) -> None:
+        if not self.is_enabled:
+            return
+        self._seen[stage] = done
+        bar = self._bars.get(stage)
+        if bar is None or (done % self.refresh_rate and done != bar.total):
+            return
+        bar.n = done
+        bar.set_postfix(self.get_metrics(trainer, module), refresh=False)
+        bar.refresh()
+
+    def _finish(self, stage: str, trainer: Any, module: Any, close: bool, line: bool = True,
+                with_metrics: bool = True) -> None:
+        if not self.is_enabled:
+            return
+        metrics = self.get_metrics(trainer, module) if with_metrics else {}
+        bar = self._bars.get(stage)
+        if bar is not None:
+            bar.n = self._seen.get(stage, bar.n)
+            bar.set_postfix(metrics, refresh=True)
+            if close:
+                self._close(stage)
+        elif line and not trainer.sanity_checking and stage in self._started:
+            print(self._line(stage, trainer, metrics), file=sys.stdout, flush=True)
+
+    def _line(self, stage: str, trainer: Any, metrics: dict[str, Any]) -> str:
+        label = {"train": f"Epoch {trainer.current_epoch}", "validate": "Validation", "test": "Testing",
+                 "predict": "Predicting"}[stage]
+        elapsed = time.monotonic() - self._started[stage]
+        parts = [f"{label}: {self._seen.get(stage, 0)} batches in {elapsed:.1f}s"]
+        parts += [f"{key}={_short(value)}" for key, value in metrics.items()]
+        return ", ".join(parts)
+
+    def _close(self, stage: str) -> None:
+        bar = self._bars.pop(stage, None)
+        if bar is not None:
+            bar.close()
+
+
+def _is_terminal(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _total(counts: list[float]) -> float:
+    return sum(counts) if counts else 0
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

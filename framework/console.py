@@ -1,0 +1,36 @@
+"""What the framework tells the person at the console: the ``"framework"`` logger.
+
+Messages go through ``logging.getLogger("framework")`` at INFO. Until the application
+configures logging itself (a handler on the root logger), they are printed to stderr, as
+Lightning does; once it has, they reach its handlers instead, and ``caplog`` sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+LOGGER = logging.getLogger("framework")
+
+
+class _UntilConfigured(logging.StreamHandler):
+    """Prints a record only while the root logger has no handler (then the record propagates there)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not logging.getLogger().handlers:
+            self.stream = sys.stderr  # follow redirections (pytest's capsys, contextlib.redirect_stderr)
+            super().emit(record)
+
+
+if not any(isinstance(handler, _UntilConfigured) for handler in LOGGER.handlers):
+    LOGGER.addHandler(_UntilConfigured())
+if LOGGER.level == logging.NOTSET:
+    LOGGER.setLevel(logging.INFO)
+
+
+def info(message: str) -> None:
+    """Tell the user ``message`` (callers in distributed runs call this on global rank 0 only)."""
+    LOGGER.info(message)

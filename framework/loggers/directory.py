@@ -1,0 +1,99 @@
+"""Loggers whose runs live in ``<save_dir>/<name>/version_<n>``, each with an ``hparams.yaml``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from framework.errors import MisconfigurationError, describe
+from framework.io.fs import make_dirs, names_in, write_bytes_atomic
+from framework.loggers.base import Logger
+
+
+class DirectoryLogger(Logger):
+    """A run directory per version: ``<save_dir>/<name>/version_<n>`` (``n`` one past the highest there).
+
+    The version is decided on first use, so two Trainers made one after the other write to
+    different directories. ``version`` may be given as an int (``version_3``) or a string
+    (used as the directory name).
+    """
+
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
+    def __init__(self, save_dir: str | os.PathLike, name: str | None = "lightning_logs",
+                 version: int | str | None = None, prefix: str = "") -> None:
+        if not isinstance(save_dir, (str, os.PathLike)):
+            raise MisconfigurationError(f"{type(self).__name__}(save_dir={describe(save_dir)}): accepted is a path.")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
+            raise MisconfigurationError(
+                f"{type(self).__name__}(version={describe(version)}): accepted is an int, a string or None."
+            )
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+        self._prefix = prefix
+        self.hparams: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        """The experiment's name: the folder under ``save_dir`` holding its versions."""
+        return self._name
+
+    @property
+    def save_dir(self) -> str:
+        """The folder every experiment of this logger lives under."""
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: where the versions of this experiment are."""
+        return os.path.join(self._save_dir, self._name) if self._name else self._save_dir
+
+    @property
+    def version(self) -> int | str:
+        """This run's version: the one given, else one past the highest ``version_<n>`` in ``root_dir``."""
+        if self._version is None:
+            self._version = self._next_version()
+        return self._version
+
+    @property
+    def log_dir(self) -> str:
+        """This run's folder: ``<root_dir>/version_<n>`` (or ``<root_dir>/<version>`` for a string)."""
+        version = self.version
+        return os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+
+    def _next_version(self) -> int:
+        numbers = [int(name[len("version_"):]) for name in names_in(self.root_dir)
+                   if name.startswith("version_") and name[len("version_"):].isdigit()]
+        return max(numbers) + 1 if numbers else 0
+
+    def with_prefix(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` with ``prefix-`` before each name when a prefix was given."""
+        if not self._prefix:
+            return metrics
+        return {f"{self._prefix}-{key}": value for key, value in metrics.items()}
+
+    def log_hyperparams(self, params: dict[str, Any]) -> None:
+        """Remember ``params`` for ``hparams.yaml`` (written by ``save``)."""
+        self.hparams.update(params)
+
+    def write_hparams(self) -> None:
+        """Write ``hparams.yaml`` in the run's folder (plain YAML: other values as their ``repr``)."""
+        import yaml
+
+        make_dirs(self.log_dir)
+        text = yaml.safe_dump(plain(self.hparams), sort_keys=False)
+        write_bytes_atomic(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), text.encode("utf-8"))
+
+
+def plain(value: Any) -> Any:
+    """``value`` with everything YAML cannot hold safely replaced by its ``repr`` (numbers and strings stay)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a 0-d tensor or NumPy scalar
+        return value.item()
+    return repr(value)

@@ -1,0 +1,47 @@
+"""The callbacks and loggers a Trainer adds by itself, from its flags, as Lightning does."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from framework.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, TQDMProgressBar
+from framework.callbacks.base import Callback
+from framework.errors import MisconfigurationError
+from framework.loggers import CSVLogger, Logger, TensorBoardLogger
+from framework.trainer.dispatch import check_state_keys
+
+
+def with_default_callbacks(callbacks: list[Callback], enable_checkpointing: bool, enable_progress_bar: bool,
+                           enable_model_summary: bool) -> list[Callback]:
+    """``callbacks`` plus a ModelCheckpoint, a TQDMProgressBar and a ModelSummary where the flags ask for
+    them and none was given; checkpoint-saving callbacks last. Contradicting flags are errors."""
+    callbacks = list(callbacks)
+    given_checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+    if given_checkpoints and not enable_checkpointing:
+        raise MisconfigurationError(
+            "Trainer(enable_checkpointing=False) was given together with a ModelCheckpoint in callbacks; "
+            "remove one of them."
+        )
+    if enable_checkpointing and not given_checkpoints:
+        callbacks.append(ModelCheckpoint())
+    bars = [cb for cb in callbacks if isinstance(cb, ProgressBar)]
+    if len(bars) > 1:
+        raise MisconfigurationError(f"Trainer got {len(bars)} progress bar callbacks; give at most one.")
+    if bars and not enable_progress_bar:
+        raise MisconfigurationError(
+            f"Trainer(enable_progress_bar=False) was given together with {type(bars[0]).__name__} in callbacks; "
+            "remove one of them."
+        )
+    if enable_progress_bar and not bars:
+        callbacks.append(TQDMProgressBar())
+    if enable_model_summary and not any(isinstance(cb, ModelSummary) for cb in callbacks):
+        callbacks.append(ModelSummary())
+    check_state_keys(callbacks)
+    return sorted(callbacks, key=lambda cb: cb.runs_last)
+
+
+def default_loggers(root_dir: str) -> list[Logger]:
+    """``logger=True``: a TensorBoardLogger when tensorboard is installed, else a CSVLogger, under ``root_dir``."""
+    if importlib.util.find_spec("tensorboard") is not None:
+        return [TensorBoardLogger(root_dir)]
+    return [CSVLogger(root_dir)]
