@@ -308,6 +308,15 @@ class ModelCheckpoint(Callback):
     def _file_exists(self, trainer: Any, filepath: str) -> bool:
         return trainer.runtime.broadcast(exists(filepath))
 
+    def find_last_checkpoints(self) -> list[str]:
+        """The files that may be the latest "last" checkpoint: ``last_model_path`` and ``last.ckpt``,
+        ``last-v1.ckpt`` ... in ``dirpath`` (a new run can resume from an earlier run's file this way)."""
+        found = {self.last_model_path} if self.last_model_path and exists(self.last_model_path) else set()
+        if self.dirpath is not None:
+            pattern = re.compile(rf"^{self.CHECKPOINT_NAME_LAST}(-v\d+)?{re.escape(self.FILE_EXTENSION)}$")
+            found |= {os.path.join(self.dirpath, name) for name in names_in(self.dirpath) if pattern.match(name)}
+        return sorted(found)
+
     # -- state ---
     def state_dict(self) -> dict[str, Any]:
         """The top-k bookkeeping, so a resumed run keeps ranking against the same files."""

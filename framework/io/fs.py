@@ -34,6 +34,15 @@ def names_in(path: str | os.PathLike) -> list[str]:
     return sorted(os.path.basename(entry.rstrip("/")) for entry in fs.ls(inner, detail=False))
 
 
+def modified_time(path: str | os.PathLike) -> float:
+    """When the file at ``path`` was last written (seconds since the epoch; 0 where the filesystem cannot say)."""
+    fs, inner = filesystem(path)
+    try:
+        return fs.modified(inner).timestamp()
+    except (NotImplementedError, AttributeError):
+        return 0.0
+
+
 def make_dirs(path: str | os.PathLike) -> None:
     """Create directory ``path`` and its parents (any fsspec path); nothing if it exists."""
     fs, inner = filesystem(path)

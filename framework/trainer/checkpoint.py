@@ -6,8 +6,10 @@ import os
 import warnings
 from typing import Any
 
+from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.errors import MisconfigurationError, describe
 from framework.hparams import checkpoint_safe
+from framework.io.fs import exists, modified_time
 
 
 def framework_version() -> str:
@@ -152,27 +154,53 @@ def restore_for_evaluation(trainer: Any, fn: Any, ckpt_path: Any) -> None:
                 stacklevel=6,
             )
             ckpt_path = "best"
-    if ckpt_path is not None:
-        restore_checkpoint(trainer, load_for(trainer, ckpt_path, trainer._weights_only))
+    checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None
+    if checkpoint is not None:
+        restore_checkpoint(trainer, checkpoint)
 
 
-def load_for(trainer: Any, ckpt_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
-    """The checkpoint ``ckpt_path`` names: "best", "last" (from the checkpoint callback) or a path.
+def load_for(trainer: Any, ckpt_path: Any, weights_only: bool | None = None) -> dict[str, Any] | None:
+    """The checkpoint ``ckpt_path`` names ("best", "last" or a path), or None when "last" finds none.
 
     The path it resolves to becomes ``trainer.ckpt_path``.
     """
-    path = ckpt_path
-    if ckpt_path in ("best", "last"):
-        callback = trainer.checkpoint_callback
-        path = getattr(callback, f"{ckpt_path}_model_path", None) if callback is not None else None
-        if not path:
+    path = resolve_ckpt_path(trainer, ckpt_path)
+    if path is None:
+        return None
+    trainer.ckpt_path = path
+    return trainer.runtime.strategy.load_checkpoint(path, weights_only=weights_only)
+
+
+def resolve_ckpt_path(trainer: Any, ckpt_path: Any) -> str | None:
+    """"best": the checkpoint callback's best file; "last": the newest last checkpoint of the checkpoint
+    callbacks (None, with a warning, when there is none yet, as in Lightning); else the path itself."""
+    if ckpt_path == "best":
+        callbacks = trainer.checkpoint_callbacks
+        if len(callbacks) > 1:
+            warnings.warn("ckpt_path='best' with several checkpoint callbacks uses the first one's best file.",
+                          stacklevel=5)
+        best = getattr(callbacks[0], "best_model_path", "") if callbacks else ""
+        if not best:
             raise MisconfigurationError(
-                f"ckpt_path={ckpt_path!r} needs a checkpoint callback that has saved a {ckpt_path} checkpoint; "
-                "there is none. Pass a file path instead."
+                "ckpt_path='best' needs a ModelCheckpoint that has saved a best checkpoint; "
+                + ("there is no ModelCheckpoint." if not callbacks else "it has saved none yet.")
+                + " Pass a file path instead."
             )
-    elif not isinstance(ckpt_path, (str, os.PathLike)):
+        return os.fspath(best)
+    if ckpt_path == "last":
+        candidates: set[str] = set()
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint):
+                candidates.update(callback.find_last_checkpoints())
+            elif getattr(callback, "last_model_path", "") and exists(callback.last_model_path):
+                candidates.add(callback.last_model_path)
+        if not candidates:
+            warnings.warn("ckpt_path='last' is set, but there is no last checkpoint yet, so none is loaded. "
+                          "ModelCheckpoint(save_last=True) writes one.", stacklevel=5)
+            return None
+        return max(candidates, key=modified_time)
+    if not isinstance(ckpt_path, (str, os.PathLike)):
         raise MisconfigurationError(
             f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', or a path to a checkpoint file."
         )
-    trainer.ckpt_path = os.fspath(path)
-    return trainer.runtime.strategy.load_checkpoint(trainer.ckpt_path, weights_only=weights_only)
+    return os.fspath(ckpt_path)

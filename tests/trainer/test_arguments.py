@@ -330,12 +330,12 @@ def test_log_an_unknown_reduce_fx():
 
 
 def test_ckpt_path_best_without_a_checkpoint_callback():
-    with pytest.raises(MisconfigurationError, match=r"ckpt_path='best'.*checkpoint callback"):
+    with pytest.raises(MisconfigurationError, match=r"ckpt_path='best' needs a ModelCheckpoint.*is no ModelCheckpoint"):
         _fit(Regressor(), ckpt_path="best")
 
 
 def test_test_with_ckpt_path_best_without_a_checkpoint_callback():
-    with pytest.raises(MisconfigurationError, match=r"ckpt_path='best'.*checkpoint callback"):
+    with pytest.raises(MisconfigurationError, match=r"ckpt_path='best' needs a ModelCheckpoint.*is no ModelCheckpoint"):
         quiet_trainer().test(Regressor(), loader(n=16), ckpt_path="best", verbose=False)
 
 

@@ -1,0 +1,330 @@
+"""ModelCheckpoint: top-k on a known metric sequence, the save triggers, file names, state, faults."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import timedelta
+
+import fsspec
+import pytest
+import torch
+
+import framework
+from framework.callbacks import ModelCheckpoint
+from framework.errors import MisconfigurationError
+from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
+
+
+class Scripted(Regressor):
+    """Logs ``score`` = scores[epoch] in validation, whatever the model does."""
+
+    def __init__(self, scores):
+        super().__init__()
+        self.scores = scores
+
+    def validation_step(self, batch, batch_idx):
+        self.log("score", float(self.scores[self.current_epoch]))
+
+
+class ListsFiles(framework.Callback):
+    """After the checkpoint callback of each epoch ran, what its directory holds (read at the next epoch)."""
+
+    def __init__(self, checkpoint):
+        self.checkpoint = checkpoint
+        self.after_epoch: list[list[str]] = []
+
+    def _list(self):
+        fs, inner = fsspec.core.url_to_fs(self.checkpoint.dirpath)
+        return sorted(os.path.basename(p) for p in fs.ls(inner, detail=False)) if fs.exists(inner) else []
+
+    def on_train_epoch_start(self, trainer, module):
+        if trainer.current_epoch:
+            self.after_epoch.append(self._list())
+
+    def on_train_end(self, trainer, module):
+        self.after_epoch.append(self._list())
+
+
+def fit(scores, checkpoint, **kwargs):
+    lister = ListsFiles(checkpoint)
+    trainer = quiet_trainer(max_epochs=len(scores), callbacks=[lister, checkpoint], enable_checkpointing=True,
+                            limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0, **kwargs)
+    trainer.fit(Scripted(scores), loader(), loader(n=8))
+    return trainer, lister.after_epoch
+
+
+def names(paths):
+    return sorted(os.path.basename(p) for p in paths)
+
+
+@pytest.fixture
+def memory_dir():
+    root = f"memory://ckpts-{uuid.uuid4().hex}"
+    yield root
+    fs = fsspec.filesystem("memory")
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+def test_top_k_keeps_the_k_best_files_after_each_epoch(memory_dir):
+    checkpoint = ModelCheckpoint(dirpath=memory_dir, monitor="score", save_top_k=2, filename="{epoch}-{score:.1f}")
+    _, after_epoch = fit([5, 3, 4, 1, 2], checkpoint)
+    assert after_epoch == [
+        ["epoch=0-score=5.0.ckpt"],
+        ["epoch=0-score=5.0.ckpt", "epoch=1-score=3.0.ckpt"],
+        ["epoch=1-score=3.0.ckpt", "epoch=2-score=4.0.ckpt"],
+        ["epoch=1-score=3.0.ckpt", "epoch=3-score=1.0.ckpt"],
+        ["epoch=3-score=1.0.ckpt", "epoch=4-score=2.0.ckpt"],
+    ]
+    assert checkpoint.best_model_path.endswith("epoch=3-score=1.0.ckpt")
+    assert checkpoint.best_model_score.item() == 1.0
+    assert checkpoint.kth_best_model_path.endswith("epoch=4-score=2.0.ckpt") and checkpoint.kth_value.item() == 2.0
+    assert names(checkpoint.best_k_models) == ["epoch=3-score=1.0.ckpt", "epoch=4-score=2.0.ckpt"]
+    with fsspec.open(checkpoint.best_model_path, "rb") as handle:  # the best file holds epoch 3's state
+        assert torch.load(handle, weights_only=True)["epoch"] == 3
+
+
+def test_mode_max_keeps_the_highest():
+    checkpoint = ModelCheckpoint(dirpath="ckpts", monitor="score", mode="max", save_top_k=1, filename="{epoch}")
+    _, after_epoch = fit([1, 3, 2], checkpoint)
+    assert after_epoch == [["epoch=0.ckpt"], ["epoch=1.ckpt"], ["epoch=1.ckpt"]]
+
+
+def test_save_top_k_minus_one_keeps_everything_and_zero_nothing_but_last():
+    _, after_epoch = fit([3, 2, 1], ModelCheckpoint(dirpath="all", monitor="score", save_top_k=-1, filename="{epoch}"))
+    assert after_epoch[-1] == ["epoch=0.ckpt", "epoch=1.ckpt", "epoch=2.ckpt"]
+    checkpoint = ModelCheckpoint(dirpath="none", monitor="score", save_top_k=0, save_last=True)
+    _, after_epoch = fit([3, 2, 1], checkpoint)
+    assert after_epoch == [["last.ckpt"]] * 3 and checkpoint.best_model_path == ""
+
+
+def test_without_a_monitor_the_latest_file_is_kept():
+    checkpoint = ModelCheckpoint(dirpath="latest")
+    trainer, after_epoch = fit([0, 0, 0], checkpoint)
+    assert after_epoch == [["epoch=0-step=2.ckpt"], ["epoch=1-step=4.ckpt"], ["epoch=2-step=6.ckpt"]]
+    assert checkpoint.best_model_path.endswith("epoch=2-step=6.ckpt")
+
+
+def test_save_last_writes_last_ckpt_of_the_latest_state():
+    checkpoint = ModelCheckpoint(dirpath="last", monitor="score", save_last=True)
+    trainer, after_epoch = fit([1, 5, 6], checkpoint)
+    assert after_epoch[-1] == ["epoch=0-step=2.ckpt", "last.ckpt"]
+    assert torch.load(checkpoint.last_model_path, weights_only=True)["global_step"] == 6
+
+
+def test_every_n_train_steps_saves_inside_the_epoch():
+    checkpoint = ModelCheckpoint(dirpath="steps", every_n_train_steps=3, save_top_k=-1, filename="{step}")
+    trainer = quiet_trainer(max_epochs=2, callbacks=[checkpoint], enable_checkpointing=True, limit_train_batches=4)
+    trainer.fit(Regressor(), loader())
+    assert names(os.listdir("steps")) == ["step=3.ckpt", "step=6.ckpt"]
+
+
+def test_every_n_epochs_saves_every_other_epoch():
+    checkpoint = ModelCheckpoint(dirpath="epochs", every_n_epochs=2, save_top_k=-1, filename="{epoch}")
+    _, after_epoch = fit([0, 0, 0, 0], checkpoint)
+    assert after_epoch[-1] == ["epoch=1.ckpt", "epoch=3.ckpt"]
+
+
+def test_train_time_interval_saves_when_the_interval_has_passed():
+    checkpoint = ModelCheckpoint(dirpath="timed", train_time_interval=timedelta(microseconds=1), save_top_k=-1,
+                                 filename="{step}")
+    trainer = quiet_trainer(max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True, limit_train_batches=3)
+    trainer.fit(Regressor(), loader())
+    assert names(os.listdir("timed")) == ["step=1.ckpt", "step=2.ckpt", "step=3.ckpt"]
+    checkpoint = ModelCheckpoint(dirpath="hourly", train_time_interval=timedelta(hours=1))
+    quiet_trainer(max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True, limit_train_batches=3).fit(
+        Regressor(), loader())
+    assert not os.path.exists("hourly") or os.listdir("hourly") == []
+
+
+def test_validation_inside_the_epoch_saves_after_each_validation():
+    checkpoint = ModelCheckpoint(dirpath="val", monitor="val_loss", save_top_k=-1, filename="{step}")
+    trainer = quiet_trainer(max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True, val_check_interval=0.5,
+                            num_sanity_val_steps=0)
+    trainer.fit(Regressor(), loader(), loader(n=8))
+    assert names(os.listdir("val")) == ["step=4.ckpt", "step=8.ckpt"]
+
+
+def test_file_names_from_templates():
+    checkpoint = ModelCheckpoint(dirpath="d", filename="{epoch}-{val_metric:.2f}")
+    assert checkpoint.format_checkpoint_name({"epoch": 3, "val_metric": torch.tensor(0.999)}) == os.path.join(
+        "d", "epoch=3-val_metric=1.00.ckpt")  # the name COMPAT.md records from Lightning
+    plain = ModelCheckpoint(dirpath="d", filename="run-{epoch:02d}", auto_insert_metric_name=False)
+    assert plain.format_checkpoint_name({"epoch": torch.tensor(7)}) == os.path.join("d", "run-07.ckpt")
+    default = ModelCheckpoint(dirpath="d")
+    assert default.format_checkpoint_name({"epoch": 1, "step": 20}) == os.path.join("d", "epoch=1-step=20.ckpt")
+    assert default.format_checkpoint_name({"epoch": 1, "step": 20}, ver=2) == os.path.join(
+        "d", "epoch=1-step=20-v2.ckpt")
+
+
+def test_a_name_clash_gets_a_version_suffix():
+    for _ in range(2):
+        checkpoint = ModelCheckpoint(dirpath="clash", filename="same", save_last=True)
+        with pytest.warns(UserWarning, match="exists and holds checkpoints") if os.path.exists("clash") else \
+                _no_warning():
+            quiet_trainer(max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True).fit(Regressor(), loader())
+    assert names(os.listdir("clash")) == ["last-v1.ckpt", "last.ckpt", "same-v1.ckpt", "same.ckpt"]
+    assert checkpoint.best_model_path.endswith("same-v1.ckpt") and checkpoint.last_model_path.endswith("last-v1.ckpt")
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_default_directory_is_the_loggers_checkpoints_folder_or_the_root():
+    trainer = quiet_trainer(max_epochs=1, enable_checkpointing=True, logger=framework.loggers.CSVLogger("logs"))
+    trainer.fit(Regressor(), loader())
+    assert trainer.checkpoint_callback.dirpath == os.path.join("logs", "lightning_logs", "version_0", "checkpoints")
+    assert os.listdir(trainer.checkpoint_callback.dirpath) == ["epoch=0-step=8.ckpt"]
+    trainer = quiet_trainer(max_epochs=1, enable_checkpointing=True, default_root_dir="root")
+    trainer.fit(Regressor(), loader())
+    assert trainer.checkpoint_callback.dirpath == os.path.join("root", "checkpoints")
+
+
+def test_the_default_checkpoint_callback_saves_one_file_per_epoch_keeping_the_latest():
+    trainer = quiet_trainer(max_epochs=3, enable_checkpointing=True)
+    assert [type(cb).__name__ for cb in trainer.callbacks] == ["ModelCheckpoint"]
+    trainer.fit(Regressor(), loader())
+    assert os.listdir("checkpoints") == ["epoch=2-step=24.ckpt"]
+
+
+def test_a_monitor_that_is_never_logged_fails_naming_the_logged_keys():
+    checkpoint = ModelCheckpoint(dirpath="missing", monitor="val_acc")
+    with pytest.raises(MisconfigurationError, match=r"monitor='val_acc'.*could not find 'val_acc' in the logged "
+                                                     r"metrics: \['score', 'train_loss'\]"):
+        fit([1, 2], checkpoint)
+
+
+def test_a_monitor_not_logged_yet_before_validation_only_warns():
+    checkpoint = ModelCheckpoint(dirpath="early", monitor="score", every_n_train_steps=1, save_top_k=2,
+                                 filename="{step}")
+    trainer = quiet_trainer(max_epochs=2, callbacks=[checkpoint], enable_checkpointing=True, limit_train_batches=2,
+                            limit_val_batches=1, num_sanity_val_steps=0)
+    with pytest.warns(UserWarning, match="could not find 'score'"):
+        trainer.fit(Scripted([4.0, 5.0]), loader(), loader(n=8))
+    # steps 1 and 2 come before the first validation; from step 3 on the metric exists
+    assert names(checkpoint.best_k_models) == ["step=3.ckpt", "step=4.ckpt"]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"save_top_k": -2}, r"save_top_k=-2 \(type int\)\): accepted is an int >= -1"),
+    ({"mode": "avg"}, r"mode='avg' \(type str\)\): accepted 'min' or 'max'"),
+    ({"save_top_k": 3}, r"save_top_k=3, monitor=None\): without a monitored metric"),
+    ({"every_n_epochs": -1}, r"every_n_epochs=-1"),
+    ({"every_n_train_steps": 2, "every_n_epochs": 1}, r"alternatives; give one of them"),
+    ({"train_time_interval": 5}, r"train_time_interval=5 \(type int\)\): accepted is a datetime.timedelta"),
+])
+def test_bad_arguments_name_the_argument(kwargs, message):
+    with pytest.raises(MisconfigurationError, match=message):
+        ModelCheckpoint(**kwargs)
+
+
+def test_an_unwritable_directory_fails_before_training():
+    open("a_file", "w").close()
+    trained = []
+
+    class Watches(Regressor):
+        def training_step(self, batch, batch_idx):
+            trained.append(batch_idx)
+            return super().training_step(batch, batch_idx)
+
+    checkpoint = ModelCheckpoint(dirpath=os.path.join("a_file", "checkpoints"))
+    with pytest.raises(MisconfigurationError, match=r"cannot write to dirpath='a_file.checkpoints'"):
+        quiet_trainer(max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True).fit(Watches(), loader())
+    assert trained == []
+
+
+def test_a_crash_leaves_the_saved_files_intact_and_loadable():
+    class Crashes(Scripted):
+        def training_step(self, batch, batch_idx):
+            if self.current_epoch == 3:
+                raise RuntimeError("out of memory, say")
+            return super().training_step(batch, batch_idx)
+
+    checkpoint = ModelCheckpoint(dirpath="crash", monitor="score", save_top_k=2, save_last=True, filename="{epoch}")
+    trainer = quiet_trainer(max_epochs=5, callbacks=[checkpoint], enable_checkpointing=True, limit_train_batches=2,
+                            num_sanity_val_steps=0)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        trainer.fit(Crashes([3, 1, 2, 0, 0]), loader(), loader(n=8))
+    assert names(os.listdir("crash")) == ["epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"]
+    for name in os.listdir("crash"):
+        assert "state_dict" in torch.load(os.path.join("crash", name), weights_only=True)
+    assert torch.load(os.path.join("crash", "last.ckpt"), weights_only=True)["epoch"] == 2
+
+
+def test_state_dict_round_trip_and_resume_keep_the_ranking():
+    checkpoint = ModelCheckpoint(dirpath="resume", monitor="score", save_top_k=2, filename="{epoch}")
+    fit([5, 3, 4], checkpoint)
+    state = checkpoint.state_dict()
+    again = ModelCheckpoint(dirpath="resume", monitor="score", save_top_k=2, filename="{epoch}")
+    again.load_state_dict(state)
+    assert again.state_dict().keys() == state.keys()
+    assert again.best_k_models == checkpoint.best_k_models and again.best_model_path == checkpoint.best_model_path
+    # Resumed from its last file, a new run ranks against the same files: epoch 3 (score 1) replaces epoch 2 (4).
+    resumed = ModelCheckpoint(dirpath="resume", monitor="score", save_top_k=2, filename="{epoch}")
+    trainer = quiet_trainer(max_epochs=4, callbacks=[resumed], enable_checkpointing=True, limit_train_batches=2,
+                            limit_val_batches=1, num_sanity_val_steps=0)
+    with pytest.warns(UserWarning, match="exists and holds checkpoints"):
+        trainer.fit(Scripted([5, 3, 4, 1]), loader(), loader(n=8), ckpt_path=os.path.join("resume", "epoch=2.ckpt"))
+    assert names(os.listdir("resume")) == ["epoch=1.ckpt", "epoch=2.ckpt", "epoch=3.ckpt"]  # resumed-from file stays
+    assert names(resumed.best_k_models) == ["epoch=1.ckpt", "epoch=3.ckpt"]
+
+
+def test_two_checkpoint_callbacks_with_different_monitors_keep_separate_state():
+    by_score = ModelCheckpoint(dirpath="a", monitor="score", filename="{epoch}")
+    by_loss = ModelCheckpoint(dirpath="b", monitor="train_loss", filename="{epoch}")
+    trainer = quiet_trainer(max_epochs=2, callbacks=[by_score, by_loss], enable_checkpointing=True,
+                            limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0)
+    trainer.fit(Scripted([2, 1]), loader(), loader(n=8))
+    trainer.save_checkpoint("both.ckpt")
+    saved = torch.load("both.ckpt", weights_only=True)["callbacks"]
+    assert set(saved) == {by_score.state_key, by_loss.state_key} and by_score.state_key != by_loss.state_key
+    assert saved[by_score.state_key]["monitor"] == "score" and saved[by_loss.state_key]["monitor"] == "train_loss"
+
+
+def test_best_and_last_checkpoints_are_loaded_by_name():
+    checkpoint = ModelCheckpoint(dirpath="named", monitor="score", save_last=True, filename="{epoch}")
+    trainer, _ = fit([1, 2, 3], checkpoint)
+    best = Regressor.load_from_checkpoint(checkpoint.best_model_path)
+    model = Regressor()
+    trainer.validate(model, loader(n=8), ckpt_path="best", verbose=False)
+    assert trainer.ckpt_path == checkpoint.best_model_path
+    torch.testing.assert_close(model.net.weight, best.net.weight)
+    trainer.validate(model, loader(n=8), ckpt_path="last", verbose=False)
+    assert trainer.ckpt_path == checkpoint.last_model_path
+
+
+def test_fast_dev_run_writes_no_checkpoint():
+    trainer = quiet_trainer(fast_dev_run=True, enable_checkpointing=True)
+    trainer.fit(Regressor(), loader(), loader(n=8))
+    assert trainer.checkpoint_callback is not None and not os.path.exists("checkpoints")
+
+
+def test_verbose_says_what_it_saved(caplog):
+    checkpoint = ModelCheckpoint(dirpath="loud", monitor="score", verbose=True, filename="{epoch}")
+    with caplog.at_level("INFO", logger="framework"):
+        fit([2, 3], checkpoint)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("'score' reached 2.00000 (best 2.00000), saving model to" in m for m in messages)
+    assert any("'score' was not in top 1" in m for m in messages)
+
+
+def test_loggers_hear_of_each_saved_checkpoint():
+    class Hears(RecordingLogger):
+        def __init__(self):
+            super().__init__()
+            self.saved: list[str] = []
+
+        def after_save_checkpoint(self, checkpoint_callback):
+            self.saved.append(os.path.basename(checkpoint_callback.best_model_path))
+
+    logger = Hears()
+    checkpoint = ModelCheckpoint(dirpath="heard", filename="{epoch}")
+    quiet_trainer(max_epochs=2, logger=logger, callbacks=[checkpoint], enable_checkpointing=True).fit(
+        Regressor(), loader())
+    assert logger.saved == ["epoch=0.ckpt", "epoch=1.ckpt"]
