@@ -184,7 +184,7 @@ class TQDMProgressBar(ProgressBar):
                  "predict": "Predicting"}[stage]
         elapsed = time.monotonic() - self._started[stage]
         parts = [f"{label}: {self._seen.get(stage, 0)} batches in {elapsed:.1f}s"]
-        parts += [f"{key}={_short(value)}" for key, value in metrics.items()]
+        parts += [f"{key}={_short(value)}" for key, value in sorted(metrics.items())]
         return ", ".join(parts)
 
     def _close(self, stage: str) -> None:

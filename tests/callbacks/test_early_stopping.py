@@ -1,0 +1,129 @@
+"""EarlyStopping on known metric sequences: patience, min_delta, thresholds, finiteness, state."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from framework.callbacks import EarlyStopping
+from framework.errors import MisconfigurationError
+from tests.callbacks.test_model_checkpoint import Scripted
+from tests.helpers import loader, quiet_trainer
+
+
+def run(scores, stopper, **kwargs):
+    settings = dict(max_epochs=len(scores), limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0)
+    settings.update(kwargs)
+    trainer = quiet_trainer(callbacks=[stopper], **settings)
+    trainer.fit(Scripted(scores), loader(), loader(n=8))
+    return trainer
+
+
+@pytest.mark.parametrize(("scores", "patience", "epochs_run"), [
+    ([5, 4, 4.5, 4.2, 4.1, 3], 2, 4),   # best 4 at epoch 1; epochs 2 and 3 do not beat it -> stop after epoch 3
+    ([5, 4, 4.5, 4.2, 4.1, 3], 3, 5),
+    ([5, 4, 3, 2, 1, 0], 1, 6),          # always improving: never stops
+    ([5, 5, 5, 5], 0, 2),                # patience 0: the first non-improvement stops
+])
+def test_patience_on_a_known_sequence(scores, patience, epochs_run):
+    stopper = EarlyStopping(monitor="score", patience=patience)
+    trainer = run(scores, stopper)
+    assert trainer.current_epoch == epochs_run  # epochs that ran, as Lightning counts them
+    if epochs_run < len(scores):
+        assert stopper.stopped_epoch == epochs_run - 1 and "did not improve" in stopper.stopping_reason
+
+
+def test_min_delta_ignores_improvements_smaller_than_it():
+    stopper = EarlyStopping(monitor="score", patience=2, min_delta=0.5)
+    trainer = run([5, 4.8, 4.6, 4.4, 3], stopper)  # 0.2 steps are not improvements of 0.5
+    assert trainer.current_epoch == 3 and stopper.best_score.item() == 5
+
+
+def test_mode_max():
+    trainer = run([1, 2, 1.5, 1.7, 3], EarlyStopping(monitor="score", mode="max", patience=2))
+    assert trainer.current_epoch == 4
+
+
+def test_stopping_threshold_stops_once_reached():
+    stopper = EarlyStopping(monitor="score", stopping_threshold=2.5, patience=10)
+    trainer = run([5, 4, 3, 2, 1], stopper)
+    assert trainer.current_epoch == 4
+    assert stopper.stopping_reason.startswith("Stopping threshold reached: score = 2.0 < 2.5")
+
+
+def test_divergence_threshold_stops_once_passed():
+    stopper = EarlyStopping(monitor="score", divergence_threshold=10, patience=10)
+    trainer = run([5, 4, 12, 3], stopper)
+    assert trainer.current_epoch == 3 and stopper.stopping_reason.startswith("Divergence threshold reached")
+
+
+def test_a_non_finite_value_stops_unless_asked_not_to():
+    assert run([3, math.nan, 2, 1], EarlyStopping(monitor="score", patience=5)).current_epoch == 2
+    assert run([3, math.inf, 2, 1], EarlyStopping(monitor="score", patience=5, check_finite=False)).current_epoch == 4
+
+
+def test_min_epochs_is_respected():
+    trainer = run([5, 6, 7, 8, 9, 10], EarlyStopping(monitor="score", patience=1), min_epochs=4)
+    assert trainer.current_epoch == 4
+
+
+def test_it_says_why_it_stopped(caplog):
+    with caplog.at_level("INFO", logger="framework"):
+        run([1, 2, 3], EarlyStopping(monitor="score", patience=1))
+    assert "Monitored metric score did not improve in the last 1 records. Best score: 1.000. Signaling Trainer to " \
+           "stop." in [r.getMessage() for r in caplog.records]
+
+
+def test_an_unknown_monitor_with_strict_names_the_logged_metrics():
+    with pytest.raises(MisconfigurationError, match=r"monitor='val_acc'\) found no 'val_acc' in the logged metrics: "
+                                                     r"\['score', 'train_loss'\]"):
+        run([1, 2], EarlyStopping(monitor="val_acc"))
+    assert run([1, 2], EarlyStopping(monitor="val_acc", strict=False)).current_epoch == 2
+
+
+def test_checks_after_each_validation_when_validation_runs_inside_the_epoch():
+    checks = []
+
+    class Counts(EarlyStopping):
+        def _check(self, trainer):
+            checks.append(trainer.global_step)
+            super()._check(trainer)
+
+    run([1, 1, 1], Counts(monitor="score", patience=10), val_check_interval=0.5, limit_train_batches=4)
+    assert checks == [2, 4, 6, 8, 10, 12]
+    checks.clear()
+    run([1, 1, 1], Counts(monitor="score", patience=10))
+    assert checks == [2, 4, 6]  # once, at each training epoch's end
+
+
+def test_state_dict_round_trip_and_resume_keep_counting(tmp_path):
+    stopper = EarlyStopping(monitor="score", patience=3)
+    trainer = run([5, 4, 6, 7], stopper)  # best 4, then two epochs without improvement
+    assert (stopper.wait_count, stopper.best_score.item()) == (2, 4)
+    again = EarlyStopping(monitor="score", patience=3)
+    again.load_state_dict(stopper.state_dict())
+    assert again.state_dict() == stopper.state_dict()
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    resumed = EarlyStopping(monitor="score", patience=3)
+    trainer = quiet_trainer(max_epochs=8, callbacks=[resumed], limit_train_batches=2, limit_val_batches=1,
+                            num_sanity_val_steps=0)
+    trainer.fit(Scripted([5, 4, 6, 7, 8, 8, 8, 8]), loader(), loader(n=8), ckpt_path=tmp_path / "a.ckpt")
+    assert trainer.current_epoch == 5 and resumed.wait_count == 3  # one more bad epoch was enough
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mode": "avg"}, r"mode='avg' \(type str\)\): accepted 'min' or 'max'"),
+    ({"patience": -1}, r"patience=-1 \(type int\)\): accepted is an int >= 0"),
+    ({"monitor": ""}, r"monitor='' \(type str\)\): accepted is a logged name"),
+])
+def test_bad_arguments_name_the_argument(kwargs, message):
+    with pytest.raises(MisconfigurationError, match=message):
+        EarlyStopping(**{"monitor": "score", **kwargs})
+
+
+def test_two_early_stoppings_on_different_metrics_keep_separate_state():
+    assert EarlyStopping("a").state_key != EarlyStopping("b").state_key
+    assert EarlyStopping("a").state_key == "EarlyStopping{'monitor': 'a', 'mode': 'min'}"
+    assert torch.equal(EarlyStopping("a", mode="max").best_score, torch.tensor(-math.inf))

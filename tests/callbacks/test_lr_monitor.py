@@ -1,0 +1,82 @@
+"""LearningRateMonitor: the values a StepLR schedule gives, names, intervals, and a missing logger."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from framework.callbacks import LearningRateMonitor
+from framework.errors import MisconfigurationError
+from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
+
+
+class Scheduled(Regressor):
+    def __init__(self, interval="epoch", groups=1, momentum=0.0):
+        super().__init__()
+        self.interval, self.groups, self.momentum = interval, groups, momentum
+
+    def configure_optimizers(self):
+        params = list(self.parameters())
+        groups = [{"params": params}] if self.groups == 1 else [{"params": params[:1]}, {"params": params[1:]}]
+        optimizer = torch.optim.SGD(groups, lr=0.1, momentum=self.momentum)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": self.interval}}
+
+
+def logged(logger, key):
+    return [(step, round(metrics[key], 6)) for step, metrics in logger.calls if key in metrics]
+
+
+def test_an_epoch_schedule_is_logged_at_each_epoch_start():
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=3, logger=logger, callbacks=[LearningRateMonitor()])
+    trainer.fit(Scheduled(), loader())  # 8 steps an epoch
+    assert logged(logger, "lr-SGD") == [(0, 0.1), (8, 0.05), (16, 0.025)]
+    assert trainer.callback_metrics["lr-SGD"].item() == pytest.approx(0.025)
+
+
+def test_a_step_schedule_is_logged_at_the_logged_steps():
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_steps=6, logger=logger, log_every_n_steps=2, callbacks=[LearningRateMonitor()])
+    trainer.fit(Scheduled(interval="step"), loader())
+    # at the batch start of steps 2, 4, 6 (logged at their index 1, 3, 5): after 1, 3, 5 halvings
+    assert logged(logger, "lr-SGD") == [(1, 0.05), (3, 0.0125), (5, 0.003125)]
+
+
+def test_param_groups_and_momentum_get_their_own_names():
+    logger = RecordingLogger()
+    trainer = quiet_trainer(max_epochs=1, logger=logger,
+                            callbacks=[LearningRateMonitor(logging_interval="epoch", log_momentum=True)])
+    trainer.fit(Scheduled(groups=2, momentum=0.9), loader())
+    assert set(logger.calls[-1][1]) >= {"lr-SGD/pg1", "lr-SGD/pg2", "lr-SGD/pg1-momentum", "lr-SGD/pg2-momentum"}
+    assert logger.calls[-1][1]["lr-SGD/pg2-momentum"] == 0.9
+
+
+def test_two_optimizers_of_one_class_are_told_apart():
+    class Two(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.other = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):
+            for optimizer in self.optimizers():
+                optimizer.zero_grad()
+            self.manual_backward(self.loss(batch) + self.other.weight.sum())
+            for optimizer in self.optimizers():
+                optimizer.step()
+
+        def configure_optimizers(self):
+            return [torch.optim.SGD(self.net.parameters(), lr=0.1), torch.optim.SGD(self.other.parameters(), lr=0.2)]
+
+    logger = RecordingLogger()
+    quiet_trainer(max_epochs=1, logger=logger, callbacks=[LearningRateMonitor()]).fit(Two(), loader())
+    assert {key: value for key, value in logger.calls[0][1].items() if key.startswith("lr")} == {
+        "lr-SGD": 0.1, "lr-SGD-1": 0.2}
+
+
+def test_without_a_logger_it_says_so():
+    with pytest.raises(MisconfigurationError, match="LearningRateMonitor needs a logger"):
+        quiet_trainer(max_epochs=1, logger=False, callbacks=[LearningRateMonitor()]).fit(Scheduled(), loader())
+    with pytest.raises(MisconfigurationError, match="logging_interval='batch'"):
+        LearningRateMonitor(logging_interval="batch")

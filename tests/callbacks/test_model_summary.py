@@ -1,0 +1,61 @@
+"""ModelSummary: counts against a hand count, depth, modes, and printing at fit start."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from framework.callbacks import ModelSummary
+from framework.callbacks.model_summary import Summary, readable_count
+from tests.helpers import Regressor, loader, quiet_trainer
+
+
+class Frozen(Regressor):
+    """encoder Linear(4, 8) + ReLU, head Linear(8, 2) frozen, a BatchNorm kept in eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+        self.norm = nn.BatchNorm1d(2).eval()
+        for p in self.head.parameters():
+            p.requires_grad = False
+
+
+def test_counts_match_a_hand_count():
+    summary = Summary(Frozen(), max_depth=1)
+    # net Linear(4,1): 5; encoder: 4*8+8 = 40; head: 8*2+2 = 18 (frozen); norm: 2+2 = 4
+    assert [(r.name, r.type, r.params) for r in summary.rows] == [
+        ("net", "Linear", 5), ("encoder", "Sequential", 40), ("head", "Linear", 18), ("norm", "BatchNorm1d", 4)]
+    assert summary.total_parameters == 67 and summary.trainable_parameters == 49
+    assert summary.size_mb == 67 * 4 / 1e6
+    assert (summary.training_modules, summary.eval_modules) == (6, 1)
+    text = str(summary)
+    for expected in ("49        Trainable params", "18        Non-trainable params", "67        Total params",
+                     "0.000     Total estimated model params size (MB)", "1         Modules in eval mode"):
+        assert expected in text
+    assert "3 | norm    | BatchNorm1d | 4      | eval" in text
+
+
+def test_depth_two_shows_the_children_and_minus_one_everything():
+    assert [r.name for r in Summary(Frozen(), max_depth=2).rows] == [
+        "net", "encoder", "encoder.0", "encoder.1", "head", "norm"]
+    deep = nn.Sequential(nn.Sequential(nn.Sequential(nn.Linear(1, 1))))
+    assert [r.name for r in Summary(deep, max_depth=-1).rows] == ["0", "0.0", "0.0.0"]
+
+
+def test_readable_counts():
+    assert [readable_count(n) for n in (7, 1_234, 12_345, 5_300_000, 123_000_000, 2_000_000_000)] == [
+        "7", "1.2 K", "12.3 K", "5.3 M", "123 M", "2.0 B"]
+
+
+def test_it_is_printed_when_fit_starts(caplog):
+    with caplog.at_level("INFO", logger="framework"):
+        quiet_trainer(max_epochs=1, enable_model_summary=True).fit(Regressor(), loader())
+    assert any("Total params" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="framework"):
+        quiet_trainer(max_epochs=1, callbacks=[ModelSummary(max_depth=0)], enable_model_summary=True).fit(
+            Regressor(), loader())
+    assert not any("Total params" in r.getMessage() for r in caplog.records)
+    assert torch.is_grad_enabled()

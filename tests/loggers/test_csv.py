@@ -1,0 +1,132 @@
+"""CSVLogger: file layout, versions, rows at Lightning's steps, a growing header, hparams.yaml, faults."""
+
+from __future__ import annotations
+
+import csv
+import os
+import uuid
+
+import fsspec
+import pytest
+import yaml
+
+from framework.loggers import CSVLogger
+from tests.helpers import Regressor, loader, quiet_trainer
+
+
+def rows(path):
+    with fsspec.open(path, "r", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+class EveryKind(Regressor):
+    """Logs a step value, an epoch value, both, and a validation value."""
+
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        self.log("loss", loss, on_step=True, on_epoch=True)
+        self.log("step_only", float(batch_idx))
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.loss(batch))
+
+
+def test_rows_come_at_lightnings_steps():
+    # Lightning 2.6.6's CSVLogger on this run (12 batches an epoch, accumulate_grad_batches=2, log_every_n_steps=5,
+    # 2 epochs, validation each epoch) writes rows at steps 4, 5 (validation), 5 (training epoch), 9, 11, 11.
+    class Plain(Regressor):
+        def training_step(self, batch, batch_idx):
+            loss = self.loss(batch)
+            self.log("loss", loss, on_step=True, on_epoch=True)
+            return loss
+
+    logger = CSVLogger("logs")
+    trainer = quiet_trainer(max_epochs=2, logger=logger, accumulate_grad_batches=2, log_every_n_steps=5,
+                            num_sanity_val_steps=0)
+    trainer.fit(Plain(), loader(n=96), loader(n=16))
+    table = rows(logger.metrics_file)
+    assert list(table[0]) == ["epoch", "loss_epoch", "loss_step", "step", "val_loss"]  # alphabetical, as Lightning
+    filled = [(int(row["step"]), row["epoch"], sorted(k for k in ("loss_step", "loss_epoch", "val_loss") if row[k]))
+              for row in table]
+    assert filled == [
+        (4, "0", ["loss_step"]), (5, "0", ["val_loss"]), (5, "0", ["loss_epoch"]),
+        (9, "1", ["loss_step"]), (11, "1", ["val_loss"]), (11, "1", ["loss_epoch"]),
+    ]
+
+
+def test_layout_versions_and_values():
+    logger = CSVLogger("logs", name="exp")
+    trainer = quiet_trainer(max_epochs=2, logger=logger, log_every_n_steps=4)
+    assert trainer.log_dir == os.path.join("logs", "exp", "version_0")
+    trainer.fit(EveryKind(), loader(), loader(n=16))
+    assert sorted(os.listdir(logger.log_dir)) == ["hparams.yaml", "metrics.csv"]
+    table = rows(logger.metrics_file)
+    assert list(table[0]) == ["epoch", "loss_epoch", "loss_step", "step", "step_only", "val_loss"]
+    step_rows = [row for row in table if row["loss_step"]]
+    assert [(int(r["step"]), float(r["step_only"])) for r in step_rows] == [(3, 3.0), (7, 7.0), (11, 3.0), (15, 7.0)]
+    val_rows = [row for row in table if row["val_loss"]]
+    assert [int(r["step"]) for r in val_rows] == [7, 15]  # at the step of the training batch validation followed
+    assert trainer.callback_metrics["val_loss"].item() == pytest.approx(float(val_rows[-1]["val_loss"]))
+    assert CSVLogger("logs", name="exp").version == 1  # the next run gets the next version
+    assert CSVLogger("logs", name="exp", version="final").log_dir == os.path.join("logs", "exp", "final")
+
+
+def test_a_new_name_widens_the_header_without_losing_rows():
+    logger = CSVLogger("grow", flush_logs_every_n_steps=1)
+    logger.log_metrics({"a": 1.0}, step=0)
+    logger.log_metrics({"a": 2.0}, step=1)
+    logger.log_metrics({"b": 3.0}, step=2)
+    logger.log_metrics({"a": 4.0, "b": 5.0}, step=3)
+    assert rows(logger.metrics_file) == [
+        {"a": "1.0", "b": "", "step": "0"}, {"a": "2.0", "b": "", "step": "1"},
+        {"a": "", "b": "3.0", "step": "2"}, {"a": "4.0", "b": "5.0", "step": "3"},
+    ]
+
+
+def test_rows_are_buffered_until_a_flush():
+    logger = CSVLogger("buffer", flush_logs_every_n_steps=10)
+    for step in range(5):
+        logger.log_metrics({"x": float(step)}, step)
+    assert not os.path.exists(logger.metrics_file)
+    logger.log_metrics({"x": 9.0}, 9)
+    assert len(rows(logger.metrics_file)) == 6
+
+
+def test_hyperparameters_go_to_hparams_yaml():
+    logger = CSVLogger("hp")
+    quiet_trainer(max_epochs=1, logger=logger).fit(Regressor(lr=0.02, features=4), loader())
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as handle:
+        assert yaml.safe_load(handle) == {"lr": 0.02, "features": 4}
+
+
+def test_any_fsspec_path_works():
+    root = f"memory://csv-{uuid.uuid4().hex}"
+    logger = CSVLogger(root)
+    quiet_trainer(max_epochs=1, logger=logger, log_every_n_steps=2).fit(Regressor(), loader())
+    assert [int(row["step"]) for row in rows(logger.metrics_file)] == [1, 3, 5, 7]
+    fsspec.filesystem("memory").rm(root.replace("memory://", "/"), recursive=True)
+
+
+def test_a_crash_leaves_a_readable_file_with_every_row_logged_before_it():
+    class Crashes(EveryKind):
+        def training_step(self, batch, batch_idx):
+            if self.current_epoch == 1 and batch_idx == 5:
+                raise RuntimeError("boom")
+            return super().training_step(batch, batch_idx)
+
+    logger = CSVLogger("crash")
+    with pytest.raises(RuntimeError, match="boom"):
+        quiet_trainer(max_epochs=3, logger=logger, log_every_n_steps=2).fit(Crashes(), loader())
+    table = rows(logger.metrics_file)
+    assert [int(r["step"]) for r in table if r["loss_step"]] == [1, 3, 5, 7, 9, 11]
+    assert all(len(r) == len(table[0]) for r in table)
+
+
+def test_a_run_reusing_a_version_replaces_its_metrics():
+    first = CSVLogger("again", version=0, flush_logs_every_n_steps=1)
+    first.log_metrics({"x": 1.0}, 0)
+    second = CSVLogger("again", version=0, flush_logs_every_n_steps=1)
+    with pytest.warns(UserWarning, match="exists from an earlier run"):
+        second.log_metrics({"y": 2.0}, 0)
+    assert rows(second.metrics_file) == [{"step": "0", "y": "2.0"}]

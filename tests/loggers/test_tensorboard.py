@@ -1,0 +1,76 @@
+"""TensorBoardLogger: scalars and hyperparameters read back with tensorboard's own EventAccumulator."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from framework.loggers import TensorBoardLogger
+from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
+from tests.loggers.test_csv import EveryKind
+
+
+class Tee(RecordingLogger):
+    pass
+
+
+def events(log_dir):
+    accumulator = EventAccumulator(log_dir, size_guidance={"scalars": 0, "tensors": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def test_scalars_have_the_steps_and_values_the_trainer_logged():
+    logger, reference = TensorBoardLogger("tb"), Tee()
+    trainer = quiet_trainer(max_epochs=2, logger=[logger, reference], log_every_n_steps=4)
+    trainer.fit(EveryKind(), loader(), loader(n=16))
+    scalars = events(logger.log_dir)
+    for key in ("loss_step", "loss_epoch", "step_only", "val_loss", "epoch"):
+        expected = [(step, metrics[key]) for step, metrics in reference.calls if key in metrics]
+        seen = [(event.step, event.value) for event in scalars.Scalars(key)]
+        assert [step for step, _ in seen] == [step for step, _ in expected], key
+        assert [value for _, value in seen] == pytest.approx([value for _, value in expected], rel=1e-6), key
+    assert [e.step for e in scalars.Scalars("loss_step")] == [3, 7, 11, 15]
+
+
+def test_hyperparameters_reach_the_hparams_tab_and_yaml():
+    logger = TensorBoardLogger("hp", name="exp", version=3)
+    quiet_trainer(max_epochs=1, logger=logger).fit(Regressor(lr=0.02), loader())
+    assert logger.log_dir == os.path.join("hp", "exp", "version_3")
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as handle:
+        assert yaml.safe_load(handle) == {"lr": 0.02, "features": 4}
+    scalars = events(logger.log_dir)
+    assert [(e.step, e.value) for e in scalars.Scalars("hp_metric")] == [(0, -1.0)]  # Lightning's default
+    plugin = scalars.PluginTagToContent("hparams")
+    assert "_hparams_/session_start_info" in plugin and b"lr" in plugin["_hparams_/session_start_info"]
+
+
+def test_versions_count_up_and_the_trainer_log_dir_follows():
+    first = quiet_trainer(max_epochs=1, logger=TensorBoardLogger("runs"))
+    second = quiet_trainer(max_epochs=1, logger=TensorBoardLogger("runs"))
+    first.fit(Regressor(), loader())
+    assert first.log_dir == os.path.join("runs", "lightning_logs", "version_0")
+    assert second.log_dir == os.path.join("runs", "lightning_logs", "version_1")
+
+
+def test_the_graph_is_logged_when_asked():
+    class WithExample(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.example_input_array = torch.randn(2, 4)
+
+    logger = TensorBoardLogger("graph", log_graph=True)
+    quiet_trainer(max_epochs=1, logger=logger).fit(WithExample(), loader())
+    assert events(logger.log_dir).Graph() is not None
+
+
+def test_the_default_logger_is_tensorboard_under_lightning_logs():
+    trainer = quiet_trainer(max_epochs=1, logger=True)
+    assert [type(logger).__name__ for logger in trainer.loggers] == ["TensorBoardLogger"]
+    trainer.fit(Regressor(), loader())
+    assert trainer.log_dir == os.path.join(os.getcwd(), "lightning_logs", "version_0")
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(trainer.log_dir))
