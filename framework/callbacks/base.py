@@ -29,6 +29,17 @@ class Callback:
         """Key of this callback's state in a checkpoint; two instances with different settings differ."""
         return type(self).__qualname__
 
+    def _generate_state_key(self, **settings: Any) -> str:
+        """A state key naming the settings that set this instance apart (as Lightning's helper does).
+
+        Example::
+
+            @property
+            def state_key(self):
+                return self._generate_state_key(monitor=self.monitor)
+        """
+        return f"{type(self).__qualname__}{settings!r}"
+
     def state_dict(self) -> dict[str, Any]:
         """What this callback saves in checkpoints (under ``state_key``); nothing by default."""
         return {}

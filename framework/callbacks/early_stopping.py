@@ -74,7 +74,7 @@ class EarlyStopping(Callback):
     @property
     def state_key(self) -> str:
         """EarlyStoppings on different metrics or modes keep separate states."""
-        return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
     @property
     def monitor_op(self) -> Any:

@@ -98,9 +98,10 @@ class ModelCheckpoint(Callback):
     @property
     def state_key(self) -> str:
         """Two ModelCheckpoints that differ in what or when they save keep separate states."""
-        settings = {"monitor": self.monitor, "mode": self.mode, "every_n_train_steps": self._every_n_train_steps,
-                    "every_n_epochs": self._every_n_epochs, "train_time_interval": self._train_time_interval}
-        return f"{type(self).__qualname__}{settings!r}"
+        return self._generate_state_key(
+            monitor=self.monitor, mode=self.mode, every_n_train_steps=self._every_n_train_steps,
+            every_n_epochs=self._every_n_epochs, train_time_interval=self._train_time_interval,
+        )
 
     # -- when to save ---
     def setup(self, trainer: Any, module: Any, stage: str) -> None:
