@@ -108,11 +108,17 @@ class ModelCheckpoint(Callback):
         """Decide the directory (rank 0's choice for every rank) and check it can be written to, when fitting."""
         dirpath = self.dirpath if self.dirpath is not None else _default_dirpath(trainer)
         self.dirpath = trainer.runtime.broadcast(dirpath)
-        if stage == "fit" and trainer.is_global_zero and self.save_top_k != 0 and not trainer.fast_dev_run:
-            _check_writable(self.dirpath)
-            if _holds_checkpoints(self.dirpath, self.FILE_EXTENSION):
-                warnings.warn(f"Checkpoint directory {self.dirpath} exists and holds checkpoints; this run writes "
-                              "beside them (a name clash gets a -v1 suffix) and deletes only its own.", stacklevel=2)
+        if stage != "fit" or trainer.fast_dev_run or (self.save_top_k == 0 and not self.save_last):
+            return
+        problem = _write_problem(self.dirpath) if trainer.is_global_zero else None
+        problem = trainer.runtime.broadcast(problem)  # every rank fails alike, none waits for the others
+        if problem is not None:
+            raise MisconfigurationError(
+                f"ModelCheckpoint cannot write to dirpath={self.dirpath!r}: {problem}. Pass a writable dirpath=."
+            )
+        if trainer.is_global_zero and _holds_checkpoints(self.dirpath, self.FILE_EXTENSION):
+            warnings.warn(f"Checkpoint directory {self.dirpath} exists and holds checkpoints; this run writes "
+                          "beside them (a name clash gets a -v1 suffix) and deletes only its own.", stacklevel=2)
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
         """Start the clock of ``train_time_interval``."""
@@ -376,17 +382,16 @@ def _default_dirpath(trainer: Any) -> str:
     return os.path.join(save_dir, str(logger.name or ""), version, "checkpoints")
 
 
-def _check_writable(dirpath: str) -> None:
-    """Fail at set-up, not after an hour of training, when checkpoints cannot be written to ``dirpath``."""
+def _write_problem(dirpath: str) -> str | None:
+    """Why checkpoints cannot be written to ``dirpath`` (found at set-up, not after an hour of training), or None."""
     probe = os.path.join(dirpath, f".write-test-{uuid.uuid4().hex[:8]}")
     try:
         make_dirs(dirpath)
         write_bytes_atomic(probe, b"")
         remove(probe)
     except OSError as error:
-        raise MisconfigurationError(
-            f"ModelCheckpoint cannot write to dirpath={dirpath!r}: {error}. Pass a writable dirpath=."
-        ) from error
+        return str(error)
+    return None
 
 
 def _holds_checkpoints(dirpath: str, extension: str) -> bool:

@@ -10,6 +10,8 @@ from typing import Any
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
 
+_REDRAW_EVERY = 0.1  # seconds
+
 
 class ProgressBar(Callback):
     """What every progress bar shows next to the counts: ``v_num`` (the logger's version) and the
@@ -28,7 +30,8 @@ class ProgressBar(Callback):
 class TQDMProgressBar(ProgressBar):
     """A tqdm bar for training (``Epoch 3: 40/100 [... loss=0.12, v_num=0]``), validation, testing and predicting.
 
-    Bars are redrawn every ``refresh_rate`` batches (0 turns the bar off). When standard
+    Bars are redrawn every ``refresh_rate`` batches (0 turns the bar off), at most ten times a
+    second whatever the rate, so a fast loop does not wait on the display. When standard
     output is not a terminal (a log file, CI, a notebook capture) there are no bars: one line
     per training epoch, and one per validate/test/predict run, so logs do not fill with
     carriage returns. Only global rank 0 shows anything.
@@ -51,6 +54,7 @@ class TQDMProgressBar(ProgressBar):
         self._bars: dict[str, Any] = {}  # stage -> tqdm bar, in terminal mode
         self._started: dict[str, float] = {}  # stage -> time.monotonic() at its start, for the summary lines
         self._seen: dict[str, int] = {}  # stage -> batches done, for the summary lines
+        self._last_redraw = 0.0
 
     @property
     def is_enabled(self) -> bool:
@@ -159,8 +163,13 @@ class TQDMProgressBar(ProgressBar):
             return
         self._seen[stage] = done
         bar = self._bars.get(stage)
-        if bar is None or (done % self.refresh_rate and done != bar.total):
+        if bar is None or done % self.refresh_rate and done != bar.total:
             return
+        # At most ten redraws a second: reading the metrics for the postfix waits for the device.
+        now = time.monotonic()
+        if now - self._last_redraw < _REDRAW_EVERY and done != bar.total:
+            return
+        self._last_redraw = now
         bar.n = done
         bar.set_postfix(self.get_metrics(trainer, module), refresh=False)
         bar.refresh()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import sys
+import time
 
 import pytest
 
@@ -50,19 +51,31 @@ class FakeTerminal(io.StringIO):
         return True
 
 
-def test_on_a_terminal_the_bar_is_redrawn_every_refresh_rate_batches(monkeypatch):
-    outputs = {}
-    for rate in (1, 4):
-        terminal = FakeTerminal()
-        monkeypatch.setattr(sys, "stdout", terminal)
-        trainer = quiet_trainer(max_epochs=1, callbacks=[TQDMProgressBar(refresh_rate=rate)],
-                                enable_progress_bar=True, limit_val_batches=0)
-        trainer.fit(ShowsLoss(), loader(n=64))  # 8 batches
-        outputs[rate] = terminal.getvalue()
+class SlowSteps(ShowsLoss):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.11)  # slower than the bar's ten redraws a second
+        return super().training_step(batch, batch_idx)
+
+
+def redraws(monkeypatch, model, rate):
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    trainer = quiet_trainer(max_epochs=1, callbacks=[TQDMProgressBar(refresh_rate=rate)], enable_progress_bar=True,
+                            limit_val_batches=0)
+    trainer.fit(model, loader(n=64))  # 8 batches
     monkeypatch.undo()
-    redraws = {rate: len(re.findall(r"Epoch 0: +\d+%", text)) for rate, text in outputs.items()}
-    assert "8/8" in outputs[1] and "train_loss=" in outputs[1]
-    assert redraws[4] < redraws[1]  # a redraw every 4 batches instead of every batch
+    text = terminal.getvalue()
+    assert "8/8" in text and "train_loss=" in text
+    return len(re.findall(r"train_loss=", text))
+
+
+def test_on_a_terminal_the_bar_is_redrawn_every_refresh_rate_batches(monkeypatch):
+    every_batch, every_fourth = redraws(monkeypatch, SlowSteps(), 1), redraws(monkeypatch, SlowSteps(), 4)
+    assert every_fourth < every_batch and every_batch >= 8
+
+
+def test_a_fast_loop_is_redrawn_at_most_ten_times_a_second(monkeypatch):
+    assert redraws(monkeypatch, ShowsLoss(), 1) <= 4  # 8 fast batches: the first, the last, little between
 
 
 def test_refresh_rate_zero_shows_nothing(capsys):
