@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 from datetime import timedelta
 
 import fsspec
@@ -58,17 +57,8 @@ def names(paths):
     return sorted(os.path.basename(p) for p in paths)
 
 
-@pytest.fixture
-def memory_dir():
-    root = f"memory://ckpts-{uuid.uuid4().hex}"
-    yield root
-    fs = fsspec.filesystem("memory")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
-
-
-def test_top_k_keeps_the_k_best_files_after_each_epoch(memory_dir):
-    checkpoint = ModelCheckpoint(dirpath=memory_dir, monitor="score", save_top_k=2, filename="{epoch}-{score:.1f}")
+def test_top_k_keeps_the_k_best_files_after_each_epoch(memory_root):
+    checkpoint = ModelCheckpoint(dirpath=memory_root, monitor="score", save_top_k=2, filename="{epoch}-{score:.1f}")
     _, after_epoch = fit([5, 3, 4, 1, 2], checkpoint)
     assert after_epoch == [
         ["epoch=0-score=5.0.ckpt"],

@@ -18,15 +18,6 @@ from framework.io.fs import write_bytes_atomic
 from tests.helpers import Regressor, loader, quiet_trainer, regression_data
 
 
-@pytest.fixture
-def memory_root():
-    root = f"memory://ckpt-{uuid.uuid4().hex}"
-    yield root
-    fs = fsspec.filesystem("memory")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
-
-
 @pytest.fixture(params=["local", "file-url", "memory"])
 def root(request, tmp_path, memory_root):
     if request.param == "local":

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import uuid
 
-import fsspec
 import pytest
 import torch
 from torch import nn
@@ -148,15 +146,6 @@ def _trained_pair():
         runtime.optimizer_step(optimizer)
         optimizer.zero_grad()
     return runtime, model, optimizer
-
-
-@pytest.fixture
-def memory_root():
-    root = f"memory://runtime-{uuid.uuid4().hex}"
-    yield root
-    fs = fsspec.filesystem("memory")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
