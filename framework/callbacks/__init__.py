@@ -1,7 +1,7 @@
 """Callbacks: the base class and the built-in ones (checkpointing, early stopping, progress, monitors)."""
 
 from framework.callbacks.base import Callback
-from framework.callbacks.early_stopping import EarlyStopping
+from framework.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from framework.callbacks.lambda_callback import LambdaCallback
 from framework.callbacks.lr_monitor import LearningRateMonitor
 from framework.callbacks.model_checkpoint import ModelCheckpoint
@@ -13,6 +13,7 @@ from framework.callbacks.timer import Timer
 __all__ = [
     "Callback",
     "EarlyStopping",
+    "EarlyStoppingReason",
     "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from enum import Enum
 from typing import Any
 
 import torch
@@ -16,6 +17,16 @@ _BETTER = {"min": torch.lt, "max": torch.gt}
 _SIGN = {"min": "<", "max": ">"}
 
 
+class EarlyStoppingReason(Enum):
+    """Why an ``EarlyStopping`` stopped training (``early_stopping.stopping_reason``)."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
+
+
 class EarlyStopping(Callback):
     """Set ``trainer.should_stop`` when ``monitor`` has not improved for ``patience`` checks.
 
@@ -23,7 +34,9 @@ class EarlyStopping(Callback):
     once an epoch). It improves when it beats the best value by more than ``min_delta``.
     Training also stops at once when the value is not finite (``check_finite``), reaches
     ``stopping_threshold``, or passes ``divergence_threshold`` the wrong way. The Trainer
-    still runs ``min_epochs`` / ``min_steps`` first. The reason is logged when it stops.
+    still runs ``min_epochs`` / ``min_steps`` first. The reason is logged when it stops, and
+    kept as ``stopping_reason`` (an ``EarlyStoppingReason``) and ``stopping_reason_message``.
+    A negative ``min_delta`` lets a slightly worse value count as an improvement (as in Lightning).
 
     Example::
 
@@ -64,12 +77,13 @@ class EarlyStopping(Callback):
         self.divergence_threshold = divergence_threshold
         self.log_rank_zero_only = log_rank_zero_only
         # an improvement must beat the best by min_delta in the right direction
-        self.min_delta = abs(min_delta) if mode == "max" else -abs(min_delta)
+        self.min_delta = min_delta if mode == "max" else -min_delta
         self._check_on_train_epoch_end = check_on_train_epoch_end
         self.wait_count = 0
         self.stopped_epoch = 0
         self.best_score = torch.tensor(math.inf if mode == "min" else -math.inf)
-        self.stopping_reason: str | None = None
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
 
     @property
     def state_key(self) -> str:
@@ -111,38 +125,39 @@ class EarlyStopping(Callback):
                 warnings.warn(message + ".", RuntimeWarning, stacklevel=2)
             return
         current = torch.as_tensor(current).detach().squeeze().cpu()
-        should_stop, reason = self._evaluate(current)
-        should_stop = trainer.runtime.reduce_boolean_decision(should_stop, all=False)
+        kind, reason = self._evaluate(current)
+        should_stop = trainer.runtime.reduce_boolean_decision(kind is not None, all=False)
         trainer.should_stop = trainer.should_stop or should_stop
         if should_stop:
             self.stopped_epoch = trainer.current_epoch
-            self.stopping_reason = reason
+            if kind is not None:
+                self.stopping_reason, self.stopping_reason_message = kind, reason
         if reason and (should_stop or self.verbose) and (trainer.is_global_zero or not self.log_rank_zero_only):
             prefix = f"[rank: {trainer.global_rank}] " if trainer.world_size > 1 else ""
             console.info(prefix + reason)
 
-    def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
-        """Whether ``current`` ends training, and a sentence saying why (or how it improved)."""
+    def _evaluate(self, current: torch.Tensor) -> tuple[EarlyStoppingReason | None, str | None]:
+        """Why ``current`` ends training (None: it does not), and a sentence saying so (or how it improved)."""
         better = self.monitor_op
         if self.check_finite and not torch.isfinite(current):
-            return True, (f"Monitored metric {self.monitor} = {current.item()} is not finite. Previous best value was "
+            return EarlyStoppingReason.NON_FINITE_METRIC, (f"Monitored metric {self.monitor} = {current.item()} is not finite. Previous best value was "
                           f"{self.best_score.item():.3f}. Signaling Trainer to stop.")
         if self.stopping_threshold is not None and better(current, self.stopping_threshold):
-            return True, (f"Stopping threshold reached: {self.monitor} = {current.item()} {_SIGN[self.mode]} "
+            return EarlyStoppingReason.STOPPING_THRESHOLD, (f"Stopping threshold reached: {self.monitor} = {current.item()} {_SIGN[self.mode]} "
                           f"{self.stopping_threshold}. Signaling Trainer to stop.")
         if self.divergence_threshold is not None and better(-current, -self.divergence_threshold):
-            return True, (f"Divergence threshold reached: {self.monitor} = {current.item()} {_SIGN[self.mode]} "
+            return EarlyStoppingReason.DIVERGENCE_THRESHOLD, (f"Divergence threshold reached: {self.monitor} = {current.item()} {_SIGN[self.mode]} "
                           f"{self.divergence_threshold}. Signaling Trainer to stop.")
         if better(current - self.min_delta, self.best_score):
             reason = self._improvement_message(current)
             self.best_score = current
             self.wait_count = 0
-            return False, reason
+            return None, reason
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return True, (f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
+            return EarlyStoppingReason.PATIENCE_EXHAUSTED, (f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
                           f"Best score: {self.best_score.item():.3f}. Signaling Trainer to stop.")
-        return False, None
+        return None, None
 
     def _improvement_message(self, current: torch.Tensor) -> str:
         if torch.isfinite(self.best_score):
@@ -153,7 +168,8 @@ class EarlyStopping(Callback):
     def state_dict(self) -> dict[str, Any]:
         """How long it has waited and the best value so far, to go on counting after a resume."""
         return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch, "best_score": self.best_score,
-                "patience": self.patience}
+                "patience": self.patience, "stopping_reason": self.stopping_reason.value,
+                "stopping_reason_message": self.stopping_reason_message}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
@@ -161,3 +177,5 @@ class EarlyStopping(Callback):
         self.stopped_epoch = state_dict["stopped_epoch"]
         self.best_score = state_dict["best_score"]
         self.patience = state_dict["patience"]
+        self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", 0))
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")

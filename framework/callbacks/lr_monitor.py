@@ -36,6 +36,8 @@ class LearningRateMonitor(Callback):
         self.log_momentum = log_momentum
         self.log_weight_decay = log_weight_decay
         self.lrs: dict[str, list[float]] = defaultdict(list)
+        self.last_momentum_values: dict[str, float] = {}
+        self.last_weight_decay_values: dict[str, float] = {}
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
         """Check there is a logger to write to."""
@@ -84,8 +86,6 @@ class LearningRateMonitor(Callback):
             if any(optimizer is seen for seen in with_scheduler):
                 continue
             stats.update(self._stats_of(optimizer, self._optimizer_name(optimizer, class_counts)))
-        for name, value in stats.items():
-            self.lrs[name].append(value)
         return stats
 
     @staticmethod
@@ -106,9 +106,11 @@ class LearningRateMonitor(Callback):
         for group, group_name in zip(groups, group_names, strict=True):
             key = f"{name}/{group_name}" if len(groups) > 1 or "name" in group else name
             stats[key] = float(group["lr"])
+            self.lrs[key].append(stats[key])
             if self.log_momentum:
                 momentum = group["betas"][0] if "betas" in group else group.get("momentum", 0.0)
-                stats[f"{key}-momentum"] = float(momentum)
+                stats[f"{key}-momentum"] = self.last_momentum_values[f"{key}-momentum"] = float(momentum)
             if self.log_weight_decay and "weight_decay" in group:
-                stats[f"{key}-weight_decay"] = float(group["weight_decay"])
+                value = float(group["weight_decay"])
+                stats[f"{key}-weight_decay"] = self.last_weight_decay_values[f"{key}-weight_decay"] = value
         return stats

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 import uuid
 import warnings
@@ -31,6 +32,12 @@ class ModelCheckpoint(Callback):
     defaults to ``<log_dir>/checkpoints`` and may be any fsspec path. Every file is written
     atomically, so a crash never leaves a half-written checkpoint or loses the earlier ones.
 
+    ``last.ckpt`` holds the state at the latest save point (every epoch end, and every
+    ``every_n_train_steps``), whether or not a top-k file was written there; Lightning 2.6
+    updates it only along with a top-k file, which leaves it stale after epochs that did not
+    improve. ``save_last="link"`` makes it a symbolic link to the newest file instead of a
+    copy (local directories only). ``save_on_exception=True`` saves when fit raises.
+
     Example::
 
         best = ModelCheckpoint(monitor="val_loss", save_top_k=3, save_last=True,
@@ -55,8 +62,9 @@ class ModelCheckpoint(Callback):
         filename: str | None = None,
         monitor: str | None = None,
         verbose: bool = False,
-        save_last: bool | None = None,
+        save_last: bool | str | None = None,
         save_top_k: int = 1,
+        save_on_exception: bool = False,
         save_weights_only: bool = False,
         mode: str = "min",
         auto_insert_metric_name: bool = True,
@@ -67,12 +75,14 @@ class ModelCheckpoint(Callback):
         enable_version_counter: bool = True,
     ) -> None:
         _check_arguments(monitor, save_top_k, mode, every_n_train_steps, every_n_epochs, train_time_interval)
-        self.dirpath = os.fspath(dirpath) if dirpath is not None else None
+        _check_save_last(save_last, dirpath)
+        self.dirpath = _resolved(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
         self.verbose = verbose
         self.save_last = save_last
         self.save_top_k = save_top_k
+        self.save_on_exception = save_on_exception
         self.save_weights_only = save_weights_only
         self.mode = mode
         self.auto_insert_metric_name = auto_insert_metric_name
@@ -86,14 +96,20 @@ class ModelCheckpoint(Callback):
         self._per_batch = bool(self._every_n_train_steps or train_time_interval)
         self._last_time_checked: float | None = None
         self._last_global_step_saved = -1
+        self._last_checkpoint_saved = ""
         self._warned_missing = False
         self.best_k_models: dict[str, torch.Tensor] = {}
         self.kth_best_model_path = ""
-        self.kth_value: torch.Tensor | None = None
+        self.kth_value = torch.tensor(float("inf") if mode == "min" else float("-inf"))
         self.best_model_score: torch.Tensor | None = None
         self.best_model_path = ""
         self.last_model_path = ""
         self.current_score: torch.Tensor | None = None
+
+    @property
+    def every_n_epochs(self) -> int:
+        """Save every this many epochs (0: not by epochs)."""
+        return self._every_n_epochs
 
     @property
     def state_key(self) -> str:
@@ -141,14 +157,37 @@ class ModelCheckpoint(Callback):
             self._save_due(trainer)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        """Save every ``every_n_epochs`` epochs, here when validation does not decide it."""
-        if not self._skips(trainer) and self._saves_on_train_epoch_end(trainer) and self._epoch_due(trainer):
-            self._save_due(trainer)
+        """Save every ``every_n_epochs`` epochs (and ``last``), here when validation does not decide it."""
+        if not self._skips(trainer) and self._saves_on_train_epoch_end(trainer):
+            self._save_at_epoch_end(trainer)
 
     def on_validation_end(self, trainer: Any, module: Any) -> None:
-        """Save every ``every_n_epochs`` epochs after validation, when validation runs inside the epoch."""
-        if not self._skips(trainer) and not self._saves_on_train_epoch_end(trainer) and self._epoch_due(trainer):
-            self._save_due(trainer)
+        """Save every ``every_n_epochs`` epochs (and ``last``) after validation, when it runs inside the epoch."""
+        if not self._skips(trainer) and not self._saves_on_train_epoch_end(trainer):
+            self._save_at_epoch_end(trainer)
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        """With ``save_last``, write ``last`` if nothing was saved during the whole run."""
+        if self.save_last and not self._last_checkpoint_saved and not trainer.fast_dev_run:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        """With ``save_on_exception``, save the state fit had reached when it raised."""
+        if (not self.save_on_exception or trainer.fast_dev_run or trainer.sanity_checking
+                or self._last_global_step_saved == trainer.global_step or self.dirpath is None):
+            return
+        candidates = self._monitor_candidates(trainer)
+        filepath = self.format_checkpoint_name(candidates)
+        self._save(trainer, filepath)
+        self._save_last_checkpoint(trainer, candidates)
+        if trainer.is_global_zero:
+            console.info(f"{type(exception).__name__} raised ({exception}); saved a checkpoint to {filepath}")
+
+    def _save_at_epoch_end(self, trainer: Any) -> None:
+        candidates = self._monitor_candidates(trainer)
+        if self._epoch_due(trainer):
+            self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
 
     def _skips(self, trainer: Any) -> bool:
         return (bool(trainer.fast_dev_run) or trainer.state.fn != "fit" or trainer.sanity_checking
@@ -255,20 +294,37 @@ class ModelCheckpoint(Callback):
         if self._enable_version_counter:
             filepath = self._free_filepath(trainer, candidates, self.last_model_path, self.CHECKPOINT_NAME_LAST)
         previous, self.last_model_path = self.last_model_path, filepath
-        self._save(trainer, filepath)
+        if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
+            self._link(trainer, self._last_checkpoint_saved, filepath)
+        else:
+            self._save(trainer, filepath)
         if previous and self._may_remove(trainer, previous, filepath):
             remove_on_rank_zero(trainer, previous)
 
     def _save(self, trainer: Any, filepath: str) -> None:
         trainer.save_checkpoint(filepath, self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.after_save_checkpoint(self)
 
+    @staticmethod
+    def _link(trainer: Any, target: str, linkpath: str) -> None:
+        """Point ``linkpath`` at ``target`` (relative, so the directory can move), replacing it atomically."""
+        if trainer.is_global_zero and os.path.abspath(target) != os.path.abspath(linkpath):
+            temporary = f"{linkpath}.tmp-{uuid.uuid4().hex[:8]}"
+            try:
+                os.symlink(os.path.relpath(target, os.path.dirname(linkpath)), temporary)
+            except OSError:  # no symbolic links here (Windows without the privilege): a copy does the job
+                shutil.copyfile(target, temporary)
+            os.replace(temporary, linkpath)
+        trainer.runtime.barrier("link_checkpoint")
+
     def _may_remove(self, trainer: Any, previous: str, current: str) -> bool:
         """Only files of this callback's directory, never the one being written or the one resumed from."""
-        if previous == current or previous == trainer.ckpt_path:
+        resumed_from = trainer.ckpt_path
+        if previous == current or (resumed_from is not None and _resolved(previous) == _resolved(resumed_from)):
             return False
         directory = self.dirpath.rstrip("/") + "/"
         return previous.startswith(directory) or os.path.abspath(previous).startswith(os.path.abspath(directory))
@@ -281,7 +337,7 @@ class ModelCheckpoint(Callback):
         Example::
 
             ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}").format_checkpoint_name(
-                {"epoch": 3, "val_loss": torch.tensor(0.1234)})     # 'ckpts/epoch=3-val_loss=0.12.ckpt'
+                {"epoch": 3, "val_loss": torch.tensor(0.1234)})     # '<cwd>/ckpts/epoch=3-val_loss=0.12.ckpt'
         """
         name = self._fill_template(filename or self.filename, dict(metrics))
         if ver is not None:
@@ -368,6 +424,27 @@ def remove_on_rank_zero(trainer: Any, filepath: str) -> None:
     if trainer.is_global_zero:
         remove(filepath)
     trainer.runtime.barrier("remove_checkpoint")
+
+
+def _resolved(dirpath: str | os.PathLike) -> str:
+    """A local directory as an absolute real path (as Lightning reports it); any other URL unchanged."""
+    dirpath = os.fspath(dirpath)
+    if "://" in dirpath and not dirpath.startswith("file://"):
+        return dirpath
+    return os.path.realpath(os.path.expanduser(dirpath.removeprefix("file://")))
+
+
+def _check_save_last(save_last: Any, dirpath: Any) -> None:
+    if save_last not in (None, True, False, "link"):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_last={describe(save_last)}): accepted True, False, None or 'link'."
+        )
+    if save_last == "link" and dirpath is not None and "://" in os.fspath(dirpath) \
+            and not os.fspath(dirpath).startswith("file://"):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_last='link') needs a local directory for the link, got dirpath={dirpath!r}; "
+            "use save_last=True there."
+        )
 
 
 def _default_dirpath(trainer: Any) -> str:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from framework.callbacks import EarlyStopping
+from framework.callbacks import EarlyStopping, EarlyStoppingReason
 from framework.errors import MisconfigurationError
 from tests.callbacks.test_model_checkpoint import Scripted
 from tests.helpers import loader, quiet_trainer
@@ -32,13 +32,22 @@ def test_patience_on_a_known_sequence(scores, patience, epochs_run):
     trainer = run(scores, stopper)
     assert trainer.current_epoch == epochs_run  # epochs that ran, as Lightning counts them
     if epochs_run < len(scores):
-        assert stopper.stopped_epoch == epochs_run - 1 and "did not improve" in stopper.stopping_reason
+        assert stopper.stopped_epoch == epochs_run - 1 and "did not improve" in stopper.stopping_reason_message
+        assert stopper.stopping_reason is EarlyStoppingReason.PATIENCE_EXHAUSTED
+    else:
+        assert stopper.stopping_reason is EarlyStoppingReason.NOT_STOPPED and stopper.stopping_reason_message is None
 
 
 def test_min_delta_ignores_improvements_smaller_than_it():
     stopper = EarlyStopping(monitor="score", patience=2, min_delta=0.5)
     trainer = run([5, 4.8, 4.6, 4.4, 3], stopper)  # 0.2 steps are not improvements of 0.5
     assert trainer.current_epoch == 3 and stopper.best_score.item() == 5
+
+
+def test_a_negative_min_delta_counts_a_slightly_worse_value_as_improving():
+    stopper = EarlyStopping(monitor="score", patience=1, min_delta=-0.5)
+    trainer = run([5, 5.4, 5.8, 6.5, 7], stopper)  # within 0.5 of the best counts; 6.5 is 0.7 worse than 5.8
+    assert trainer.current_epoch == 4 and stopper.best_score.item() == pytest.approx(5.8)
 
 
 def test_mode_max():
@@ -50,13 +59,15 @@ def test_stopping_threshold_stops_once_reached():
     stopper = EarlyStopping(monitor="score", stopping_threshold=2.5, patience=10)
     trainer = run([5, 4, 3, 2, 1], stopper)
     assert trainer.current_epoch == 4
-    assert stopper.stopping_reason.startswith("Stopping threshold reached: score = 2.0 < 2.5")
+    assert stopper.stopping_reason_message.startswith("Stopping threshold reached: score = 2.0 < 2.5")
+    assert stopper.stopping_reason is EarlyStoppingReason.STOPPING_THRESHOLD
 
 
 def test_divergence_threshold_stops_once_passed():
     stopper = EarlyStopping(monitor="score", divergence_threshold=10, patience=10)
     trainer = run([5, 4, 12, 3], stopper)
-    assert trainer.current_epoch == 3 and stopper.stopping_reason.startswith("Divergence threshold reached")
+    assert trainer.current_epoch == 3 and stopper.stopping_reason_message.startswith("Divergence threshold reached")
+    assert stopper.stopping_reason is EarlyStoppingReason.DIVERGENCE_THRESHOLD
 
 
 def test_a_non_finite_value_stops_unless_asked_not_to():

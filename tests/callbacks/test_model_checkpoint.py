@@ -103,6 +103,47 @@ def test_save_last_writes_last_ckpt_of_the_latest_state():
     assert torch.load(checkpoint.last_model_path, weights_only=True)["global_step"] == 6
 
 
+def test_save_last_does_not_wait_for_a_top_k_file():
+    """Lightning 2.6 writes last.ckpt only beside a top-k file; ours is the latest state at every save point."""
+    checkpoint = ModelCheckpoint(dirpath="ep0", every_n_epochs=0, save_last=True)
+    _, after_epoch = fit([0, 0], checkpoint)
+    assert after_epoch == [["last.ckpt"], ["last.ckpt"]]
+    assert torch.load(checkpoint.last_model_path, weights_only=True)["global_step"] == 4
+    steps = ModelCheckpoint(dirpath="steps_last", every_n_train_steps=3, save_last=True, filename="{step}")
+    fit([0, 0], steps)  # 2 batches an epoch: step 3 by steps, epoch ends at steps 2 and 4 update last
+    assert names(os.listdir("steps_last")) == ["last.ckpt", "step=3.ckpt"]
+    assert torch.load(steps.last_model_path, weights_only=True)["global_step"] == 4
+
+
+def test_save_last_link_points_at_the_newest_file():
+    checkpoint = ModelCheckpoint(dirpath="link", save_last="link", filename="{epoch}")
+    fit([0, 0], checkpoint)
+    last = os.path.join("link", "last.ckpt")
+    assert os.path.islink(last) and os.readlink(last) == "epoch=1.ckpt"
+    assert names(os.listdir("link")) == ["epoch=1.ckpt", "last.ckpt"]
+    assert torch.load(last, weights_only=True)["global_step"] == 4
+    with pytest.raises(MisconfigurationError, match=r"save_last='link'\) needs a local directory"):
+        ModelCheckpoint(dirpath="memory://x", save_last="link")
+    with pytest.raises(MisconfigurationError, match=r"save_last='yes' \(type str\)\): accepted True, False"):
+        ModelCheckpoint(save_last="yes")
+
+
+def test_save_on_exception_keeps_the_state_reached():
+    class Crashes(Scripted):
+        def training_step(self, batch, batch_idx):
+            if self.current_epoch == 1 and batch_idx == 1:
+                raise RuntimeError("boom")
+            return super().training_step(batch, batch_idx)
+
+    checkpoint = ModelCheckpoint(dirpath="exc", save_on_exception=True, filename="{epoch}-{step}", save_top_k=-1)
+    trainer = quiet_trainer(max_epochs=3, callbacks=[checkpoint], enable_checkpointing=True, limit_train_batches=2,
+                            num_sanity_val_steps=0)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Crashes([0, 0, 0]), loader(), loader(n=8))
+    assert names(os.listdir("exc")) == ["epoch=0-step=2.ckpt", "epoch=1-step=3.ckpt"]
+    assert torch.load(os.path.join("exc", "epoch=1-step=3.ckpt"), weights_only=True)["global_step"] == 3
+
+
 def test_every_n_train_steps_saves_inside_the_epoch():
     checkpoint = ModelCheckpoint(dirpath="steps", every_n_train_steps=3, save_top_k=-1, filename="{step}")
     trainer = quiet_trainer(max_epochs=2, callbacks=[checkpoint], enable_checkpointing=True, limit_train_batches=4)
@@ -137,15 +178,18 @@ def test_validation_inside_the_epoch_saves_after_each_validation():
 
 
 def test_file_names_from_templates():
+    d = os.path.realpath("d")  # a local dirpath is reported absolute, as Lightning does
     checkpoint = ModelCheckpoint(dirpath="d", filename="{epoch}-{val_metric:.2f}")
+    assert checkpoint.dirpath == d
     assert checkpoint.format_checkpoint_name({"epoch": 3, "val_metric": torch.tensor(0.999)}) == os.path.join(
-        "d", "epoch=3-val_metric=1.00.ckpt")  # the name COMPAT.md records from Lightning
+        d, "epoch=3-val_metric=1.00.ckpt")  # the name COMPAT.md records from Lightning
     plain = ModelCheckpoint(dirpath="d", filename="run-{epoch:02d}", auto_insert_metric_name=False)
-    assert plain.format_checkpoint_name({"epoch": torch.tensor(7)}) == os.path.join("d", "run-07.ckpt")
+    assert plain.format_checkpoint_name({"epoch": torch.tensor(7)}) == os.path.join(d, "run-07.ckpt")
     default = ModelCheckpoint(dirpath="d")
-    assert default.format_checkpoint_name({"epoch": 1, "step": 20}) == os.path.join("d", "epoch=1-step=20.ckpt")
+    assert default.format_checkpoint_name({"epoch": 1, "step": 20}) == os.path.join(d, "epoch=1-step=20.ckpt")
     assert default.format_checkpoint_name({"epoch": 1, "step": 20}, ver=2) == os.path.join(
-        "d", "epoch=1-step=20-v2.ckpt")
+        d, "epoch=1-step=20-v2.ckpt")
+    assert ModelCheckpoint(dirpath="memory://ckpts").dirpath == "memory://ckpts"
 
 
 def test_a_name_clash_gets_a_version_suffix():
@@ -224,7 +268,7 @@ def test_an_unwritable_directory_fails_before_training():
             return super().training_step(batch, batch_idx)
 
     checkpoint = ModelCheckpoint(dirpath=os.path.join("a_file", "checkpoints"))
-    with pytest.raises(MisconfigurationError, match=r"cannot write to dirpath='a_file.checkpoints'"):
+    with pytest.raises(MisconfigurationError, match=r"cannot write to dirpath='.*a_file.checkpoints'"):
         quiet_trainer(max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True).fit(Watches(), loader())
     assert trained == []
 
