@@ -9,7 +9,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from framework.hparams import AttributeDict, build_from_hparams, init_arguments, read_hparams_file
+from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
 from framework.runtime.transfer import move_to_device
 
 
@@ -36,18 +36,28 @@ class DataModule:
     def __init__(self) -> None:
         self.trainer: Any = None
         self._hparams = AttributeDict()
+        self._hparams_initial = AttributeDict()
+        self._log_hyperparams = False
 
     @property
     def hparams(self) -> AttributeDict:
         """What ``save_hyperparameters`` stored, readable as attributes; logged with the Module's."""
         return self._hparams
 
-    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None) -> None:
-        """Store the ``__init__`` arguments in ``self.hparams`` (saved in checkpoints)."""
-        init_args = init_arguments(inspect.currentframe().f_back, self)
-        chosen = {name: init_args[name] for name in args} if args else init_args
-        ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        self._hparams = AttributeDict({k: v for k, v in chosen.items() if k not in ignored})
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of ``hparams`` as ``save_hyperparameters`` stored them (what the loggers receive)."""
+        return copy_of(self._hparams_initial)
+
+    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True) -> None:
+        """Store the ``__init__`` arguments in ``self.hparams`` (saved in checkpoints, sent to the loggers).
+
+        As ``Module.save_hyperparameters``: all arguments, the names given, or one dict.
+        """
+        caller = inspect.currentframe().f_back
+        self._hparams, _ = chosen_hyperparameters(caller, self, args, ignore)
+        self._hparams_initial = copy_of(self._hparams)
+        self._log_hyperparams = logger
 
     def prepare_data(self) -> None: ...
     def setup(self, stage: str) -> None: ...

@@ -6,6 +6,7 @@ import copy
 import inspect
 import os
 import warnings
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
@@ -37,6 +38,40 @@ def init_arguments(frame: FrameType | None, obj: object) -> dict[str, Any]:
             collected = {**found, **collected}
         frame = frame.f_back
     return collected
+
+
+def chosen_hyperparameters(frame: FrameType | None, obj: object, args: tuple[Any, ...],
+                           ignore: str | list[str] | None) -> tuple[AttributeDict, str]:
+    """What ``save_hyperparameters(*args, ignore=...)`` called from ``frame`` stores, and the name it came in as.
+
+    No ``args``: every ``__init__`` argument; names: those; one dict or Namespace: its items
+    (the name is then the ``__init__`` argument that passed it, so loading can pass it back).
+    """
+    init_args = init_arguments(frame, obj)
+    name = "kwargs"
+    if len(args) == 1 and not isinstance(args[0], str):
+        source = args[0]
+        chosen = dict(vars(source) if not isinstance(source, Mapping) else source)
+        name = next((arg for arg, value in init_args.items() if value is source), "kwargs")
+    elif args:
+        missing = [arg for arg in args if arg not in init_args]
+        if missing:
+            raise MisconfigurationError(
+                f"save_hyperparameters{args!r}: {missing} are not arguments of __init__; they are: {sorted(init_args)}."
+            )
+        chosen = {arg: init_args[arg] for arg in args}
+    else:
+        chosen = init_args
+    ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
+    return AttributeDict({k: v for k, v in chosen.items() if k not in ignored}), name
+
+
+def copy_of(hparams: AttributeDict) -> AttributeDict:
+    """A deep copy (a value that cannot be deep-copied, e.g. one holding a lock, is shared instead)."""
+    try:
+        return copy.deepcopy(hparams)
+    except Exception:  # noqa: BLE001 - any failure of a user object's __deepcopy__
+        return AttributeDict(hparams)
 
 
 def checkpoint_safe(hparams: dict[str, Any]) -> dict[str, Any]:

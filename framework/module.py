@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
 import warnings
@@ -15,7 +14,7 @@ from torch.optim import Optimizer
 
 from framework import export
 from framework.errors import MisconfigurationError, describe
-from framework.hparams import AttributeDict, build_from_hparams, init_arguments, read_hparams_file
+from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
 from framework.module_hooks import ModuleHooks
 
 
@@ -53,7 +52,7 @@ class Module(ModuleHooks, nn.Module):
         self._hparams = AttributeDict()
         self._hparams_initial = AttributeDict()
         self._hparams_name = "kwargs"
-        self._log_hyperparams = True
+        self._log_hyperparams = False  # until save_hyperparameters(logger=True), as Lightning
         self._jit_is_scripting = False
         self.automatic_optimization: bool = True
         #: Whether ``load_from_checkpoint`` and resuming require every key of the module in the checkpoint.
@@ -146,7 +145,7 @@ class Module(ModuleHooks, nn.Module):
     @property
     def hparams_initial(self) -> AttributeDict:
         """A copy of ``hparams`` as ``save_hyperparameters`` stored them, unaffected by later changes to ``hparams``."""
-        return _copy_of(self._hparams_initial)
+        return copy_of(self._hparams_initial)
 
     def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True,
                              frame: Any = None) -> None:
@@ -156,26 +155,8 @@ class Module(ModuleHooks, nn.Module):
         Namespace) that dict. ``ignore`` leaves names out (e.g. a backbone module).
         """
         caller = frame if frame is not None else inspect.currentframe().f_back
-        init_args = init_arguments(caller, self)
-        self._hparams_name = "kwargs"
-        if len(args) == 1 and not isinstance(args[0], str):
-            source = args[0]
-            chosen = dict(vars(source) if not isinstance(source, Mapping) else source)
-            # The __init__ argument it came in as, so load_from_checkpoint can pass it back the same way.
-            self._hparams_name = next((name for name, value in init_args.items() if value is source), "kwargs")
-        elif args:
-            missing = [name for name in args if name not in init_args]
-            if missing:
-                raise MisconfigurationError(
-                    f"save_hyperparameters{args!r}: {missing} are not arguments of __init__; "
-                    f"they are: {sorted(init_args)}."
-                )
-            chosen = {name: init_args[name] for name in args}
-        else:
-            chosen = init_args
-        ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        self._hparams = AttributeDict({k: v for k, v in chosen.items() if k not in ignored})
-        self._hparams_initial = _copy_of(self._hparams)
+        self._hparams, self._hparams_name = chosen_hyperparameters(caller, self, args, ignore)
+        self._hparams_initial = copy_of(self._hparams)
         self._log_hyperparams = logger
 
     # -- logging ---
@@ -379,11 +360,3 @@ class Module(ModuleHooks, nn.Module):
     def to_onnx(self, file_path: str | os.PathLike, input_sample: Any = None, **kwargs: Any) -> Any:
         """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``)."""
         return export.to_onnx(self, file_path, input_sample, **kwargs)
-
-
-def _copy_of(hparams: AttributeDict) -> AttributeDict:
-    """A deep copy (a value that cannot be deep-copied, e.g. one holding a lock, is shared instead)."""
-    try:
-        return copy.deepcopy(hparams)
-    except Exception:  # noqa: BLE001 - any failure of a user object's __deepcopy__
-        return AttributeDict(hparams)

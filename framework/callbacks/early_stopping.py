@@ -138,16 +138,19 @@ class EarlyStopping(Callback):
 
     def _evaluate(self, current: torch.Tensor) -> tuple[EarlyStoppingReason | None, str | None]:
         """Why ``current`` ends training (None: it does not), and a sentence saying so (or how it improved)."""
-        better = self.monitor_op
+        better, value, stop = self.monitor_op, current.item(), " Signaling Trainer to stop."
         if self.check_finite and not torch.isfinite(current):
-            return EarlyStoppingReason.NON_FINITE_METRIC, (f"Monitored metric {self.monitor} = {current.item()} is not finite. Previous best value was "
-                          f"{self.best_score.item():.3f}. Signaling Trainer to stop.")
+            return EarlyStoppingReason.NON_FINITE_METRIC, (
+                f"Monitored metric {self.monitor} = {value} is not finite. Previous best value was "
+                f"{self.best_score.item():.3f}." + stop)
         if self.stopping_threshold is not None and better(current, self.stopping_threshold):
-            return EarlyStoppingReason.STOPPING_THRESHOLD, (f"Stopping threshold reached: {self.monitor} = {current.item()} {_SIGN[self.mode]} "
-                          f"{self.stopping_threshold}. Signaling Trainer to stop.")
+            return EarlyStoppingReason.STOPPING_THRESHOLD, (
+                f"Stopping threshold reached: {self.monitor} = {value} {_SIGN[self.mode]} {self.stopping_threshold}."
+                + stop)
         if self.divergence_threshold is not None and better(-current, -self.divergence_threshold):
-            return EarlyStoppingReason.DIVERGENCE_THRESHOLD, (f"Divergence threshold reached: {self.monitor} = {current.item()} {_SIGN[self.mode]} "
-                          f"{self.divergence_threshold}. Signaling Trainer to stop.")
+            return EarlyStoppingReason.DIVERGENCE_THRESHOLD, (
+                f"Divergence threshold reached: {self.monitor} = {value} {_SIGN[self.mode]} "
+                f"{self.divergence_threshold}." + stop)
         if better(current - self.min_delta, self.best_score):
             reason = self._improvement_message(current)
             self.best_score = current
@@ -155,8 +158,9 @@ class EarlyStopping(Callback):
             return None, reason
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return EarlyStoppingReason.PATIENCE_EXHAUSTED, (f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
-                          f"Best score: {self.best_score.item():.3f}. Signaling Trainer to stop.")
+            return EarlyStoppingReason.PATIENCE_EXHAUSTED, (
+                f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
+                f"Best score: {self.best_score.item():.3f}." + stop)
         return None, None
 
     def _improvement_message(self, current: torch.Tensor) -> str:

@@ -46,6 +46,11 @@ class CSVLogger(DirectoryLogger):
         """The path of this run's ``metrics.csv``."""
         return os.path.join(self.log_dir, self.NAME_METRICS_FILE)
 
+    @property
+    def metrics_file_path(self) -> str:
+        """``metrics_file``, by the name Lightning's ``logger.experiment`` gives it."""
+        return self.metrics_file
+
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Buffer one row: ``metrics`` at ``step``."""
         if step is None:
@@ -58,8 +63,7 @@ class CSVLogger(DirectoryLogger):
 
     def save(self) -> None:
         """Write the buffered rows and ``hparams.yaml``."""
-        if self.hparams:
-            self.write_hparams()
+        self.write_hparams()
         if not self._pending:
             return
         rows, self._pending = self._pending, []

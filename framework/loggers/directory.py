@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from argparse import Namespace
+from collections.abc import Mapping
 from typing import Any
 
 from framework.errors import MisconfigurationError, describe
@@ -33,6 +35,7 @@ class DirectoryLogger(Logger):
         self._version = version
         self._prefix = prefix
         self.hparams: dict[str, Any] = {}
+        self._hparams_written: dict[str, Any] | None = None  # what hparams.yaml holds, None before the first write
 
     @property
     def name(self) -> str:
@@ -73,17 +76,37 @@ class DirectoryLogger(Logger):
             return metrics
         return {f"{self._prefix}-{key}": value for key, value in metrics.items()}
 
-    def log_hyperparams(self, params: dict[str, Any]) -> None:
-        """Remember ``params`` for ``hparams.yaml`` (written by ``save``)."""
-        self.hparams.update(params)
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
+        """Remember ``params`` (a dict or an ``argparse.Namespace``) for ``hparams.yaml``, written by ``save``."""
+        self.hparams.update(as_dict(params))
 
     def write_hparams(self) -> None:
-        """Write ``hparams.yaml`` in the run's folder (plain YAML: other values as their ``repr``)."""
+        """Write ``hparams.yaml`` in the run's folder when it changed (plain YAML: other values as their ``repr``).
+
+        Keys are sorted, as Lightning writes them; the file exists, as ``{}``, even with none.
+        """
         import yaml
 
+        current = plain(self.hparams)
+        if current == self._hparams_written:
+            return
         make_dirs(self.log_dir)
-        text = yaml.safe_dump(plain(self.hparams), sort_keys=False)
+        text = yaml.safe_dump(current)
         write_bytes_atomic(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), text.encode("utf-8"))
+        self._hparams_written = current
+
+
+def as_dict(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
+    """Hyperparameters given as a dict, an ``argparse.Namespace`` or None, as a dict."""
+    if params is None:
+        return {}
+    if isinstance(params, Namespace):
+        return dict(vars(params))
+    if not isinstance(params, Mapping):
+        raise MisconfigurationError(
+            f"log_hyperparams(params={describe(params)}): accepted is a dict, an argparse.Namespace or None."
+        )
+    return dict(params)
 
 
 def plain(value: Any) -> Any:

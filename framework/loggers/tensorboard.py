@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import warnings
+from argparse import Namespace
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
 
-from framework.loggers.directory import DirectoryLogger, plain
+from framework.loggers.directory import DirectoryLogger, as_dict, plain
 
 
 class TensorBoardLogger(DirectoryLogger):
@@ -51,7 +53,7 @@ class TensorBoardLogger(DirectoryLogger):
             self._experiment = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
         return self._experiment
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """One scalar per metric at ``step`` (a dict value becomes a group of scalars)."""
         writer = self.experiment
         for key, value in self.with_prefix(metrics).items():
@@ -60,19 +62,27 @@ class TensorBoardLogger(DirectoryLogger):
             else:
                 writer.add_scalar(key, value.item() if hasattr(value, "item") else value, step)
 
-    def log_hyperparams(self, params: dict[str, Any], metrics: dict[str, float] | None = None) -> None:
-        """Hyperparameters for the HPARAMS tab and ``hparams.yaml``; ``metrics`` are their result values."""
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None,
+                        metrics: dict[str, float] | float | None = None, step: int | None = None) -> None:
+        """Hyperparameters for ``hparams.yaml`` and, with result ``metrics``, the HPARAMS tab.
+
+        ``metrics`` may be one number (``hp_metric``); with none, ``hp_metric`` = -1 stands in
+        unless ``default_hp_metric=False``, in which case the HPARAMS tab gets nothing (as Lightning).
+        """
         from torch.utils.tensorboard.summary import hparams
 
+        params = as_dict(params)
         super().log_hyperparams(params)
-        if metrics is None and self._default_hp_metric:
-            metrics = {"hp_metric": -1}
-        flat = _flatten(plain(params))
-        if metrics:
-            self.log_metrics(metrics, 0)
+        if metrics is None:
+            metrics = {"hp_metric": -1} if self._default_hp_metric else {}
+        elif not isinstance(metrics, Mapping):
+            metrics = {"hp_metric": metrics}
+        if not metrics:
+            return
+        self.log_metrics(dict(metrics), step)
         writer = self.experiment._get_file_writer()
-        for summary in hparams(flat, metrics or {}):
-            writer.add_summary(summary)
+        for summary in hparams(_flatten(plain(params)), dict(metrics)):
+            writer.add_summary(summary, step)
 
     def log_graph(self, model: nn.Module, input_array: Any = None) -> None:
         """Add the model's graph, traced on ``input_array`` (else ``model.example_input_array``)."""
@@ -89,8 +99,7 @@ class TensorBoardLogger(DirectoryLogger):
         """Flush the event file and write ``hparams.yaml``."""
         if self._experiment is not None:
             self._experiment.flush()
-        if self.hparams:
-            self.write_hparams()
+        self.write_hparams()
 
     def finalize(self, status: str) -> None:
         """Flush and close the event file."""

@@ -149,19 +149,22 @@ class MetricStore:
 
 
 def log_hyperparams(loggers: list[Any], module: Any, datamodule: Any) -> None:
-    """The Module's and the DataModule's hyperparameters, together, to every logger."""
-    hparams = dict(module.hparams) if module._log_hyperparams else {}
-    if datamodule is not None:
-        clashes = [k for k, v in datamodule.hparams.items() if k in hparams and hparams[k] != v]
+    """The initial hyperparameters of the Module and the DataModule that asked to log them, to every logger."""
+    sources = [obj for obj in (module, datamodule) if obj is not None and getattr(obj, "_log_hyperparams", False)]
+    if not sources:
+        return
+    hparams: dict[str, Any] = {}
+    for source in sources:
+        initial = source.hparams_initial
+        clashes = [k for k, v in initial.items() if k in hparams and hparams[k] != v]
         if clashes:
             raise MisconfigurationError(
                 f"The Module and the DataModule both save hyperparameters {clashes} with different values; "
                 "rename one of them so the logged hyperparameters are unambiguous."
             )
-        hparams.update(datamodule.hparams)
-    if hparams:
-        for logger in loggers:
-            logger.log_hyperparams(hparams)
+        hparams.update(initial)
+    for logger in loggers:
+        logger.log_hyperparams(hparams)
 
 
 def as_tensor(value: Any) -> torch.Tensor:

@@ -345,6 +345,7 @@ class Trainer(TrainerProperties):
         log_hyperparams(self.metrics.loggers, module, self.datamodule)
         for logger in self.metrics.loggers:
             logger.log_graph(module)
+            logger.save()  # hparams.yaml is on disk from the start, as Lightning
 
     def _teardown(self, stage: str) -> None:
         self.hooks.call(Hook.TEARDOWN, stage)

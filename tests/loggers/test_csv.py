@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
+import pathlib
 import uuid
 
 import fsspec
 import pytest
 import yaml
 
+from framework import DataModule
+from framework.errors import MisconfigurationError
 from framework.loggers import CSVLogger
 from tests.helpers import Regressor, loader, quiet_trainer
 
@@ -98,6 +102,57 @@ def test_hyperparameters_go_to_hparams_yaml():
     quiet_trainer(max_epochs=1, logger=logger).fit(Regressor(lr=0.02, features=4), loader())
     with open(os.path.join(logger.log_dir, "hparams.yaml")) as handle:
         assert yaml.safe_load(handle) == {"lr": 0.02, "features": 4}
+
+
+def test_hparams_yaml_is_sorted_plain_and_there_even_without_hyperparameters():
+    class Plain(Regressor):
+        def __init__(self):
+            super().__init__()
+            self._log_hyperparams = False  # a Module that never called save_hyperparameters
+
+    logger = CSVLogger("plain")
+    quiet_trainer(max_epochs=1, logger=logger).fit(Plain(), loader())
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as handle:
+        assert yaml.safe_load(handle) == {}
+    direct = CSVLogger("direct")
+    direct.log_hyperparams(argparse.Namespace(zeta=1, alpha=(1, 2), beta=None, path=pathlib.PurePosixPath("/d")))
+    direct.save()
+    with open(os.path.join(direct.log_dir, "hparams.yaml")) as handle:
+        text = handle.read()
+    assert [line.split(":")[0] for line in text.splitlines() if not line.startswith("-")] == [
+        "alpha", "beta", "path", "zeta"]  # alphabetical, as Lightning writes it
+    assert yaml.safe_load(text) == {"alpha": [1, 2], "beta": None, "path": "PurePosixPath('/d')", "zeta": 1}
+    with pytest.raises(MisconfigurationError, match=r"log_hyperparams\(params=3 \(type int\)\): accepted is a dict"):
+        direct.log_hyperparams(3)
+
+
+def test_only_hyperparameters_asked_for_are_logged_and_initial_values_win():
+    class Data(DataModule):
+        def __init__(self, batch=8, secret=1):
+            super().__init__()
+            self.save_hyperparameters(ignore="secret")
+
+        def train_dataloader(self):
+            return loader()
+
+    class Changes(Regressor):
+        def on_fit_start(self):
+            self.hparams.lr = 99.0  # hparams_initial is what the loggers get, as Lightning
+
+    logger = CSVLogger("both")
+    quiet_trainer(max_epochs=1, logger=logger).fit(Changes(lr=0.5), datamodule=Data())
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as handle:
+        assert yaml.safe_load(handle) == {"lr": 0.5, "features": 4, "batch": 8}
+    quiet = CSVLogger("quiet")
+
+    class NotLogged(Data):
+        def __init__(self):
+            super().__init__()
+            self.save_hyperparameters(logger=False)
+
+    quiet_trainer(max_epochs=1, logger=quiet).fit(Changes(lr=0.5), datamodule=NotLogged())
+    with open(os.path.join(quiet.log_dir, "hparams.yaml")) as handle:
+        assert yaml.safe_load(handle) == {"lr": 0.5, "features": 4}
 
 
 def test_any_fsspec_path_works():

@@ -49,6 +49,24 @@ def test_hyperparameters_reach_the_hparams_tab_and_yaml():
     assert "_hparams_/session_start_info" in plugin and b"lr" in plugin["_hparams_/session_start_info"]
 
 
+def test_log_hyperparams_called_directly_as_lightning_accepts_it():
+    logger = TensorBoardLogger("direct")
+    logger.log_hyperparams({"a": 1}, metrics=0.5, step=3)
+    logger.log_metrics({"x": 2.0})  # no step: TensorBoard's step 0
+    logger.save()
+    scalars = events(logger.log_dir)
+    assert [(e.step, e.value) for e in scalars.Scalars("hp_metric")] == [(3, 0.5)]
+    assert [(e.step, e.value) for e in scalars.Scalars("x")] == [(0, 2.0)]
+    silent = TensorBoardLogger("silent", default_hp_metric=False)
+    quiet_trainer(max_epochs=1, logger=silent).fit(Regressor(lr=0.02), loader())
+    scalars = events(silent.log_dir)
+    assert "hp_metric" not in scalars.Tags()["scalars"]
+    with pytest.raises(KeyError, match="hparams"):  # no HPARAMS-tab entry at all
+        scalars.PluginTagToContent("hparams")
+    with open(os.path.join(silent.log_dir, "hparams.yaml")) as handle:
+        assert yaml.safe_load(handle) == {"lr": 0.02, "features": 4}  # the file still has them
+
+
 def test_versions_count_up_and_the_trainer_log_dir_follows():
     first = quiet_trainer(max_epochs=1, logger=TensorBoardLogger("runs"))
     second = quiet_trainer(max_epochs=1, logger=TensorBoardLogger("runs"))
