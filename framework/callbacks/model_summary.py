@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
+from torch.utils.flop_counter import FlopCounterMode
 
 from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
+from framework.runtime.transfer import move_to_device
+
+UNKNOWN_SIZE = "?"
 
 
 @dataclass
@@ -21,17 +28,25 @@ class LayerRow:
     type: str
     params: int
     training: bool
+    flops: int = 0
+    in_size: Any = UNKNOWN_SIZE
+    out_size: Any = UNKNOWN_SIZE
 
 
 class Summary:
     """Layers down to ``max_depth`` (``-1``: all) with parameter counts, and the model's totals.
+
+    With ``example_input`` (the Trainer passes ``module.example_input_array``) one forward
+    pass, without gradients and in eval mode, measures each layer's FLOPs and input and
+    output sizes, as Lightning's summary does.
 
     Example::
 
         print(Summary(model, max_depth=2))
     """
 
-    def __init__(self, module: nn.Module, max_depth: int = 1) -> None:
+    def __init__(self, module: nn.Module, max_depth: int = 1, example_input: Any = None,
+                 forward_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
         self.rows = [
             LayerRow(name, type(sub).__name__, _count(sub.parameters()), sub.training)
             for name, sub in module.named_modules()
@@ -41,19 +56,62 @@ class Summary:
         self.trainable_parameters = _count(p for p in parameters if p.requires_grad)
         self.total_parameters = _count(parameters)
         self.size_mb = sum(p.numel() * p.element_size() for p in parameters if not _lazy(p)) / 1e6
-        modes = [sub.training for sub in module.modules()]
+        modes = [sub.training for sub in module.modules()][1:]  # the submodules, as Lightning counts them
         self.training_modules, self.eval_modules = modes.count(True), modes.count(False)
+        self.has_example_input = example_input is not None
+        self.total_flops = self._measure(module, example_input, max_depth, forward_context) if \
+            self.has_example_input else 0
+
+    def _measure(self, module: nn.Module, example_input: Any, max_depth: int,
+                 forward_context: Callable[[], contextlib.AbstractContextManager]) -> int:
+        """Run ``example_input`` through ``module`` once, recording each row's sizes and FLOPs; the total FLOPs."""
+        rows = {row.name: row for row in self.rows}
+
+        def recorder(row: LayerRow) -> Callable[..., None]:
+            def record(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+                row.in_size = _shape(inputs[0] if len(inputs) == 1 else list(inputs))
+                row.out_size = _shape(output)
+            return record
+
+        handles = [sub.register_forward_hook(recorder(rows[name]))
+                   for name, sub in module.named_modules() if name in rows]
+        depth = 10_000 if max_depth == -1 else max_depth + 1
+        counter = FlopCounterMode(display=False, depth=depth)
+        modes = {sub: sub.training for sub in module.modules()}
+        device = next((p.device for p in module.parameters()), torch.device("cpu"))
+        try:
+            module.eval()
+            with torch.no_grad(), forward_context(), counter:
+                batch = move_to_device(example_input, device)
+                if isinstance(batch, (list, tuple)):
+                    module(*batch)
+                elif isinstance(batch, dict):
+                    module(**batch)
+                else:
+                    module(batch)
+        finally:
+            for sub, training in modes.items():  # each submodule back as it was (a frozen BatchNorm stays eval)
+                sub.training = training
+            for handle in handles:
+                handle.remove()
+        counts = counter.get_flop_counts()
+        for row in self.rows:
+            row.flops = sum(counts.get(f"{type(module).__name__}.{row.name}", {}).values())
+        return counter.get_total_flops()
 
     def __str__(self) -> str:
-        header = ("", "Name", "Type", "Params", "Mode")
-        cells = [(str(i), row.name, row.type, readable_count(row.params), "train" if row.training else "eval")
-                 for i, row in enumerate(self.rows)]
+        header: tuple[str, ...] = ("", "Name", "Type", "Params", "Mode", "FLOPs")
+        cells = [(str(i), row.name, row.type, readable_count(row.params), "train" if row.training else "eval",
+                  readable_count(row.flops)) for i, row in enumerate(self.rows)]
+        if self.has_example_input:
+            header += ("In sizes", "Out sizes")
+            cells = [(*line, str(row.in_size), str(row.out_size)) for line, row in zip(cells, self.rows, strict=True)]
         widths = [max(len(line[c]) for line in (header, *cells)) for c in range(len(header))]
 
         def render(line: tuple[str, ...]) -> str:
-            return " | ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+            return " | ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
 
-        rule = "-" * max(len(render(header)), 40)
+        rule = "-" * (sum(widths) + 3 * (len(widths) + 1))  # Lightning's width, so logs compare line for line
         totals = [
             (readable_count(self.trainable_parameters), "Trainable params"),
             (readable_count(self.total_parameters - self.trainable_parameters), "Non-trainable params"),
@@ -61,10 +119,20 @@ class Summary:
             (f"{self.size_mb:,.3f}", "Total estimated model params size (MB)"),
             (str(self.training_modules), "Modules in train mode"),
             (str(self.eval_modules), "Modules in eval mode"),
+            (readable_count(self.total_flops), "Total Flops"),
         ]
         lines = [render(header), rule, *map(render, cells), rule] if cells else []
         lines += [f"{value:<10}{label}" for value, label in totals]
         return "\n".join(lines)
+
+
+def _shape(value: Any) -> Any:
+    """A tensor's size as a list, nested for lists and tuples of them; ``"?"`` for anything else."""
+    if isinstance(value, torch.Tensor):
+        return list(value.shape)
+    if isinstance(value, (list, tuple)):
+        return [_shape(item) for item in value]
+    return UNKNOWN_SIZE
 
 
 class ModelSummary(Callback):
@@ -83,7 +151,11 @@ class ModelSummary(Callback):
     def on_fit_start(self, trainer: Any, module: Any) -> None:
         """Print the table on global rank 0 (nothing with ``max_depth=0``)."""
         if self.max_depth != 0 and trainer.is_global_zero:
-            console.info("\n" + str(Summary(module, self.max_depth)))
+            precision, example = trainer.runtime.precision, getattr(module, "example_input_array", None)
+            if example is not None:
+                example = precision.convert_input(example)
+            summary = Summary(module, self.max_depth, example, precision.autocast)
+            console.info("\n" + str(summary))
 
 
 def readable_count(number: int) -> str:

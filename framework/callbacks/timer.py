@@ -11,11 +11,11 @@ from framework.callbacks.base import Callback
 from framework.duration import parse_duration
 from framework.errors import MisconfigurationError, describe
 
-STAGES = ("train", "validate", "test", "predict")
+STAGES = ("train", "sanity_check", "validate", "test", "predict")
 
 
 class Timer(Callback):
-    """Measures the time spent training, validating, testing and predicting; with ``duration``,
+    """Measures the time spent training, sanity checking, validating, testing and predicting; with ``duration``,
     stops training once that much training time has passed (checked every step, or every
     epoch with ``interval="epoch"``). The elapsed training time is saved in checkpoints, so a
     resumed run counts on from there.
@@ -74,6 +74,14 @@ class Timer(Callback):
     def on_train_end(self, trainer: Any, module: Any) -> None:
         """Stop the training clock."""
         self._stop("train")
+
+    def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
+        """Start the sanity check's clock."""
+        self._begin("sanity_check")
+
+    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
+        """Stop the sanity check's clock."""
+        self._stop("sanity_check")
 
     def on_validation_start(self, trainer: Any, module: Any) -> None:
         """Start the validation clock."""

@@ -62,8 +62,9 @@ class CSVLogger(DirectoryLogger):
             self.save()
 
     def save(self) -> None:
-        """Write the buffered rows and ``hparams.yaml``."""
-        self.write_hparams()
+        """Write the buffered rows, and ``hparams.yaml`` once hyperparameters were logged (as Lightning)."""
+        if self.hparams_logged:
+            self.write_hparams()
         if not self._pending:
             return
         rows, self._pending = self._pending, []

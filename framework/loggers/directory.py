@@ -35,6 +35,7 @@ class DirectoryLogger(Logger):
         self._version = version
         self._prefix = prefix
         self.hparams: dict[str, Any] = {}
+        self.hparams_logged = False  # whether log_hyperparams was called (even with nothing)
         self._hparams_written: dict[str, Any] | None = None  # what hparams.yaml holds, None before the first write
 
     @property
@@ -79,6 +80,7 @@ class DirectoryLogger(Logger):
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
         """Remember ``params`` (a dict or an ``argparse.Namespace``) for ``hparams.yaml``, written by ``save``."""
         self.hparams.update(as_dict(params))
+        self.hparams_logged = True
 
     def write_hparams(self) -> None:
         """Write ``hparams.yaml`` in the run's folder when it changed (plain YAML: other values as their ``repr``).

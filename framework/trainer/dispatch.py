@@ -53,10 +53,10 @@ class HookRunner:
         owners = [(self.module, Module), (self.datamodule, DataModule), *((cb, Callback) for cb in self.callbacks)]
         return not any(obj is not None and overrides(obj, base, hook.value) for hook in hooks for obj, base in owners)
 
-    def call(self, hook: Hook, *args: Any) -> Any:
+    def call(self, hook: Hook, *args: Any, **kwargs: Any) -> Any:
         """Run ``hook`` now; returns the Module's return value (None when it has none)."""
         caller = self._callers[hook]
-        return caller(*args) if caller is not None else None
+        return caller(*args, **kwargs) if caller is not None else None
 
     def call_epoch_end(self, hook: Hook) -> None:
         """An epoch-end hook: callbacks that read epoch metrics run after the Module, which may log more."""
@@ -101,12 +101,12 @@ class HookRunner:
         if not callback_fns and datamodule_fn is None:
             return module_fn
 
-        def run(*args: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
             if datamodule_fn is not None:
-                datamodule_fn(*args)
+                datamodule_fn(*args, **kwargs)
             for fn in callback_fns:
-                fn(trainer, module, *args)
-            return module_fn(*args) if module_fn is not None else None
+                fn(trainer, module, *args, **kwargs)
+            return module_fn(*args, **kwargs) if module_fn is not None else None
 
         return run
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from framework import console
 from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
@@ -37,6 +38,8 @@ from framework.trainer.metrics import step_views
 from framework.trainer.optimizers import OptimizerProxy, parse_optimizers, step_schedulers
 from framework.trainer.state import RunningStage
 from framework.trainer.step import StepClosure, StepHooks, check_training_output, outputs_for_hooks
+
+_SHOULD_STOP = "`trainer.should_stop` was set."
 
 
 class FitLoop:
@@ -126,29 +129,42 @@ class FitLoop:
         self.started_at = time.monotonic()
         if trainer.sanity_steps and trainer.validates_in_fit and trainer.state.global_step == 0:
             self._sanity_check()
-        if self._done() or (trainer.limit_train_batches == 0 and not trainer.overfit_batches):
+        if trainer.limit_train_batches == 0 and not trainer.overfit_batches:
+            self._announce_stop("No training batches.")
             return  # nothing to train: as in Lightning, no training loader and no on_train_start/end
+        if self._stop_reason() is not None:
+            self._announce_stop(self._stop_reason())
+            return
         self._load_train_loader_if_due()
         if trainer.validates_in_fit and self._validates_in_epoch() and reload_due(trainer, "val"):
             load_val_data(trainer)  # before on_train_start, as in Lightning, so a progress bar knows its length
         trainer.train_results.reset()
         trainer.module._results = trainer.train_results  # on_train_start may log too
         trainer.hooks.call(Hook.ON_TRAIN_START)
-        while not self._done():
+        while (reason := self._stop_reason()) is None:
             self._run_epoch()
+        self._announce_stop(reason)
         trainer.hooks.call(Hook.ON_TRAIN_END)
 
-    def _done(self) -> bool:
+    def _stop_reason(self) -> str | None:
+        """Why training ends now, in Lightning's words; None while it goes on."""
         trainer, state = self.trainer, self.trainer.state
-        if trainer.max_steps != -1 and state.global_step >= trainer.max_steps:
-            return True
-        if trainer.max_epochs != -1 and state.current_epoch >= trainer.max_epochs:
-            return True
         if trainer.num_training_batches == 0:
-            return True
+            return "No training batches."
+        if trainer.max_steps != -1 and state.global_step >= trainer.max_steps:
+            return f"`max_steps={trainer.max_steps!r}` reached."
+        if trainer.max_epochs != -1 and state.current_epoch >= trainer.max_epochs:
+            return f"`max_epochs={trainer.max_epochs!r}` reached."
         if self._time_is_up():
-            return True
-        return state.should_stop and self.can_stop_early()
+            return f"`max_time={trainer.max_time}` reached."
+        if state.should_stop and self.can_stop_early():
+            return _SHOULD_STOP
+        return None
+
+    def _announce_stop(self, reason: str) -> None:
+        # a callback that set should_stop has said why itself (EarlyStopping, Timer)
+        if reason != _SHOULD_STOP and self.trainer.is_global_zero:
+            console.info(f"`Trainer.fit` stopped: {reason}")
 
     def can_stop_early(self) -> bool:
         """``should_stop`` is obeyed only once ``min_epochs`` and ``min_steps`` are met."""

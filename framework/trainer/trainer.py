@@ -332,7 +332,7 @@ class Trainer(TrainerProperties):
         if self.runtime.local_rank == 0:
             self.hooks.call(Hook.PREPARE_DATA)
         self.runtime.barrier("prepare_data")
-        self.hooks.call(Hook.SETUP, stage)
+        self.hooks.call(Hook.SETUP, stage=stage)  # by keyword, as Lightning passes it
         self.hooks.call(Hook.CONFIGURE_MODEL)  # every run, as in Lightning: it must be idempotent
         if not self._module_setup:
             self.model = self.runtime.setup_module(module)
@@ -348,7 +348,7 @@ class Trainer(TrainerProperties):
             logger.save()  # hparams.yaml is on disk from the start, as Lightning
 
     def _teardown(self, stage: str) -> None:
-        self.hooks.call(Hook.TEARDOWN, stage)
+        self.hooks.call(Hook.TEARDOWN, stage=stage)
 
     def _on_exception(self, error: BaseException) -> None:
         if self.hooks is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import framework
 from framework.callbacks import LambdaCallback
 from framework.errors import MisconfigurationError
 from tests.helpers import Regressor, loader, quiet_trainer
@@ -24,3 +25,17 @@ def test_an_unknown_hook_is_refused():
         LambdaCallback(on_epoch_end=print)
     with pytest.raises(MisconfigurationError, match=r"on_fit_start=...\) needs a callable"):
         LambdaCallback(on_fit_start=3)
+
+
+def test_setup_and_teardown_get_the_stage_by_keyword_as_in_lightning():
+    seen = []
+
+    class Keywords(framework.Callback):
+        def setup(self, trainer, module, **kwargs):
+            seen.append(("setup", kwargs))
+
+        def teardown(self, trainer, module, **kwargs):
+            seen.append(("teardown", kwargs))
+
+    quiet_trainer(max_epochs=1, callbacks=[Keywords()]).fit(Regressor(), loader())
+    assert seen == [("setup", {"stage": "fit"}), ("teardown", {"stage": "fit"})]

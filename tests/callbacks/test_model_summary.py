@@ -29,12 +29,33 @@ def test_counts_match_a_hand_count():
         ("net", "Linear", 5), ("encoder", "Sequential", 40), ("head", "Linear", 18), ("norm", "BatchNorm1d", 4)]
     assert summary.total_parameters == 67 and summary.trainable_parameters == 49
     assert summary.size_mb == 67 * 4 / 1e6
-    assert (summary.training_modules, summary.eval_modules) == (6, 1)
+    # submodules only, as Lightning counts: net, encoder, encoder.0, encoder.1, head in train mode; norm in eval
+    assert (summary.training_modules, summary.eval_modules) == (5, 1)
     text = str(summary)
     for expected in ("49        Trainable params", "18        Non-trainable params", "67        Total params",
                      "0.000     Total estimated model params size (MB)", "1         Modules in eval mode"):
         assert expected in text
-    assert "3 | norm    | BatchNorm1d | 4      | eval" in text
+    assert "3 | norm    | BatchNorm1d | 4      | eval  | 0" in text and "0         Total Flops" in text
+    assert "In sizes" not in text  # without an example input there is nothing to measure
+
+
+def test_an_example_input_gives_flops_and_sizes_per_layer():
+    class Chain(Frozen):
+        def forward(self, x):
+            return self.norm(self.head(self.encoder(x)))
+
+    model = Chain()
+    model.example_input_array = torch.randn(3, 4)
+    summary = Summary(model, max_depth=1, example_input=model.example_input_array)
+    rows = {r.name: r for r in summary.rows}
+    # a (3, 4) @ (4, 8) matmul is 2*3*4*8 = 192 FLOPs; (3, 8) @ (8, 2) is 96; the unused net Linear did nothing
+    assert [(n, rows[n].flops, rows[n].in_size, rows[n].out_size) for n in rows] == [
+        ("net", 0, "?", "?"), ("encoder", 192, [3, 4], [3, 8]), ("head", 96, [3, 8], [3, 2]),
+        ("norm", 0, [3, 2], [3, 2])]
+    assert summary.total_flops == 288 and model.training and not model.norm.training  # modes restored
+    text = str(summary)
+    assert "1 | encoder | Sequential  | 40     | train | 192   | [3, 4]   | [3, 8]" in text
+    assert "288       Total Flops" in text
 
 
 def test_depth_two_shows_the_children_and_minus_one_everything():

@@ -38,6 +38,7 @@ def test_each_stage_is_timed():
     trainer.test(Regressor(), loader(), verbose=False)
     assert timer.time_elapsed("train") >= 8 * 0.02
     assert 0 < timer.time_elapsed("validate") < timer.time_elapsed("train")
+    assert 0 < timer.time_elapsed("sanity_check") and timer.end_time("sanity_check") < timer.start_time("train")
     assert timer.time_elapsed("test") > 0 and timer.time_elapsed("predict") == 0
     assert timer.start_time("predict") is None and timer.end_time("train") is not None
     assert timer.time_remaining() is None
@@ -51,7 +52,7 @@ def test_state_carries_the_elapsed_training_time_into_a_resumed_run(tmp_path):
     resumed = Timer(duration="00:00:00:01")
     resumed.load_state_dict(timer.state_dict())
     assert resumed.time_elapsed("train") == pytest.approx(timer.time_elapsed("train"))
-    assert set(timer.state_dict()["time_elapsed"]) == {"train", "validate", "test", "predict"}
+    assert set(timer.state_dict()["time_elapsed"]) == {"train", "sanity_check", "validate", "test", "predict"}
 
 
 def test_bad_arguments():

@@ -104,16 +104,16 @@ def test_hyperparameters_go_to_hparams_yaml():
         assert yaml.safe_load(handle) == {"lr": 0.02, "features": 4}
 
 
-def test_hparams_yaml_is_sorted_plain_and_there_even_without_hyperparameters():
-    class Plain(Regressor):
-        def __init__(self):
-            super().__init__()
-            self._log_hyperparams = False  # a Module that never called save_hyperparameters
+class Plain(Regressor):
+    def __init__(self):
+        super().__init__()
+        self._log_hyperparams = False  # as a Module that never called save_hyperparameters
 
+
+def test_hparams_yaml_is_sorted_plain_and_only_there_once_hyperparameters_were_logged():
     logger = CSVLogger("plain")
     quiet_trainer(max_epochs=1, logger=logger).fit(Plain(), loader())
-    with open(os.path.join(logger.log_dir, "hparams.yaml")) as handle:
-        assert yaml.safe_load(handle) == {}
+    assert not os.path.exists(os.path.join(logger.log_dir, "hparams.yaml"))  # as Lightning's CSVLogger
     direct = CSVLogger("direct")
     direct.log_hyperparams(argparse.Namespace(zeta=1, alpha=(1, 2), beta=None, path=pathlib.PurePosixPath("/d")))
     direct.save()

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from framework.loggers import TensorBoardLogger
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
-from tests.loggers.test_csv import EveryKind
+from tests.loggers.test_csv import EveryKind, Plain
 
 
 class Tee(RecordingLogger):
@@ -65,6 +65,10 @@ def test_log_hyperparams_called_directly_as_lightning_accepts_it():
         scalars.PluginTagToContent("hparams")
     with open(os.path.join(silent.log_dir, "hparams.yaml")) as handle:
         assert yaml.safe_load(handle) == {"lr": 0.02, "features": 4}  # the file still has them
+    plain = TensorBoardLogger("plain")
+    quiet_trainer(max_epochs=1, logger=plain).fit(Plain(), loader())
+    with open(os.path.join(plain.log_dir, "hparams.yaml")) as handle:
+        assert yaml.safe_load(handle) == {}  # TensorBoardLogger writes it anyway, as Lightning's
 
 
 def test_versions_count_up_and_the_trainer_log_dir_follows():

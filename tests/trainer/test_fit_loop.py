@@ -359,3 +359,25 @@ def test_configure_gradient_clipping_gets_the_algorithm_as_given():
     quiet_trainer(max_epochs=1, limit_train_batches=1, gradient_clip_val=0.5,
                   gradient_clip_algorithm="value").fit(Clips(), loader())
     assert seen == [(0.5, None), (0.5, "value")]
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"max_epochs": 2}, "`Trainer.fit` stopped: `max_epochs=2` reached."),
+    ({"max_epochs": 5, "max_steps": 3}, "`Trainer.fit` stopped: `max_steps=3` reached."),
+    ({"max_epochs": 2, "limit_train_batches": 0}, "`Trainer.fit` stopped: No training batches."),
+])
+def test_fit_says_which_limit_ended_it(caplog, settings, message):
+    with caplog.at_level("INFO", logger="framework"):
+        quiet_trainer(**settings).fit(Regressor(), loader())
+    stops = [r.getMessage() for r in caplog.records if "stopped" in r.getMessage()]
+    assert stops == [message]  # once, in Lightning's words
+
+
+def test_a_stop_asked_for_by_a_callback_is_left_to_it_to_explain(caplog):
+    class Stops(framework.Callback):
+        def on_train_epoch_end(self, trainer, module):
+            trainer.should_stop = True
+
+    with caplog.at_level("INFO", logger="framework"):
+        quiet_trainer(max_epochs=3, callbacks=[Stops()]).fit(Regressor(), loader())
+    assert not [r for r in caplog.records if "stopped" in r.getMessage()]
