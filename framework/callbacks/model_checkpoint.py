@@ -35,8 +35,9 @@ class ModelCheckpoint(Callback):
     ``last.ckpt`` holds the state at the latest save point (every epoch end, and every
     ``every_n_train_steps``), whether or not a top-k file was written there; Lightning 2.6
     updates it only along with a top-k file, which leaves it stale after epochs that did not
-    improve. ``save_last="link"`` makes it a symbolic link to the newest file instead of a
-    copy (local directories only). ``save_on_exception=True`` saves when fit raises.
+    improve. ``save_last="link"`` makes it a symbolic link to the file saved at the same step
+    instead of a copy (local directories only; a real file where there is none).
+    ``save_on_exception=True`` saves when fit raises.
 
     Example::
 
@@ -294,7 +295,8 @@ class ModelCheckpoint(Callback):
         if self._enable_version_counter:
             filepath = self._free_filepath(trainer, candidates, self.last_model_path, self.CHECKPOINT_NAME_LAST)
         previous, self.last_model_path = self.last_model_path, filepath
-        if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
+        saved_here = self._last_global_step_saved == trainer.global_step and self._last_checkpoint_saved != filepath
+        if self.save_last == "link" and saved_here and self.save_top_k != 0:
             self._link(trainer, self._last_checkpoint_saved, filepath)
         else:
             self._save(trainer, filepath)

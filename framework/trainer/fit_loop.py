@@ -132,8 +132,8 @@ class FitLoop:
         if trainer.limit_train_batches == 0 and not trainer.overfit_batches:
             self._announce_stop("No training batches.")
             return  # nothing to train: as in Lightning, no training loader and no on_train_start/end
-        if self._stop_reason() is not None:
-            self._announce_stop(self._stop_reason())
+        if (reason := self._stop_reason()) is not None:  # a resumed run that had already finished
+            self._announce_stop(reason)
             return
         self._load_train_loader_if_due()
         if trainer.validates_in_fit and self._validates_in_epoch() and reload_due(trainer, "val"):

@@ -122,6 +122,11 @@ def test_save_last_link_points_at_the_newest_file():
     assert os.path.islink(last) and os.readlink(last) == "epoch=1.ckpt"
     assert names(os.listdir("link")) == ["epoch=1.ckpt", "last.ckpt"]
     assert torch.load(last, weights_only=True)["global_step"] == 4
+    sparse = ModelCheckpoint(dirpath="sparse", save_last="link", every_n_epochs=2, filename="{epoch}")
+    _, after_epoch = fit([0, 0, 0], sparse)  # no epoch=2 file: last.ckpt becomes a file of its own there
+    last = os.path.join("sparse", "last.ckpt")
+    assert not os.path.islink(last) and torch.load(last, weights_only=True)["global_step"] == 6
+    assert after_epoch[-1] == ["epoch=1.ckpt", "last.ckpt"]
     with pytest.raises(MisconfigurationError, match=r"save_last='link'\) needs a local directory"):
         ModelCheckpoint(dirpath="memory://x", save_last="link")
     with pytest.raises(MisconfigurationError, match=r"save_last='yes' \(type str\)\): accepted True, False"):
