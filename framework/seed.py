@@ -81,6 +81,44 @@ def _numpy_state() -> Any:
     return numpy.random.get_state()
 
 
+def rng_states() -> dict[str, Any]:
+    """The global random generators' states as plain data and tensors (loadable with ``weights_only=True``).
+
+    Example::
+
+        saved = rng_states()
+        torch.rand(3)
+        restore_rng_states(saved)   # the next draws repeat
+    """
+    python_version, python_internal, python_gauss = random.getstate()
+    states: dict[str, Any] = {
+        "python": [python_version, list(python_internal), python_gauss],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    numpy_state = _numpy_state()
+    if numpy_state is not None:
+        kind, keys, position, has_gauss, cached_gaussian = numpy_state
+        states["numpy"] = [kind, torch.from_numpy(keys.astype("int64")), int(position), int(has_gauss),
+                           float(cached_gaussian)]
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    """Put the global random generators back in the states ``rng_states()`` returned."""
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    if "numpy" in states:
+        import numpy
+
+        kind, keys, position, has_gauss, cached_gaussian = states["numpy"]
+        numpy.random.set_state((kind, keys.numpy().astype(numpy.uint32), position, has_gauss, cached_gaussian))
+
+
 def seed_worker(worker_id: int) -> None:
     """A DataLoader ``worker_init_fn``: seeds ``random`` and NumPy from the worker's torch seed.
 

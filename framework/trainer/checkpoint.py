@@ -10,6 +10,7 @@ from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.errors import MisconfigurationError, describe
 from framework.hparams import checkpoint_safe
 from framework.io.fs import exists, modified_time
+from framework.seed import rng_states
 
 
 def framework_version() -> str:
@@ -27,7 +28,7 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
         "framework_version": framework_version(),
         "epoch": state.current_epoch,
         "global_step": state.global_step,
-        "loops": {"fit": state.state_dict()},
+        "loops": {"fit": {**state.state_dict(), "rng_states": _rng_states(trainer)}},
         "state_dict": trainer.runtime.strategy.module_state_dict(trainer.model),
     }
     if not weights_only:
@@ -46,6 +47,19 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
         callback.on_save_checkpoint(trainer, module, checkpoint)
     module.on_save_checkpoint(checkpoint)
     return checkpoint
+
+
+def _rng_states(trainer: Any) -> list[dict[str, Any]]:
+    """The random state training goes on from, so a resumed run draws the same dropout masks (and so on)."""
+    fit_loop = trainer.fit_loop
+    return [fit_loop.training_rng_states() if fit_loop is not None else rng_states()]
+
+
+def rng_state_of_rank(saved: list[dict[str, Any]] | None, rank: int) -> dict[str, Any] | None:
+    """The saved random state for global ``rank`` (None when the checkpoint has none)."""
+    if not saved:
+        return None
+    return saved[rank] if rank < len(saved) else saved[0]
 
 
 def callback_states(callbacks: list[Any]) -> dict[str, Any]:

@@ -8,12 +8,14 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
 from framework.module import Module
 from framework.seed import seed_worker
+from framework.trainer.sampler import rebuilt, with_resumable_sampler
 
 INFINITE = math.inf
 
@@ -100,18 +102,7 @@ def with_sequential_order(loader: Iterable) -> Iterable:
         return loader
     if loader.batch_sampler is not None and type(loader.batch_sampler).__name__ != "BatchSampler":
         return loader
-    return DataLoader(
-        loader.dataset,
-        batch_size=loader.batch_size,
-        shuffle=False,
-        num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn,
-        pin_memory=loader.pin_memory,
-        drop_last=loader.drop_last,
-        timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
-        persistent_workers=loader.persistent_workers,
-    )
+    return rebuilt(loader, SequentialSampler(loader.dataset))
 
 
 def set_sampler_epoch(loader: Iterable, epoch: int) -> None:
@@ -138,6 +129,8 @@ def load_train_data(trainer: Any) -> None:
     loader = seed_workers_if_asked(loaders[0])
     if trainer.overfit_batches:
         loader = with_sequential_order(loader)
+    else:
+        loader = with_resumable_sampler(loader, shuffle_seed(trainer.state))
     available = batch_count(loader)
     if available == 0:
         raise MisconfigurationError(
@@ -149,6 +142,14 @@ def load_train_data(trainer: Any) -> None:
     trainer.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
                                               trainer.num_training_batches)
     trainer.loaded_at["train"] = trainer.state.current_epoch
+
+
+def shuffle_seed(state: Any) -> int:
+    """The run's seed for the training data's order: the checkpoint's when resuming, else drawn once from torch's
+    generator (so ``seed_everything`` or ``torch.manual_seed`` decide it)."""
+    if state.shuffle_seed < 0:
+        state.shuffle_seed = int(torch.randint(0, 2**62, ()))
+    return state.shuffle_seed
 
 
 def no_training_data() -> MisconfigurationError:

@@ -20,8 +20,14 @@ from framework import console
 from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
-from framework.seed import isolated_rng
-from framework.trainer.checkpoint import check_resumable, load_for, restore_checkpoint, restore_training_state
+from framework.seed import isolated_rng, restore_rng_states, rng_states
+from framework.trainer.checkpoint import (
+    check_resumable,
+    load_for,
+    restore_checkpoint,
+    restore_training_state,
+    rng_state_of_rank,
+)
 from framework.trainer.data import (
     INFINITE,
     has_loader_source,
@@ -36,6 +42,7 @@ from framework.trainer.data import (
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.metrics import step_views
 from framework.trainer.optimizers import OptimizerProxy, parse_optimizers, step_schedulers
+from framework.trainer.sampler import skip_in_sampler
 from framework.trainer.state import RunningStage
 from framework.trainer.step import StepClosure, StepHooks, check_training_output, outputs_for_hooks
 
@@ -50,6 +57,8 @@ class FitLoop:
         self.started_at = 0.0
         self._closure: StepClosure | None = None  # automatic optimization's, made per epoch
         self._applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
+        self._resumed_rng: dict[str, Any] | None = None  # a checkpoint's random state, put back where it was taken
+        self._rng_before_validation: dict[str, Any] | None = None
 
     # -- the whole fit ---
     def fit(self, ckpt_path: Any) -> None:
@@ -64,6 +73,10 @@ class FitLoop:
         if checkpoint is not None:
             check_resumable(checkpoint)
             restore_checkpoint(trainer, checkpoint)
+            saved_loop = checkpoint.get("loops", {}).get("fit", {})
+            # the data order is needed before configure_optimizers, which may already build the training loader
+            trainer.state.shuffle_seed = int(saved_loop.get("shuffle_seed", -1))
+            self._resumed_rng = rng_state_of_rank(saved_loop.get("rng_states"), trainer.global_rank)
         self._configure_optimizers()
         trainer.state.stage = RunningStage.TRAINING
         trainer.step_hooks = StepHooks(trainer)
@@ -206,8 +219,11 @@ class FitLoop:
         total = trainer.num_training_batches
         first = state.batch_idx  # > 0 only when resuming inside an epoch
         if first and first >= total:  # resumed from a checkpoint written after the epoch's last batch
+            self._put_back_resumed_rng()
             self._end_epoch()
             return
+        if not first:
+            self._put_back_resumed_rng()  # saved at an epoch's end: the next epoch starts from that state
         hooks.call(Hook.ON_TRAIN_EPOCH_START)
         # Gradients are zeroed after each step; this clears what an unfinished accumulation window
         # (an epoch ended early) or the caller left behind, so it cannot leak into the next step.
@@ -226,8 +242,11 @@ class FitLoop:
         watch_time = trainer.max_time is not None
         validates = trainer.validates_in_fit and self._validates_in_epoch()
         plateau_each_step = trainer.has_step_schedulers
+        fetch_skipped = bool(first) and not skip_in_sampler(loader, first)  # else the sampler starts past them
+        if first:
+            self._put_back_resumed_rng()
 
-        for batch_idx, batch, is_last in _numbered(loader, total, first):
+        for batch_idx, batch, is_last in _numbered(loader, total, first, fetch_skipped):
             state.is_last_batch = is_last
             batch = transfer(batch, 0)
             results.start_batch(batch)
@@ -276,9 +295,25 @@ class FitLoop:
         if after_step:
             trainer.hooks.call(Hook.ON_VALIDATION_MODEL_ZERO_GRAD)
         trainer.state.validated = True  # from here on a missing monitored metric is an error, not "not yet"
-        run_evaluation(trainer, "validate", trainer.val_loaders, trainer.val_batch_counts)
+        # Validation leaves the random state as it found it, so training goes on the same whether a resumed run
+        # repeats a validation or not (and with or without validation, as with the sanity check).
+        self._rng_before_validation = rng_states()
+        try:
+            run_evaluation(trainer, "validate", trainer.val_loaders, trainer.val_batch_counts)
+        finally:
+            restore_rng_states(self._rng_before_validation)
+            self._rng_before_validation = None
         trainer.state.stage = RunningStage.TRAINING
         trainer.module._results = trainer.train_results
+
+    def training_rng_states(self) -> dict[str, Any]:
+        """The random state training goes on from (during validation: the one it will be put back to)."""
+        return self._rng_before_validation if self._rng_before_validation is not None else rng_states()
+
+    def _put_back_resumed_rng(self) -> None:
+        if self._resumed_rng is not None:
+            restore_rng_states(self._resumed_rng)
+            self._resumed_rng = None
 
     def _end_epoch(self) -> None:
         trainer, state = self.trainer, self.trainer.state
@@ -396,11 +431,13 @@ class FitLoop:
         return stepped
 
 
-def _numbered(loader: Iterable, total: float, skip: int) -> Iterator[tuple[int, Any, bool]]:
-    """``(batch_idx, batch, is_last)`` for the first ``total`` batches, after skipping ``skip`` of them."""
-    batches: Iterator[Any] = limited(loader, total)
-    if skip:
-        batches = itertools.islice(batches, skip, None)
+def _numbered(loader: Iterable, total: float, skip: int, fetch_skipped: bool) -> Iterator[tuple[int, Any, bool]]:
+    """``(batch_idx, batch, is_last)`` for the first ``total`` batches, after skipping ``skip`` of them (fetched
+    and dropped with ``fetch_skipped``; else the loader already starts past them)."""
+    if fetch_skipped:
+        batches: Iterator[Any] = itertools.islice(limited(loader, total), skip, None)
+    else:
+        batches = limited(loader, total - skip)
     if total != INFINITE:
         last = int(total) - 1
         for batch_idx, batch in enumerate(batches, start=skip):

@@ -46,7 +46,8 @@ class TrainerState:
     ``batches_stepped`` counts training batches that ended with an optimizer step (manual
     optimization: every batch); step-level logs are numbered with it, as in Lightning.
     ``is_last_batch`` says the running training batch is its epoch's last, ``validated`` that
-    a validation pass (not the sanity check) has run in this ``fit``.
+    a validation pass (not the sanity check) has run in this ``fit``. ``shuffle_seed`` decides
+    the training data's order in every epoch (-1 until the first shuffled loader needs one).
     """
 
     fn: TrainerFn | None = None
@@ -61,6 +62,7 @@ class TrainerState:
     should_stop: bool = False
     is_last_batch: bool = False
     validated: bool = False
+    shuffle_seed: int = -1
 
     @property
     def finished(self) -> bool:
@@ -78,7 +80,8 @@ class TrainerState:
         return self.stage == RunningStage.SANITY_CHECKING
 
     counters: tuple[str, ...] = field(
-        default=("current_epoch", "global_step", "batch_idx", "total_batch_idx", "batches_stepped", "epoch_finished"),
+        default=("current_epoch", "global_step", "batch_idx", "total_batch_idx", "batches_stepped", "epoch_finished",
+                 "shuffle_seed"),
         init=False,
         repr=False,
     )

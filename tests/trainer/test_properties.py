@@ -26,7 +26,9 @@ def test_loaders_and_their_batch_counts():
     trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=1)
     assert trainer.train_dataloader is None and trainer.val_dataloaders is None
     trainer.fit(Regressor(), train, val)
-    assert trainer.train_dataloader is train and trainer.val_dataloaders is val
+    # the training loader is rebuilt around a resumable sampler (same dataset and settings); the others are as given
+    assert trainer.train_dataloader.dataset is train.dataset and trainer.val_dataloaders is val
+    assert trainer.train_dataloader.batch_size == train.batch_size
     assert trainer.num_val_batches == [2] and trainer.num_sanity_val_batches == [1]
     assert trainer.enable_validation
     trainer.test(dataloaders=test, verbose=False)

@@ -1,0 +1,109 @@
+"""``ResumableSampler``: a sample order the framework owns, so a resumed run sees exactly the data it would have.
+
+A DataLoader with ``shuffle=True`` draws a fresh order from the global random generator at
+every epoch, which a checkpoint cannot replay. Training loaders are rebuilt around this
+sampler instead: the order of an epoch is a function of ``(seed, epoch)`` (as
+``DistributedSampler`` does it), the seed is saved in checkpoints, and a run resumed inside
+an epoch starts the sampler past the samples already trained on, without loading them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+
+# The loader's worker seeds come from a second generator, on a stream apart from the order's.
+_WORKER_STREAM = 2**40
+
+
+class ResumableSampler(Sampler[int]):
+    """Indices ``0 .. length-1``, shuffled by ``(seed, epoch)`` when ``shuffle``; ``skip(n)`` starts the next
+    pass ``n`` samples in.
+
+    ``worker_generator`` is given to the DataLoader, so the seeds of its workers (which a
+    plain DataLoader draws from the global generator) follow ``(seed, epoch)`` too, and
+    starting an epoch moves no global random state.
+
+    Example::
+
+        sampler = ResumableSampler(len(dataset), shuffle=True, seed=7)
+        sampler.set_epoch(3)
+        sampler.skip(64)            # resume after 64 samples of epoch 3
+    """
+
+    def __init__(self, length: int, shuffle: bool, seed: int) -> None:
+        self.length = length
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self._skip = 0
+        self.worker_generator = torch.Generator()
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch whose order the next pass yields."""
+        self.epoch = epoch
+        self.worker_generator.manual_seed(self.seed + epoch + _WORKER_STREAM)
+
+    def skip(self, count: int) -> None:
+        """Start the next pass ``count`` samples in (a resumed epoch); later passes start at 0."""
+        self._skip = count
+
+    def __iter__(self) -> Iterator[int]:
+        start, self._skip = self._skip, 0
+        if not self.shuffle:
+            return iter(range(start, self.length))
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.length, generator=generator)[start:].tolist())
+
+    def __len__(self) -> int:
+        return self.length
+
+
+def with_resumable_sampler(loader: Any, seed: int) -> Any:
+    """``loader`` rebuilt around a ``ResumableSampler`` when it is a DataLoader that plainly shuffles (or not)
+    map-style data in batches; any other loader as it is (its order is its own).
+    """
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return loader
+    if type(loader.batch_sampler) is not BatchSampler:  # a custom batch sampler, or batch_size=None
+        return loader
+    sampler = loader.sampler
+    plainly_shuffled = (type(sampler) is RandomSampler and not sampler.replacement
+                        and sampler.num_samples == len(sampler.data_source))
+    if not plainly_shuffled and type(sampler) is not SequentialSampler:
+        return loader
+    if plainly_shuffled and sampler.generator is not None:
+        # the user seeded the order with a generator of their own: derive the seed from it, so it still decides
+        seed = int(torch.randint(0, 2**62, (), generator=sampler.generator))
+    resumable = ResumableSampler(len(loader.dataset), shuffle=plainly_shuffled, seed=seed)
+    return rebuilt(loader, resumable, resumable.worker_generator)
+
+
+def rebuilt(loader: DataLoader, sampler: Sampler, generator: torch.Generator | None = None) -> DataLoader:
+    """A DataLoader like ``loader`` in every setting, but drawing indices from ``sampler``."""
+    settings: dict[str, Any] = dict(
+        batch_size=loader.batch_size, drop_last=loader.drop_last, num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
+        generator=generator if generator is not None else loader.generator,
+        persistent_workers=loader.persistent_workers, pin_memory_device=loader.pin_memory_device,
+    )
+    if loader.num_workers > 0:
+        settings["prefetch_factor"] = loader.prefetch_factor
+    if hasattr(loader, "in_order"):
+        settings["in_order"] = loader.in_order
+    return DataLoader(loader.dataset, sampler=sampler, **settings)
+
+
+def skip_in_sampler(loader: Any, batches: int) -> bool:
+    """Make ``loader``'s next pass start ``batches`` batches in, if its sampler can; whether it could."""
+    sampler = getattr(loader, "sampler", None)
+    if not isinstance(sampler, ResumableSampler):
+        return False
+    sampler.skip(batches * loader.batch_size)
+    return True

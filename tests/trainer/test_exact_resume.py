@@ -1,0 +1,124 @@
+"""Exact resume: a run interrupted at any checkpoint and resumed ends with the very weights of the uninterrupted run.
+
+Shuffling on, dropout drawing from the global generator, momentum optimizers and a StepLR
+schedule: the resumed run must see the same data order, the same random draws and the same
+optimizer state. The resumed runs start from a different seed, so nothing matches by luck.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import framework
+from framework.callbacks import ModelCheckpoint
+from framework.trainer.sampler import ResumableSampler
+from tests.helpers import quiet_trainer
+
+
+class Noisy(framework.Module):
+    """A regressor with dropout whose validation draws random numbers too."""
+
+    def __init__(self, optimizer: str = "sgd"):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.3), nn.Linear(16, 1))
+        self.seen: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.seen.append(x.sum().item())
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", nn.functional.mse_loss(self.net(x), y) + 0 * torch.rand(()))
+
+    def configure_optimizers(self):
+        if self.hparams.optimizer == "sgd":
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+        else:
+            optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)]
+
+
+def loaders():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 4, generator=generator)
+    y = x.sum(1, keepdim=True)
+    return (DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True),  # 10 batches an epoch
+            DataLoader(TensorDataset(x[:8], y[:8]), batch_size=4))
+
+
+def fit(seed: int, ckpt_path: str | None = None, optimizer: str = "sgd", callbacks=()) -> Noisy:
+    framework.seed_everything(seed, verbose=False)
+    model = Noisy(optimizer)
+    trainer = quiet_trainer(max_epochs=3, callbacks=list(callbacks), enable_checkpointing=bool(callbacks),
+                            val_check_interval=0.5, num_sanity_val_steps=0)
+    trainer.fit(model, *loaders(), ckpt_path=ckpt_path)
+    return model
+
+
+@pytest.fixture(scope="module", params=["sgd", "adamw"])
+def uninterrupted(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(f"full-{request.param}")
+    names = dict(save_top_k=-1, auto_insert_metric_name=False)
+    every_step = ModelCheckpoint(dirpath=directory, every_n_train_steps=1, filename="step{step}", **names)
+    every_epoch = ModelCheckpoint(dirpath=directory, every_n_epochs=1, filename="epoch{epoch}", **names)
+    model = fit(0, optimizer=request.param, callbacks=[every_step, every_epoch])
+    return request.param, directory, model
+
+
+@pytest.mark.parametrize("name", [
+    "epoch0.ckpt",     # saved at the first epoch's end
+    "step10.ckpt",     # after the epoch's last batch, before its validation and end
+    "step13.ckpt",     # inside the second epoch, before its mid-epoch validation
+    "step15.ckpt",     # inside the second epoch, where validation follows the save
+])
+def test_resuming_from_any_checkpoint_ends_with_the_uninterrupted_weights(uninterrupted, name):
+    optimizer, directory, full = uninterrupted
+    resumed = fit(1234, os.path.join(directory, name), optimizer)
+    assert all(torch.isfinite(value).all() for value in full.state_dict().values())
+    for (key, expected), actual in zip(full.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(actual, expected), key  # bitwise: same order, same draws, same optimizer state
+    step = int(name[4:-5]) if name.startswith("step") else 10
+    assert resumed.seen == full.seen[step:]  # the batches after the checkpoint, in the same order
+
+
+def test_each_epoch_has_its_own_order_decided_by_the_seed():
+    sampler = ResumableSampler(10, shuffle=True, seed=3)
+    first = list(sampler)
+    assert sorted(first) == list(range(10)) and list(sampler) == first
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert second != first and sorted(second) == list(range(10))
+    sampler.skip(4)
+    assert list(sampler) == second[4:] and list(sampler) == second  # a skip lasts one pass
+    assert list(ResumableSampler(5, shuffle=False, seed=3)) == [0, 1, 2, 3, 4]
+
+
+def test_the_seed_comes_from_the_global_generator_so_seeding_decides_the_order():
+    orders = []
+    for seed in (5, 5, 6):
+        model = fit(seed)
+        orders.append(model.seen)
+    assert orders[0] == orders[1] != orders[2]
+
+
+def test_a_loader_with_its_own_sampler_is_left_alone():
+    class Every2nd(torch.utils.data.Sampler):
+        def __iter__(self):
+            return iter(range(0, 40, 2))
+
+        def __len__(self):
+            return 20
+
+    train, val = loaders()
+    custom = DataLoader(train.dataset, batch_size=4, sampler=Every2nd())
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Noisy(), custom)
+    assert trainer.train_dataloader is custom
