@@ -9,6 +9,13 @@ class MisconfigurationError(ValueError):
     """
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint file cannot be used: truncated or corrupted, or written by a newer framework.
+
+    The message names the file and what to do instead.
+    """
+
+
 def describe(value: object) -> str:
     """A short ``repr`` of ``value`` with its type, for error messages."""
     text = repr(value)

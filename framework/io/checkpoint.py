@@ -12,7 +12,13 @@ from typing import Any
 
 import torch
 
+from framework.errors import CheckpointError
 from framework.io.fs import read_bytes, write_bytes_atomic
+
+# The layout of the checkpoint dict; a reader refuses files of a newer layout instead of half-loading them.
+FORMAT_VERSION = 1
+# torch.save writes a zip archive; files from torch.save(_use_new_zipfile_serialization=False) are a bare pickle.
+_CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
 
 
 def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike,
@@ -36,8 +42,10 @@ def load_checkpoint(
     except FileNotFoundError:
         raise FileNotFoundError(f"Checkpoint {os.fspath(path)!r} does not exist.") from None
     safe = weights_only is not False
+    if not data.startswith(_CHECKPOINT_STARTS):
+        raise _damaged(path, data, "it is neither a zip archive nor a pickle")
     try:
-        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=safe)
+        checkpoint = torch.load(io.BytesIO(data), map_location=map_location, weights_only=safe)
     except pickle.UnpicklingError as error:
         if not safe:
             raise
@@ -46,3 +54,27 @@ def load_checkpoint(
             "was not loaded: unpickling a file can run any code it carries. If you trust where the file came from, "
             f"load it with weights_only=False. ({error})"
         ) from None
+    except (RuntimeError, EOFError, KeyError, ValueError) as error:  # what torch.load raises on damaged bytes
+        raise _damaged(path, data, f"{type(error).__name__}: {str(error)[:200]}") from None
+    _check_format(checkpoint, path)
+    return checkpoint
+
+
+def _damaged(path: str | os.PathLike, data: bytes, why: str) -> CheckpointError:
+    return CheckpointError(
+        f"Checkpoint {os.fspath(path)!r} ({len(data)} bytes) is truncated or corrupted and was not loaded ({why}). "
+        "Resume from another checkpoint (last.ckpt or an earlier file of the same run)."
+    )
+
+
+def _check_format(checkpoint: Any, path: str | os.PathLike) -> None:
+    """Refuse a checkpoint in a layout newer than this framework reads, saying which version wrote it."""
+    version = checkpoint.get("format_version", FORMAT_VERSION) if isinstance(checkpoint, dict) else FORMAT_VERSION
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        from framework import __version__
+
+        raise CheckpointError(
+            f"Checkpoint {os.fspath(path)!r} is in checkpoint format {version}, written by framework "
+            f"{checkpoint.get('framework_version', '?')}; framework {__version__} reads format {FORMAT_VERSION} and "
+            "older. Upgrade the framework (pip install -U) to load it."
+        )

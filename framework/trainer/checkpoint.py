@@ -9,6 +9,7 @@ from typing import Any
 from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.errors import MisconfigurationError, describe
 from framework.hparams import checkpoint_safe
+from framework.io.checkpoint import FORMAT_VERSION
 from framework.io.fs import exists, modified_time
 from framework.seed import rng_states
 
@@ -26,6 +27,7 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
     module = trainer.module
     checkpoint: dict[str, Any] = {
         "framework_version": framework_version(),
+        "format_version": FORMAT_VERSION,
         "epoch": state.current_epoch,
         "global_step": state.global_step,
         "loops": {"fit": {**state.state_dict(), "rng_states": _rng_states(trainer)}},

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import framework
-from framework import MisconfigurationError
+from framework import CheckpointError, MisconfigurationError
 from framework.io.checkpoint import load_checkpoint, save_checkpoint
 from framework.io.fs import write_bytes_atomic
 from tests.helpers import Regressor, loader, quiet_trainer, regression_data
@@ -99,6 +99,36 @@ def test_missing_path_raises_file_not_found_naming_it(root):
         load_checkpoint(path)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage"])
+def test_a_damaged_file_is_refused_naming_it(root, damage):
+    path = f"{root}/damaged.ckpt"
+    save_checkpoint(_state(0), path)
+    data = fsspec.open(path, "rb").open().read()
+    damaged = {"truncated": data[: len(data) // 2], "empty": b"", "garbage": b"not a checkpoint" * 8}[damage]
+    with fsspec.open(path, "wb") as handle:
+        handle.write(damaged)
+    with pytest.raises(CheckpointError, match=r"damaged.ckpt' \(\d+ bytes\) is truncated or corrupted"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_of_a_newer_format_says_so(root):
+    path = f"{root}/future.ckpt"
+    save_checkpoint({"format_version": 2, "framework_version": "9.0.0", "state_dict": {}}, path)
+    with pytest.raises(CheckpointError, match=r"future.ckpt' is in checkpoint format 2, written by framework 9.0.0; "
+                                              r"framework .* reads format 1 and older. Upgrade"):
+        load_checkpoint(path)
+
+
+def test_fit_from_a_damaged_checkpoint_fails_before_training(tmp_path):
+    path = tmp_path / "cut.ckpt"
+    path.write_bytes(b"\x50\x4b\x03\x04 cut short")
+    model = Regressor()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match="cut.ckpt"):
+        quiet_trainer(max_epochs=1).fit(model, loader(), ckpt_path=path)
+    _assert_weights(model.state_dict(), before)  # never a half-loaded model
+
+
 CALLS: list[str] = []
 
 
@@ -135,7 +165,8 @@ def test_arbitrary_python_object_is_refused(tmp_path, obj):
 # -- the Trainer's checkpoint ---------------------------------------------------------------------------------------
 
 EXPECTED_KEYS = {
-    "framework_version", "epoch", "global_step", "loops", "state_dict", "optimizer_states", "lr_schedulers",
+    "framework_version", "format_version", "epoch", "global_step", "loops", "state_dict", "optimizer_states",
+    "lr_schedulers",
     "precision", "callbacks", "hyper_parameters", "hparams_name",
 }
 
@@ -201,7 +232,7 @@ def test_trainer_checkpoint_keys_and_values(fitted, tmp_path):
     trainer.save_checkpoint(path)
     checkpoint = torch.load(path, weights_only=True)  # plain torch, safe mode
     assert set(checkpoint) == EXPECTED_KEYS
-    assert checkpoint["framework_version"] == framework.__version__
+    assert checkpoint["framework_version"] == framework.__version__ and checkpoint["format_version"] == 1
     assert checkpoint["global_step"] == trainer.global_step == 16
     assert checkpoint["epoch"] == trainer.current_epoch
     assert checkpoint["hyper_parameters"] == {"lr": 0.1, "features": 4}
