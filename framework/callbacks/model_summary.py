@@ -10,7 +10,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
-from torch.utils.flop_counter import FlopCounterMode
 
 from framework import console
 from framework.callbacks.base import Callback
@@ -65,6 +64,8 @@ class Summary:
     def _measure(self, module: nn.Module, example_input: Any, max_depth: int,
                  forward_context: Callable[[], contextlib.AbstractContextManager]) -> int:
         """Run ``example_input`` through ``module`` once, recording each row's sizes and FLOPs; the total FLOPs."""
+        from torch.utils.flop_counter import FlopCounterMode  # only with an example input, not at import
+
         rows = {row.name: row for row in self.rows}
 
         def recorder(row: LayerRow) -> Callable[..., None]:
