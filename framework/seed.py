@@ -56,21 +56,11 @@ def isolated_rng() -> Iterator[None]:
             torch.rand(3)          # draws here ...
         torch.rand(1)              # ... leave this value as it would have been
     """
-    python_state = random.getstate()
-    torch_state = torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    numpy_state = _numpy_state()
+    saved = rng_states()
     try:
         yield
     finally:
-        random.setstate(python_state)
-        torch.set_rng_state(torch_state)
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)
-        if numpy_state is not None:
-            import numpy
-
-            numpy.random.set_state(numpy_state)
+        restore_rng_states(saved)
 
 
 def _numpy_state() -> Any:

@@ -130,7 +130,7 @@ def load_train_data(trainer: Any) -> None:
     if trainer.overfit_batches:
         loader = with_sequential_order(loader)
     else:
-        loader = with_resumable_sampler(loader, shuffle_seed(trainer.state))
+        loader = with_resumable_sampler(loader, lambda: shuffle_seed(trainer.state))
     available = batch_count(loader)
     if available == 0:
         raise MisconfigurationError(

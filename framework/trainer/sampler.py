@@ -9,7 +9,7 @@ an epoch starts the sampler past the samples already trained on, without loading
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -64,9 +64,12 @@ class ResumableSampler(Sampler[int]):
         return self.length
 
 
-def with_resumable_sampler(loader: Any, seed: int) -> Any:
+def with_resumable_sampler(loader: Any, run_seed: Callable[[], int]) -> Any:
     """``loader`` rebuilt around a ``ResumableSampler`` when it is a DataLoader that plainly shuffles (or not)
     map-style data in batches; any other loader as it is (its order is its own).
+
+    ``run_seed`` is asked only when the loader shuffles by the global generator, so a run
+    without such a loader draws nothing from it.
     """
     if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return loader
@@ -77,9 +80,13 @@ def with_resumable_sampler(loader: Any, seed: int) -> Any:
                         and sampler.num_samples == len(sampler.data_source))
     if not plainly_shuffled and type(sampler) is not SequentialSampler:
         return loader
-    if plainly_shuffled and sampler.generator is not None:
+    if not plainly_shuffled:
+        seed = 0  # an unshuffled order needs none
+    elif sampler.generator is not None:
         # the user seeded the order with a generator of their own: derive the seed from it, so it still decides
         seed = int(torch.randint(0, 2**62, (), generator=sampler.generator))
+    else:
+        seed = run_seed()
     resumable = ResumableSampler(len(loader.dataset), shuffle=plainly_shuffled, seed=seed)
     return rebuilt(loader, resumable, resumable.worker_generator)
 

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import framework
 from framework.callbacks import ModelCheckpoint
-from framework.trainer.sampler import ResumableSampler
+from framework.trainer.sampler import ResumableSampler, with_resumable_sampler
 from tests.helpers import quiet_trainer
 
 
@@ -122,3 +122,20 @@ def test_a_loader_with_its_own_sampler_is_left_alone():
     trainer = quiet_trainer(max_epochs=1)
     trainer.fit(Noisy(), custom)
     assert trainer.train_dataloader is custom
+
+
+def test_the_run_seed_is_drawn_only_for_a_loader_shuffled_by_the_global_generator():
+    asked = []
+
+    def run_seed():
+        asked.append(1)
+        return 11
+
+    dataset = loaders()[0].dataset
+    ordered = with_resumable_sampler(DataLoader(dataset, batch_size=4), run_seed)
+    own = with_resumable_sampler(DataLoader(dataset, batch_size=4, shuffle=True,
+                                            generator=torch.Generator().manual_seed(2)), run_seed)
+    assert asked == [] and isinstance(ordered.sampler, ResumableSampler) and not ordered.sampler.shuffle
+    assert own.sampler.shuffle and own.sampler.seed != 11
+    shuffled = with_resumable_sampler(DataLoader(dataset, batch_size=4, shuffle=True), run_seed)
+    assert asked == [1] and shuffled.sampler.seed == 11
