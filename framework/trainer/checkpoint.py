@@ -12,6 +12,8 @@ from framework.hparams import checkpoint_safe
 from framework.io.checkpoint import FORMAT_VERSION
 from framework.io.fs import exists, modified_time
 from framework.seed import rng_states
+from framework.trainer.lightning_checkpoint import from_lightning, is_lightning_checkpoint, lightning_progress
+from framework.trainer.state import TrainerFn
 
 
 def framework_version() -> str:
@@ -131,30 +133,8 @@ def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
             state.current_epoch += 1
             state.batch_idx = 0
             state.epoch_finished = False
-    else:  # a Lightning checkpoint
-        state.load_state_dict(_lightning_progress(checkpoint))
-
-
-def _lightning_progress(checkpoint: dict[str, Any]) -> dict[str, int]:
-    """Our counters from a Lightning checkpoint's loop progress (or from its epoch and step alone)."""
-    global_step = int(checkpoint.get("global_step", 0))
-    try:
-        fit = checkpoint["loops"]["fit_loop"]
-        epochs = fit["epoch_progress"]["current"]
-        batches = fit["epoch_loop.batch_progress"]
-        # started > processed: saved inside an epoch; batch_idx says how far (after its last batch, e.g.
-        # from on_validation_end, it equals the epoch's length and the resumed run moves on to the next)
-        in_epoch = epochs["started"] > epochs["processed"]
-        return {
-            "current_epoch": int(epochs["processed"]),
-            "global_step": global_step,
-            "batch_idx": int(batches["current"]["processed"]) if in_epoch else 0,
-            "total_batch_idx": int(batches["total"]["processed"]),
-            "batches_stepped": int(fit["epoch_loop.state_dict"]["_batches_that_stepped"]),
-        }
-    except (KeyError, TypeError):  # no loop progress: assume it was saved at an epoch's end
-        return {"current_epoch": int(checkpoint.get("epoch", -1)) + 1, "global_step": global_step,
-                "batches_stepped": global_step}
+    else:  # a checkpoint assembled by hand: its epoch and step are all there is
+        state.load_state_dict(lightning_progress(checkpoint))
 
 
 def restore_for_evaluation(trainer: Any, fn: Any, ckpt_path: Any) -> None:
@@ -184,7 +164,11 @@ def load_for(trainer: Any, ckpt_path: Any, weights_only: bool | None = None) -> 
     if path is None:
         return None
     trainer.ckpt_path = path
-    return trainer.runtime.strategy.load_checkpoint(path, weights_only=weights_only)
+    checkpoint = trainer.runtime.strategy.load_checkpoint(path, weights_only=weights_only)
+    if is_lightning_checkpoint(checkpoint):
+        resuming = trainer.state.fn == TrainerFn.FITTING
+        checkpoint = from_lightning(checkpoint, trainer.datamodule, path, resuming)
+    return checkpoint
 
 
 def resolve_ckpt_path(trainer: Any, ckpt_path: Any) -> str | None:

@@ -68,6 +68,11 @@ class TrainerProperties:
         return self.runtime.precision.name
 
     @property
+    def precision_plugin(self) -> Any:
+        """The ``Precision`` object in use (``trainer.runtime.precision``), under Lightning's name."""
+        return self.runtime.precision
+
+    @property
     def lightning_module(self) -> Module | None:
         """The ``Module`` being run, under Lightning's name (``trainer.module``)."""
         return self.module
