@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import os
 import warnings
+from argparse import Namespace
 from collections.abc import Mapping
+from enum import Enum
+from pathlib import PurePath
 from types import FrameType
 from typing import Any
+
+import torch
 
 from framework.errors import MisconfigurationError
 
@@ -75,29 +81,63 @@ def copy_of(hparams: AttributeDict) -> AttributeDict:
 
 
 def checkpoint_safe(hparams: dict[str, Any]) -> dict[str, Any]:
-    """The hyperparameters that load with ``weights_only=True``; others are left out with a warning."""
+    """The hyperparameters in a form that loads with ``torch.load(weights_only=True)``.
+
+    Paths become strings, enums their values, Namespaces, mappings and dataclasses dicts; a
+    value with no such form (a module, a function, an arbitrary object) is left out with a
+    warning naming its key.
+
+    Example::
+
+        checkpoint_safe({"root": Path("data"), "layers": (2, 3)})  # {"root": "data", "layers": (2, 3)}
+    """
     safe = {}
     for key, value in hparams.items():
-        if _is_plain(value):
-            safe[key] = copy.deepcopy(value)
+        plain = _plain_form(value)
+        if plain is not _NO_PLAIN_FORM:
+            safe[key] = plain
         else:
             warnings.warn(
-                f"Hyperparameter {key!r} ({type(value).__name__}) is not saved in checkpoints: only numbers, strings, "
-                f"None and lists/dicts of them are. Pass it again to load_from_checkpoint(..., {key}=...), or leave it "
-                f"out with save_hyperparameters(ignore=[{key!r}]).",
+                f"Hyperparameter {key!r} ({type(value).__qualname__}) is not saved in checkpoints: a checkpoint holds "
+                "only numbers, strings, None, tensors, dtypes and devices, and lists, tuples, sets and dicts of them, "
+                "so that it loads without unpickling code. Pass it again to load_from_checkpoint(..., "
+                f"{key}=...), or leave it out with save_hyperparameters(ignore=[{key!r}]).",
                 stacklevel=3,
             )
     return safe
 
 
-def _is_plain(value: Any) -> bool:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, (str, int)) and _is_plain(v) for k, v in value.items())
-    return False
+_NO_PLAIN_FORM = object()
+_LOADABLE = (bool, int, float, str, torch.dtype, torch.device, torch.Size)
+
+
+def _plain_form(value: Any) -> Any:
+    """``value`` as data ``torch.load(weights_only=True)`` reads back, or ``_NO_PLAIN_FORM``."""
+    if value is None or isinstance(value, _LOADABLE):
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, Enum):
+        return _plain_form(value.value)
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, Namespace):
+        value = vars(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        items = {key: _plain_form(item) for key, item in value.items()}
+        keys_loadable = all(isinstance(key, (str, int)) for key in items)
+        complete = keys_loadable and all(item is not _NO_PLAIN_FORM for item in items.values())
+        return items if complete else _NO_PLAIN_FORM
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_plain_form(item) for item in value]
+        if any(item is _NO_PLAIN_FORM for item in items):
+            return _NO_PLAIN_FORM
+        if isinstance(value, tuple):
+            return tuple(items)
+        return items if isinstance(value, list) else set(items)
+    return _NO_PLAIN_FORM
 
 
 def read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import warnings
+from enum import Enum
+from pathlib import Path
 
 import pytest
 import torch
@@ -246,6 +249,50 @@ def test_non_plain_hparam_warns_and_is_left_out_of_the_checkpoint(tmp_path):
     assert checkpoint["hyper_parameters"] == {"lr": 0.05}
     loaded = TakesModule.load_from_checkpoint(path, backbone=nn.Linear(4, 2))
     _assert_weights(loaded.state_dict(), trained.state_dict())
+
+
+class Mode(Enum):
+    FAST = "fast"
+
+
+@dataclasses.dataclass
+class Schedule:
+    warmup: int
+    milestones: tuple
+
+
+DATA_ROOT, SCHEDULE = Path("data") / "train", Schedule(2, (5, 9))
+OPTIONS = argparse.Namespace(depth=3, names={"a", "b"})
+
+
+class Configured(framework.Module):
+    """Takes hyperparameters of the kinds research code passes: paths, enums, dataclasses, dtypes, nesting."""
+
+    def __init__(self, root=DATA_ROOT, mode=Mode.FAST, schedule=SCHEDULE, dtype=torch.float64, options=OPTIONS,
+                 sizes=(2, [3, 4])) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_hparams_are_saved_in_their_plain_form_and_come_back_through_load_from_checkpoint(tmp_path):
+    path = tmp_path / "model.ckpt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _fit_and_save(Configured(), path)
+    saved = torch.load(path, weights_only=True)["hyper_parameters"]
+    assert saved == {"root": str(Path("data") / "train"), "mode": "fast",
+                     "schedule": {"warmup": 2, "milestones": (5, 9)}, "dtype": torch.float64,
+                     "options": {"depth": 3, "names": {"a", "b"}}, "sizes": (2, [3, 4])}
+    loaded = Configured.load_from_checkpoint(path)
+    assert dict(loaded.hparams) == saved
 
 
 # -- what the module reads from the trainer -----------------------------------------------------------------------
