@@ -129,9 +129,10 @@ def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
     loops = checkpoint.get("loops", {})
     if "fit" in loops:
         state.load_state_dict(loops["fit"])
-        if state.epoch_finished:  # saved at the epoch's end: resume with the next one
+        if state.epoch_finished:  # saved in the epoch-end hooks: resume with the next epoch...
+            if state.order_epoch < 0:  # ...after the rest of this one's data, if it ended early
+                state.order_epoch = state.current_epoch
             state.current_epoch += 1
-            state.batch_idx = 0
             state.epoch_finished = False
     else:  # a checkpoint assembled by hand: its epoch and step are all there is
         state.load_state_dict(lightning_progress(checkpoint))

@@ -59,6 +59,7 @@ class FitLoop:
         self._applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
         self._resumed_rng: dict[str, Any] | None = None  # a checkpoint's random state, put back where it was taken
         self._rng_before_validation: dict[str, Any] | None = None
+        self._resuming = False  # the next epoch continues a checkpoint's epoch (its batch_idx and order_epoch)
 
     # -- the whole fit ---
     def fit(self, ckpt_path: Any) -> None:
@@ -70,6 +71,7 @@ class FitLoop:
         # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
         # (which may ask for the training loader), the optimizers' and the loops' state after it.
         checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None
+        self._resuming = checkpoint is not None
         if checkpoint is not None:
             check_resumable(checkpoint)
             restore_checkpoint(trainer, checkpoint)
@@ -211,13 +213,13 @@ class FitLoop:
         trainer, state, hooks = self.trainer, self.trainer.state, self.trainer.hooks
         self._load_train_loader_if_due()
         loader = trainer.train_loader
-        set_sampler_epoch(loader, state.current_epoch)
+        total = trainer.num_training_batches
+        first = self._first_batch(total)  # > 0 only when resuming inside an epoch
+        set_sampler_epoch(loader, state.order_epoch if state.order_epoch >= 0 else state.current_epoch)
         results = trainer.train_results
         trainer.module._results = results
         trainer.metrics.live = results
         state.stage = RunningStage.TRAINING
-        total = trainer.num_training_batches
-        first = state.batch_idx  # > 0 only when resuming inside an epoch
         if first and first >= total:  # resumed from a checkpoint written after the epoch's last batch
             self._put_back_resumed_rng()
             self._end_epoch()
@@ -273,7 +275,20 @@ class FitLoop:
                 break
             if state.should_stop and self.can_stop_early():
                 break
-        self._end_epoch()
+        else:
+            self._end_epoch(ended_early=False)
+            return
+        self._end_epoch(ended_early=state.batch_idx < total)
+
+    def _first_batch(self, total: float) -> int:
+        """Where this epoch starts in its data: past the batches a resumed checkpoint had trained, else 0."""
+        state = self.trainer.state
+        if not self._resuming:
+            state.batch_idx, state.order_epoch = 0, -1
+        self._resuming = False
+        if state.order_epoch >= 0 and state.batch_idx >= total:  # the epoch saved had run to its end after all
+            state.batch_idx, state.order_epoch = 0, -1
+        return state.batch_idx
 
     def _load_train_loader_if_due(self) -> None:
         """Ask for the training loader when training starts, and again every ``reload_dataloaders_every_n_epochs``."""
@@ -315,7 +330,12 @@ class FitLoop:
             restore_rng_states(self._resumed_rng)
             self._resumed_rng = None
 
-    def _end_epoch(self) -> None:
+    def _end_epoch(self, ended_early: bool = False) -> None:
+        """The epoch-end hooks and logs, then the counters move on to the next epoch.
+
+        ``ended_early``: the epoch stopped before its last batch; ``batch_idx`` and
+        ``order_epoch`` then keep where its data stopped, for a fit resumed from a checkpoint.
+        """
         trainer, state = self.trainer, self.trainer.state
         state.epoch_finished = True
         trainer.train_results.in_batch = False  # also when the epoch ended by a break mid-batch
@@ -328,8 +348,11 @@ class FitLoop:
         trainer.metrics.log_epoch(trainer.train_results, max(state.batches_stepped - 1, 0), state.current_epoch)
         trainer.metrics.live = None
         trainer.train_results.reset()
+        if ended_early:
+            state.order_epoch = state.order_epoch if state.order_epoch >= 0 else state.current_epoch
+        else:
+            state.batch_idx, state.order_epoch = 0, -1
         state.current_epoch += 1
-        state.batch_idx = 0
         state.epoch_finished = False
         step_schedulers(trainer, "epoch", plateau=True)
 

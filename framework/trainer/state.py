@@ -48,6 +48,9 @@ class TrainerState:
     ``is_last_batch`` says the running training batch is its epoch's last, ``validated`` that
     a validation pass (not the sanity check) has run in this ``fit``. ``shuffle_seed`` decides
     the training data's order in every epoch (-1 until the first shuffled loader needs one).
+    ``order_epoch`` is -1, or the epoch whose data order a resumed fit finishes from
+    ``batch_idx`` before a new epoch: set when an epoch ended before its last batch (``max_steps``,
+    ``max_time``, a stop), so a run extended from a checkpoint saved then trains the rest of it.
     """
 
     fn: TrainerFn | None = None
@@ -63,6 +66,7 @@ class TrainerState:
     is_last_batch: bool = False
     validated: bool = False
     shuffle_seed: int = -1
+    order_epoch: int = -1
 
     @property
     def finished(self) -> bool:
@@ -81,7 +85,7 @@ class TrainerState:
 
     counters: tuple[str, ...] = field(
         default=("current_epoch", "global_step", "batch_idx", "total_batch_idx", "batches_stepped", "epoch_finished",
-                 "shuffle_seed"),
+                 "shuffle_seed", "order_epoch"),
         init=False,
         repr=False,
     )

@@ -139,3 +139,40 @@ def test_the_run_seed_is_drawn_only_for_a_loader_shuffled_by_the_global_generato
     assert own.sampler.shuffle and own.sampler.seed != 11
     shuffled = with_resumable_sampler(DataLoader(dataset, batch_size=4, shuffle=True), run_seed)
     assert asked == [1] and shuffled.sampler.seed == 11
+
+
+class Positions(Noisy):
+    """Records, per training batch, the epoch it ran in and which samples it held."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches: list[tuple[int, int]] = []
+        self.samples: list[int] = []
+
+    def training_step(self, batch, batch_idx):
+        self.batches.append((self.current_epoch, batch_idx))
+        self.samples += batch[0][:, 0].tolist()
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("saved_by", ["save_checkpoint after fit", "ModelCheckpoint at the epoch's end"])
+def test_a_run_stopped_by_max_steps_and_extended_trains_the_rest_of_the_cut_epoch_first(tmp_path, saved_by):
+    framework.seed_everything(0, verbose=False)
+    first = Positions()
+    callbacks = [ModelCheckpoint(dirpath=tmp_path, filename="cut")] if saved_by.startswith("Model") else []
+    trainer = quiet_trainer(max_steps=4, callbacks=callbacks, enable_checkpointing=bool(callbacks))
+    trainer.fit(first, loaders()[0])
+    assert trainer.current_epoch == 1  # the cut epoch counts as run, as in Lightning
+    path = tmp_path / "cut.ckpt"
+    if not callbacks:
+        trainer.save_checkpoint(path)
+
+    framework.seed_everything(99, verbose=False)
+    extended = Positions()
+    trainer = quiet_trainer(max_steps=4 + 6 + 3)
+    trainer.fit(extended, loaders()[0], ckpt_path=path)
+    # Lightning's numbering: the rest of the cut epoch runs as epoch 1, from batch 4 on
+    assert extended.batches == [(1, i) for i in range(4, 10)] + [(2, i) for i in range(3)]
+    # and it is the rest of the cut epoch's own order: with the first run, every sample exactly once
+    x = loaders()[0].dataset.tensors[0][:, 0].tolist()
+    assert sorted(first.samples + extended.samples[:24]) == sorted(x)
