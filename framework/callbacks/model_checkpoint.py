@@ -16,7 +16,7 @@ import torch
 from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-from framework.io.fs import exists, is_dir, make_dirs, names_in, remove, write_bytes_atomic
+from framework.io.fs import exists, is_dir, leftover_temporaries, make_dirs, names_in, remove, write_bytes_atomic
 
 _MODES = {"min": torch.lt, "max": torch.gt}
 
@@ -133,9 +133,20 @@ class ModelCheckpoint(Callback):
             raise MisconfigurationError(
                 f"ModelCheckpoint cannot write to dirpath={self.dirpath!r}: {problem}. Pass a writable dirpath=."
             )
+        if trainer.is_global_zero:
+            self._remove_unfinished_writes()
         if trainer.is_global_zero and _holds_checkpoints(self.dirpath, self.FILE_EXTENSION):
             warnings.warn(f"Checkpoint directory {self.dirpath} exists and holds checkpoints; this run writes "
                           "beside them (a name clash gets a -v1 suffix) and deletes only its own.", stacklevel=2)
+
+    def _remove_unfinished_writes(self) -> None:
+        """Delete the temporaries of saves a killed run left unfinished (each as large as a checkpoint)."""
+        leftovers = leftover_temporaries(self.dirpath, self.FILE_EXTENSION)
+        for path in leftovers:
+            remove(path)
+        if leftovers:
+            console.info(f"Removed {len(leftovers)} unfinished checkpoint write(s) of an interrupted run from "
+                         f"{self.dirpath}: {', '.join(os.path.basename(path) for path in leftovers)}")
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
         """Start the clock of ``train_time_interval``."""

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from framework.errors import CheckpointError
-from framework.io.fs import read_bytes, write_bytes_atomic
+from framework.io.fs import read_bytes, write_atomic
 
 # The layout of the checkpoint dict; a reader refuses files of a newer layout instead of half-loading them.
 FORMAT_VERSION = 1
@@ -24,9 +24,7 @@ _CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
 def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike,
                     storage_options: dict[str, Any] | None = None) -> None:
     """Write ``checkpoint`` to ``path`` atomically (any fsspec path; ``storage_options`` go to its filesystem)."""
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)
-    write_bytes_atomic(path, buffer.getvalue(), storage_options)
+    write_atomic(path, lambda file: torch.save(checkpoint, file), storage_options)
 
 
 def load_checkpoint(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import IO, Any
 
 
 def filesystem(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
@@ -80,19 +82,30 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes, storage_options: dict[str, Any] | None = None) -> None:
-    """Write ``data`` to ``path`` so that a reader sees either the old file or the new one.
+    """Write ``data`` to ``path`` so that a reader sees either the old file or the new one."""
+    write_atomic(path, lambda handle: handle.write(data), storage_options)
 
-    The bytes go to a temporary name beside the target first and are renamed over it only
-    once complete, so a crash mid-write never leaves a truncated file at ``path``.
+
+def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
+                 storage_options: dict[str, Any] | None = None) -> None:
+    """Call ``write`` with a binary file that becomes ``path`` only once ``write`` has returned.
+
+    The bytes go to a temporary name beside the target and are renamed over it when complete,
+    so a crash or a kill mid-write never leaves a truncated file at ``path`` (only the
+    temporary, which ``leftover_temporaries`` finds).
+
+    Example::
+
+        write_atomic("memory://run/weights.pt", lambda file: torch.save(state, file))
     """
     fs, inner = filesystem(path, storage_options)
     parent = os.path.dirname(inner.rstrip("/"))
     if parent:
         fs.makedirs(parent, exist_ok=True)
-    temporary = f"{inner}.tmp-{uuid.uuid4().hex[:8]}"
+    temporary = f"{inner}{_TEMPORARY_MARK}{uuid.uuid4().hex[:8]}"
     try:
         with fs.open(temporary, "wb") as handle:
-            handle.write(data)
+            write(handle)
         if _is_local(fs):
             os.replace(temporary, inner)
         else:
@@ -100,6 +113,18 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes, storage_options: di
     finally:
         if fs.exists(temporary):
             fs.rm(temporary)
+
+
+# write_atomic's temporaries are "<target>.tmp-<8 hex digits>"
+_TEMPORARY_MARK = ".tmp-"
+_TEMPORARY = re.compile(r".+\.tmp-[0-9a-f]{8}$")
+
+
+def leftover_temporaries(directory: str | os.PathLike, suffix: str = "") -> list[str]:
+    """The paths of unfinished ``write_atomic`` files in ``directory`` (a killed process leaves them),
+    only those for targets ending with ``suffix``."""
+    return [os.path.join(os.fspath(directory), name) for name in names_in(directory)
+            if _TEMPORARY.match(name) and name.rsplit(_TEMPORARY_MARK, 1)[0].endswith(suffix)]
 
 
 def _is_local(fs: Any) -> bool:

@@ -367,3 +367,16 @@ def test_loggers_hear_of_each_saved_checkpoint():
     quiet_trainer(max_epochs=2, logger=logger, callbacks=[checkpoint], enable_checkpointing=True).fit(
         Regressor(), loader())
     assert logger.saved == ["epoch=0.ckpt", "epoch=1.ckpt"]
+
+
+def test_unfinished_writes_of_a_killed_run_are_removed_and_other_files_kept(caplog):
+    os.makedirs("run")
+    left = ["last.ckpt.tmp-0123abcd", "epoch=0-step=3.ckpt.tmp-89abcdef"]
+    kept = ["notes.txt.tmp-0123abcd", "last.ckpt.tmp-backup"]
+    for name in left + kept:
+        with open(os.path.join("run", name), "wb") as file:
+            file.write(b"PK\x03\x04 cut off")
+    trainer = quiet_trainer(max_epochs=1, enable_checkpointing=True, callbacks=[ModelCheckpoint(dirpath="run")])
+    trainer.fit(Regressor(), loader())
+    assert sorted(os.listdir("run")) == sorted(["epoch=0-step=8.ckpt", *kept])
+    assert "Removed 2 unfinished checkpoint write(s)" in caplog.text
