@@ -5,7 +5,6 @@ Nothing pickled beyond that, so every checkpoint loads with ``torch.load(weights
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import torch
 
 from framework.errors import CheckpointError
-from framework.io.fs import read_bytes, write_atomic
+from framework.io.fs import filesystem, write_atomic
 
 # The layout of the checkpoint dict; a reader refuses files of a newer layout instead of half-loading them.
 FORMAT_VERSION = 1
@@ -35,32 +34,35 @@ def load_checkpoint(
     ``weights_only=False`` unpickles whatever the file holds, which can run code: only for
     files you trust (None and True load tensors and plain data only).
     """
+    fs, inner = filesystem(path)
     try:
-        data = read_bytes(path)
+        file = fs.open(inner, "rb")
     except FileNotFoundError:
         raise FileNotFoundError(f"Checkpoint {os.fspath(path)!r} does not exist.") from None
     safe = weights_only is not False
-    if not data.startswith(_CHECKPOINT_STARTS):
-        raise _damaged(path, data, "it is neither a zip archive nor a pickle")
-    try:
-        checkpoint = torch.load(io.BytesIO(data), map_location=map_location, weights_only=safe)
-    except pickle.UnpicklingError as error:
-        if not safe:
-            raise
-        raise pickle.UnpicklingError(
-            f"Checkpoint {os.fspath(path)!r} holds pickled Python objects, not only tensors and plain data, so it "
-            "was not loaded: unpickling a file can run any code it carries. If you trust where the file came from, "
-            f"load it with weights_only=False. ({error})"
-        ) from None
-    except (RuntimeError, EOFError, KeyError, ValueError) as error:  # what torch.load raises on damaged bytes
-        raise _damaged(path, data, f"{type(error).__name__}: {str(error)[:200]}") from None
+    with file:  # torch.load reads from the file as it goes: no second copy of a large checkpoint in memory
+        if not file.read(4).startswith(_CHECKPOINT_STARTS):
+            raise _damaged(path, fs.size(inner), "it is neither a zip archive nor a pickle")
+        file.seek(0)
+        try:
+            checkpoint = torch.load(file, map_location=map_location, weights_only=safe)
+        except pickle.UnpicklingError as error:
+            if not safe:
+                raise
+            raise pickle.UnpicklingError(
+                f"Checkpoint {os.fspath(path)!r} holds pickled Python objects, not only tensors and plain data, so it "
+                "was not loaded: unpickling a file can run any code it carries. If you trust where the file came "
+                f"from, load it with weights_only=False. ({error})"
+            ) from None
+        except (RuntimeError, EOFError, KeyError, ValueError) as error:  # what torch.load raises on damaged bytes
+            raise _damaged(path, fs.size(inner), f"{type(error).__name__}: {str(error)[:200]}") from None
     _check_format(checkpoint, path)
     return checkpoint
 
 
-def _damaged(path: str | os.PathLike, data: bytes, why: str) -> CheckpointError:
+def _damaged(path: str | os.PathLike, size: int, why: str) -> CheckpointError:
     return CheckpointError(
-        f"Checkpoint {os.fspath(path)!r} ({len(data)} bytes) is truncated or corrupted and was not loaded ({why}). "
+        f"Checkpoint {os.fspath(path)!r} ({size} bytes) is truncated or corrupted and was not loaded ({why}). "
         "Resume from another checkpoint (last.ckpt or an earlier file of the same run)."
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from typing import IO, Any
@@ -107,7 +108,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
         with fs.open(temporary, "wb") as handle:
             write(handle)
         if _is_local(fs):
-            os.replace(temporary, inner)
+            _replace_local(temporary, inner)
         else:
             fs.mv(temporary, inner)
     finally:
@@ -125,6 +126,33 @@ def leftover_temporaries(directory: str | os.PathLike, suffix: str = "") -> list
     only those for targets ending with ``suffix``."""
     return [os.path.join(os.fspath(directory), name) for name in names_in(directory)
             if _TEMPORARY.match(name) and name.rsplit(_TEMPORARY_MARK, 1)[0].endswith(suffix)]
+
+
+# A replaced file at least this large is freed in the background (a thread per save is nothing beside it).
+_FREE_IN_BACKGROUND_BYTES = 64 * 2**20
+
+
+def _replace_local(source: str, target: str) -> None:
+    """``os.replace(source, target)``, leaving the freeing of a large replaced file to a background thread.
+
+    Freeing a gigabyte-sized file's pages or blocks takes the kernel about as long as writing it
+    (measured on tmpfs and ext4), and os.replace would wait for it. Holding the old file open
+    across the rename moves that work to the moment it is closed, off the training loop.
+    """
+    replaced = None
+    if os.name == "posix":  # elsewhere an open file cannot be replaced
+        try:
+            replaced = open(target, "rb")  # noqa: SIM115 - closed below or by the thread
+        except OSError:  # no such file yet, a directory, not readable
+            replaced = None
+    try:
+        os.replace(source, target)
+    finally:
+        if replaced is not None:
+            if os.fstat(replaced.fileno()).st_size >= _FREE_IN_BACKGROUND_BYTES:
+                threading.Thread(target=replaced.close, name="framework-free-replaced-file", daemon=True).start()
+            else:
+                replaced.close()
 
 
 def _is_local(fs: Any) -> bool:

@@ -255,6 +255,24 @@ def test_trainer_checkpoint_weights_only_omits_optimizer_states(fitted, tmp_path
     _assert_weights(checkpoint["state_dict"], model.state_dict())
 
 
+def test_fit_and_load_from_checkpoint_refuse_a_crafted_checkpoint_unless_told_to_trust_it(fitted, tmp_path):
+    model, trainer = fitted
+    path = tmp_path / "crafted.ckpt"
+    trainer.save_checkpoint(path)
+    torch.save({**torch.load(path, weights_only=True), "payload": Arbitrary()}, path)
+    CALLS.clear()
+    with pytest.raises(pickle.UnpicklingError, match="can run any code"):
+        quiet_trainer(max_epochs=3).fit(Regressor(lr=0.1), loader(), ckpt_path=path)
+    with pytest.raises(pickle.UnpicklingError, match="can run any code"):
+        Regressor.load_from_checkpoint(path)
+    with pytest.raises(pickle.UnpicklingError, match="can run any code"):
+        quiet_trainer().test(Regressor(lr=0.1), loader(), ckpt_path=path, verbose=False)
+    assert CALLS == []
+    resumed = quiet_trainer(max_epochs=3)
+    resumed.fit(Regressor(lr=0.1), loader(), ckpt_path=path, weights_only=False)  # the explicit opt-in
+    assert CALLS == ["unpickled code ran"] and resumed.global_step == 24
+
+
 def test_trainer_checkpoint_to_memory_filesystem(fitted, memory_root):
     model, trainer = fitted
     path = f"{memory_root}/run/last.ckpt"
