@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import uuid
 
+import fsspec
 import pytest
 import torch
 import yaml
@@ -96,3 +98,17 @@ def test_the_default_logger_is_tensorboard_under_lightning_logs():
     trainer.fit(Regressor(), loader())
     assert trainer.log_dir == os.path.join(os.getcwd(), "lightning_logs", "version_0")
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(trainer.log_dir))
+
+
+def test_event_files_and_hparams_go_through_fsspec_to_memory():
+    root = f"memory://tb-{uuid.uuid4().hex}"
+    logger = TensorBoardLogger(root, name="run")
+    trainer = quiet_trainer(max_epochs=1, logger=logger, log_every_n_steps=2)
+    trainer.fit(Regressor(lr=0.25), loader())
+    memory = fsspec.filesystem("memory")
+    names = sorted(os.path.basename(path) for path in memory.find(root.replace("memory://", "/")))
+    assert names[0].startswith("events.out.tfevents.") and names[1:] == ["hparams.yaml"]
+    assert [event.step for event in events(logger.log_dir).Scalars("train_loss")] == [1, 3, 5, 7]
+    with memory.open(f"{logger.log_dir.replace('memory://', '/')}/hparams.yaml") as handle:
+        assert yaml.safe_load(handle) == {"lr": 0.25, "features": 4}
+    memory.rm(root.replace("memory://", "/"), recursive=True)
