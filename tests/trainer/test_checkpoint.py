@@ -6,6 +6,8 @@ import pytest
 import torch
 
 import framework
+from framework.callbacks import ModelCheckpoint
+from framework.io.checkpoint import load_checkpoint
 from tests.helpers import Regressor, loader, quiet_trainer
 
 
@@ -234,3 +236,27 @@ def test_evaluating_from_a_checkpoint_restores_the_datamodule_before_its_loaders
     trainer = quiet_trainer()
     trainer.test(Regressor(), datamodule=TestSized(n=64), ckpt_path=tmp_path / "a.ckpt", verbose=False)
     assert trainer.num_test_batches == [4]
+
+
+class WorseEachEpoch(Regressor):
+    """Its monitored score rises every epoch, so the best checkpoint is the first and differs from the last."""
+
+    def validation_step(self, batch, batch_idx):
+        self.log("score", float(self.current_epoch))
+
+
+@pytest.mark.parametrize("stage", ["validate", "test", "predict"])
+def test_evaluation_loads_the_best_or_the_last_checkpoint_named(tmp_path, stage):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="score", save_last=True)
+    trainer = quiet_trainer(max_epochs=3, enable_checkpointing=True, callbacks=[checkpoint])
+    trainer.fit(WorseEachEpoch(), loader(), loader(n=8))
+    x = loader(n=8).dataset.tensors[0]
+    for name, path in [("best", checkpoint.best_model_path), ("last", checkpoint.last_model_path)]:
+        model = WorseEachEpoch()
+        quiet = {} if stage == "predict" else {"verbose": False}
+        getattr(trainer, stage)(model, loader(n=8), ckpt_path=name, **quiet)
+        assert trainer.ckpt_path == path
+        saved = load_checkpoint(path)["state_dict"]
+        torch.testing.assert_close(model.net.weight, saved["net.weight"])
+        torch.testing.assert_close(model(x), torch.nn.functional.linear(x, saved["net.weight"], saved["net.bias"]))
+    assert checkpoint.best_model_path.endswith("epoch=0-step=8.ckpt")
