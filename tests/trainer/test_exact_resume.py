@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import framework
 from framework.callbacks import ModelCheckpoint
+from framework.trainer.checkpoint import rng_state_of_rank
 from framework.trainer.sampler import ResumableSampler, with_resumable_sampler
 from tests.helpers import quiet_trainer
 
@@ -176,3 +177,10 @@ def test_a_run_stopped_by_max_steps_and_extended_trains_the_rest_of_the_cut_epoc
     # and it is the rest of the cut epoch's own order: with the first run, every sample exactly once
     x = loaders()[0].dataset.tensors[0][:, 0].tolist()
     assert sorted(first.samples + extended.samples[:24]) == sorted(x)
+
+
+def test_each_rank_resumes_from_its_own_saved_random_state():
+    saved = [{"torch": torch.tensor([0])}, {"torch": torch.tensor([1])}]
+    assert rng_state_of_rank(saved, 1) is saved[1] and rng_state_of_rank(saved, 0) is saved[0]
+    assert rng_state_of_rank(saved[:1], 3) is saved[0]  # saved by fewer ranks: rank 0's state
+    assert rng_state_of_rank(None, 0) is None and rng_state_of_rank([], 0) is None
