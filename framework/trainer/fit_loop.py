@@ -59,7 +59,9 @@ class FitLoop:
         self._applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
         self._resumed_rng: dict[str, Any] | None = None  # a checkpoint's random state, put back where it was taken
         self._rng_before_validation: dict[str, Any] | None = None
-        self._resuming = False  # the next epoch continues a checkpoint's epoch (its batch_idx and order_epoch)
+        # The first epoch of a fit goes on where the state says (a checkpoint's, or an earlier fit's on this
+        # trainer that was interrupted or cut short: its batch_idx and order_epoch); later ones start afresh.
+        self._continuing = True
 
     # -- the whole fit ---
     def fit(self, ckpt_path: Any) -> None:
@@ -71,7 +73,6 @@ class FitLoop:
         # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
         # (which may ask for the training loader), the optimizers' and the loops' state after it.
         checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None
-        self._resuming = checkpoint is not None
         if checkpoint is not None:
             check_resumable(checkpoint)
             restore_checkpoint(trainer, checkpoint)
@@ -281,11 +282,11 @@ class FitLoop:
         self._end_epoch(ended_early=state.batch_idx < total)
 
     def _first_batch(self, total: float) -> int:
-        """Where this epoch starts in its data: past the batches a resumed checkpoint had trained, else 0."""
+        """Where this epoch starts in its data: past the batches already trained when it continues one, else 0."""
         state = self.trainer.state
-        if not self._resuming:
+        if not self._continuing:
             state.batch_idx, state.order_epoch = 0, -1
-        self._resuming = False
+        self._continuing = False
         if state.order_epoch >= 0 and state.batch_idx >= total:  # the epoch saved had run to its end after all
             state.batch_idx, state.order_epoch = 0, -1
         return state.batch_idx

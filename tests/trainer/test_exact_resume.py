@@ -184,3 +184,22 @@ def test_each_rank_resumes_from_its_own_saved_random_state():
     assert rng_state_of_rank(saved, 1) is saved[1] and rng_state_of_rank(saved, 0) is saved[0]
     assert rng_state_of_rank(saved[:1], 3) is saved[0]  # saved by fewer ranks: rank 0's state
     assert rng_state_of_rank(None, 0) is None and rng_state_of_rank([], 0) is None
+
+
+def test_fit_again_on_an_interrupted_trainer_goes_on_from_the_batch_it_stopped_at():
+    class InterruptedOnce(Positions):
+        interrupted = False
+
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 3 and not self.interrupted:
+                self.interrupted = True
+                raise KeyboardInterrupt
+            return super().training_step(batch, batch_idx)
+
+    framework.seed_everything(0, verbose=False)
+    model, trainer = InterruptedOnce(), quiet_trainer(max_epochs=1)
+    trainer.fit(model, loaders()[0])
+    assert trainer.interrupted and model.batches == [(0, 0), (0, 1), (0, 2)]
+    trainer.fit(model, loaders()[0])
+    assert model.batches == [(0, i) for i in range(10)] and trainer.global_step == 10
+    assert sorted(model.samples) == sorted(loaders()[0].dataset.tensors[0][:, 0].tolist())
