@@ -276,7 +276,7 @@ class FitLoop:
                 break
             if state.should_stop and self.can_stop_early():
                 break
-        else:
+        else:  # the loader ran out: the epoch is whole, also where its length was unknown
             self._end_epoch(ended_early=False)
             return
         self._end_epoch(ended_early=state.batch_idx < total)
@@ -335,7 +335,8 @@ class FitLoop:
         """The epoch-end hooks and logs, then the counters move on to the next epoch.
 
         ``ended_early``: the epoch stopped before its last batch; ``batch_idx`` and
-        ``order_epoch`` then keep where its data stopped, for a fit resumed from a checkpoint.
+        ``order_epoch`` then keep where its data stopped, for the next fit (or one resumed from a
+        checkpoint saved now) to train the rest of it first.
         """
         trainer, state = self.trainer, self.trainer.state
         state.epoch_finished = True
