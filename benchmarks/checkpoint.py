@@ -46,7 +46,9 @@ def make_net() -> nn.Module:
     return nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(DEPTH)])
 
 
-class Big(framework.Module):
+class BigSteps:
+    """The model's steps, shared by the framework's Module and Lightning's LightningModule below."""
+
     def __init__(self) -> None:
         super().__init__()
         self.net = make_net()
@@ -56,6 +58,10 @@ class Big(framework.Module):
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+
+class Big(BigSteps, framework.Module):
+    pass
 
 
 def one_batch() -> list:
@@ -83,16 +89,8 @@ def lightning_trainer():
     except ImportError:
         return None
 
-    class LightningBig(lightning.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = make_net()
-
-        def training_step(self, batch, batch_idx):
-            return self.net(batch[0]).square().mean()
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+    class LightningBig(BigSteps, lightning.LightningModule):
+        pass
 
     trainer = lightning.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
                                 enable_progress_bar=False, enable_model_summary=False)
