@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -16,8 +16,10 @@ from framework.io.checkpoint import load_checkpoint
 from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import compile_module, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
+from framework.runtime.environment import ClusterEnvironment, detect_environment
 from framework.runtime.transfer import move_to_device
-from framework.strategies import Strategy, resolve_strategy
+from framework.seed import restore_rng_states, rng_states
+from framework.strategies import Ranks, Strategy, resolve_strategy
 
 
 class Runtime:
@@ -38,32 +40,111 @@ class Runtime:
 
     def __init__(
         self,
+        *,
         accelerator: str = "auto",
-        devices: int | str | list[int] = "auto",
         strategy: str | Strategy = "auto",
-        precision: str | int | Precision = "32-true",
+        devices: int | str | list[int] = "auto",
         num_nodes: int = 1,
+        precision: str | int | Precision | None = None,
+        plugins: Any = None,
         compile: bool | dict[str, Any] = False,
     ) -> None:
         if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
             raise MisconfigurationError(f"num_nodes={describe(num_nodes)} must be a positive int.")
+        if plugins is not None:
+            raise MisconfigurationError(f"plugins={describe(plugins)}: only None is supported for now.")
         self.accelerator = resolve_accelerator(accelerator)
+        self.environment = detect_environment()
+        launched = self.environment is not None and self.environment.world_size > 1
         self.device_ids = resolve_devices(devices, self.accelerator)
+        if devices == "auto":
+            # one device per process: as many as the launcher started on this node, else one
+            count = self.environment.local_world_size if launched else 1
+            self.device_ids = list(range(count)) if self.accelerator != "cuda" else self.device_ids[:count]
         self.num_nodes = num_nodes
+        world_size = len(self.device_ids) * num_nodes
+        if isinstance(strategy, str) and strategy.lower() == "auto":
+            strategy = "ddp" if world_size > 1 else "single"
         self.strategy = resolve_strategy(strategy)
-        self.precision = resolve_precision(precision)
+        self.precision = resolve_precision("32-true" if precision is None else precision)
         self.compile_options = compile_options(compile)
-        if devices == "auto" and self.strategy.world_size == 1:
-            self.device_ids = self.device_ids[:1]  # "auto" on a multi-GPU machine: one device per process
-        if (len(self.device_ids) > 1 or num_nodes > 1) and self.strategy.world_size == 1:
+        if world_size > 1 and not self.strategy.multi_process:
             raise MisconfigurationError(
                 f"devices={devices!r} with num_nodes={num_nodes} needs one process per device, which strategy="
-                f"{strategy!r} ({type(self.strategy).__name__}) does not do. Use devices=1, or a multi-process "
-                "strategy once one is registered."
+                f"{strategy!r} ({type(self.strategy).__name__}) does not do. Use devices=1, or strategy='ddp'."
             )
-        self.device = device_for(self.accelerator, self.device_ids[0])
+        if launched and world_size != self.environment.world_size:
+            raise MisconfigurationError(
+                f"The launcher ({self.environment.source}) started {self.environment.world_size} processes "
+                f"(WORLD_SIZE), but devices={devices!r} and num_nodes={num_nodes} make {world_size}. Start "
+                "devices x num_nodes processes (e.g. torchrun --nproc-per-node=<devices> --nnodes=<num_nodes>), "
+                "or make the Trainer/Runtime arguments match."
+            )
+        if launched:
+            ranks = _ranks_of(self.environment)
+        else:
+            self.environment = None
+            ranks = Ranks(world_size=world_size, local_world_size=len(self.device_ids))
+        self._connect(ranks)
+        if launched:
+            _share_cores(ranks.local_world_size)
+
+    def _connect(self, ranks: Ranks) -> None:
+        self.device = device_for(self.accelerator, self.device_ids[ranks.local_rank])
         self.precision.connect(self.device)
-        self.strategy.connect(self.device, self.precision)
+        self.strategy.connect(self.device, self.precision, ranks)
+
+    # -- launching ---
+    @property
+    def needs_launch(self) -> bool:
+        """Whether this run wants several processes that nobody has started yet (no torchrun, SLURM ... around)."""
+        return self.world_size > 1 and self.environment is None
+
+    def launch(self, function: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+        """Start the processes and run ``function(runtime, *args, **kwargs)`` on each; returns rank 0's result.
+
+        Without ``function``, the processes must already exist (started by ``framework launch``,
+        torchrun or SLURM): this only joins them. On one process, ``function`` runs right here.
+
+        Example::
+
+            def train(runtime, epochs):
+                model, optimizer = runtime.setup(model, optimizer)
+                ...
+
+            Runtime(accelerator="cpu", devices=2, strategy="ddp").launch(train, 3)
+        """
+        if function is None:
+            if self.needs_launch:
+                raise MisconfigurationError(
+                    f"runtime.launch() without a function can only join processes a launcher started, and none did "
+                    f"for these {self.world_size}. Put the training in a function and call runtime.launch(train), "
+                    "or start the script with `framework launch --nproc-per-node "
+                    f"{len(self.device_ids)} script.py` (or torchrun)."
+                )
+            self.setup_environment()
+            return None
+        return self.run_in_ranks(function, *args, **kwargs)[0]
+
+    def run_in_ranks(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """``function(runtime, *args, **kwargs)`` on every rank (processes started if needed); their results."""
+        if not callable(function):
+            raise TypeError(f"launch(function={describe(function)}): the function must be callable.")
+        if not self.needs_launch:
+            self.setup_environment()
+            return [function(self, *args, **kwargs)]
+        from framework.runtime.launchers import start_processes
+
+        start_method = getattr(self.strategy, "start_method", "auto")
+        return start_processes(_run_as_rank, (self, rng_states(), function, args, kwargs), self.world_size,
+                               start_method)
+
+    def _join_launched(self) -> None:
+        """In a process the launcher started: take up this rank's device and share the machine's cores."""
+        self.environment = detect_environment()
+        ranks = _ranks_of(self.environment)
+        self._connect(ranks)
+        _share_cores(ranks.local_world_size)
 
     # -- ranks ---
     @property
@@ -94,6 +175,11 @@ class Runtime:
     # -- set-up --------------------------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Let the strategy set up its environment (start the process group, where there is one)."""
+        if self.needs_launch:
+            raise MisconfigurationError(
+                f"This Runtime runs {self.world_size} processes, which have not been started: call "
+                "runtime.launch(function) first, or start the script with `framework launch` or torchrun."
+            )
         self.strategy.setup_environment()
 
     @contextlib.contextmanager
@@ -209,6 +295,31 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"Runtime(device={self.device}, strategy={self.strategy!r}, precision={self.precision!r})"
+
+
+def _ranks_of(environment: ClusterEnvironment) -> Ranks:
+    return Ranks(world_size=environment.world_size, global_rank=environment.global_rank,
+                  local_rank=environment.local_rank, node_rank=environment.node_rank,
+                  local_world_size=environment.local_world_size)
+
+
+def _share_cores(local_world_size: int) -> None:
+    """Each of a node's processes takes its share of the CPU cores, unless OMP_NUM_THREADS already decided."""
+    if local_world_size < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(1, cores // local_world_size))
+
+
+def _run_as_rank(runtime: Runtime, rng: dict[str, Any], function: Callable[..., Any], args: tuple,
+                 kwargs: dict[str, Any]) -> Any:
+    """What each started process runs: join the ranks, draw random numbers as the caller would, run, end."""
+    runtime._join_launched()
+    restore_rng_states(rng)
+    runtime.setup_environment()
+    result = function(runtime, *args, **kwargs)
+    runtime.strategy.end_process_group()
+    return result
 
 
 def _to_state_dicts(state: dict[str, Any], strategy: Strategy) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -11,6 +12,17 @@ from torch import nn
 from torch.optim import Optimizer
 
 from framework.precision.base import Precision
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the processes of a run (all zeros and ones for one process)."""
+
+    world_size: int = 1
+    global_rank: int = 0
+    local_rank: int = 0
+    node_rank: int = 0
+    local_world_size: int = 1
 
 
 class Strategy:
@@ -22,36 +34,41 @@ class Strategy:
     """
 
     name = "base"
+    # Whether the strategy runs one process per device (and so may need the ranks started).
+    multi_process = False
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")
         self.precision = Precision()
+        self.ranks = Ranks()
 
-    def connect(self, device: torch.device, precision: Precision) -> None:
-        """Called by the Runtime once it has resolved the device and the precision."""
+    def connect(self, device: torch.device, precision: Precision, ranks: Ranks | None = None) -> None:
+        """Called by the Runtime once it has resolved the device, the precision and (when distributed) the ranks."""
         self.device = device
         self.precision = precision
+        if ranks is not None:
+            self.ranks = ranks
 
     # -- ranks ---
     @property
     def world_size(self) -> int:
-        """Number of processes taking part, over all nodes (1 here)."""
-        return 1
+        """Number of processes taking part, over all nodes."""
+        return self.ranks.world_size
 
     @property
     def global_rank(self) -> int:
-        """This process's index among all processes (0 here)."""
-        return 0
+        """This process's index among all processes."""
+        return self.ranks.global_rank
 
     @property
     def local_rank(self) -> int:
-        """This process's index on its node (0 here)."""
-        return 0
+        """This process's index on its node."""
+        return self.ranks.local_rank
 
     @property
     def node_rank(self) -> int:
-        """This node's index (0 here)."""
-        return 0
+        """This node's index."""
+        return self.ranks.node_rank
 
     @property
     def is_global_zero(self) -> bool:
@@ -128,6 +145,10 @@ class Strategy:
         """``obj`` as rank ``src`` has it, on every rank; here ``obj`` itself."""
         return obj
 
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (any picklable object), in rank order."""
+        return [obj]
+
     def barrier(self, name: str | None = None) -> None:
         """Wait until every rank reaches this point (``name`` labels it); here it returns at once."""
         pass
@@ -157,7 +178,10 @@ class Strategy:
         return load_checkpoint(path, map_location="cpu", weights_only=weights_only)
 
     def teardown(self) -> None:
-        """Undo ``setup_environment`` (a barrier, then destroy the process group)."""
+        """The end of one run (fit, test ...): forget wrappers; the process group stays for the next run."""
+
+    def end_process_group(self) -> None:
+        """A barrier, then destroy the process group this strategy started (a rank's last act)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device})"

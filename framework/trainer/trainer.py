@@ -92,9 +92,8 @@ class Trainer(TrainerProperties):
         default_root_dir: str | os.PathLike | None = None,
         compile: bool | dict[str, Any] = False,
     ) -> None:
-        self.runtime = Runtime(
-            accelerator, devices, strategy, "32-true" if precision is None else precision, num_nodes, compile=compile
-        )
+        self.runtime = Runtime(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes,
+                               precision=precision, compile=compile)
         self.fast_dev_run = check.check_fast_dev_run(fast_dev_run)
         self.max_steps = check.check_int("max_steps", max_steps, -1)
         self.min_steps = check.check_int("min_steps", min_steps, 0, none_means=None)

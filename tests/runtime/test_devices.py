@@ -132,13 +132,13 @@ def test_several_devices_with_the_single_device_strategy(devices):
     expected = re.escape(f"devices={devices!r} with num_nodes=1 needs one process per device")
     expected += ".*SingleDeviceStrategy"
     with pytest.raises(MisconfigurationError, match=expected) as info:
-        Runtime(accelerator="cpu", devices=devices)
+        Runtime(accelerator="cpu", devices=devices, strategy="single")
     assert "devices=1" in str(info.value)  # says what works
 
 
 def test_several_nodes_with_the_single_device_strategy():
     with pytest.raises(MisconfigurationError, match=r"devices=1 with num_nodes=2 needs one process per"):
-        Runtime(accelerator="cpu", devices=1, num_nodes=2)
+        Runtime(accelerator="cpu", devices=1, num_nodes=2, strategy="single")
 
 
 @pytest.mark.parametrize("num_nodes", [0, -1, 1.0, True, "1"])

@@ -1,0 +1,92 @@
+"""Which rank this process is, when a launcher started it: torchrun (and ``framework launch``), SLURM, or ours."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from framework.errors import MisconfigurationError
+
+
+@dataclass(frozen=True)
+class ClusterEnvironment:
+    """Where this process stands among the ranks of one run, and how the ranks find each other.
+
+    ``source`` says who set the ranks up: ``"torchrun"`` (also ``framework launch`` and the
+    framework's own launcher, which speak torchrun's variables) or ``"slurm"``.
+    """
+
+    world_size: int
+    global_rank: int
+    local_rank: int
+    node_rank: int
+    local_world_size: int
+    main_address: str
+    main_port: int
+    source: str
+
+
+def detect_environment(environ: Mapping[str, str] | None = None) -> ClusterEnvironment | None:
+    """The environment a launcher left in ``environ`` (default ``os.environ``), or None when none started us."""
+    environ = os.environ if environ is None else environ
+    if _has(environ, "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        return _torchrun(environ)
+    if _has(environ, "SLURM_NTASKS", "SLURM_PROCID") and not _interactive_slurm(environ):
+        return _slurm(environ)
+    return None
+
+
+def _has(environ: Mapping[str, str], *names: str) -> bool:
+    return all(name in environ for name in names)
+
+
+def _torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
+    world_size = _int(environ, "WORLD_SIZE")
+    local_world_size = _int(environ, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in environ else world_size
+    node_rank = _int(environ, "GROUP_RANK") if "GROUP_RANK" in environ else _int(environ, "NODE_RANK", 0)
+    return ClusterEnvironment(
+        world_size=world_size, global_rank=_int(environ, "RANK"), local_rank=_int(environ, "LOCAL_RANK"),
+        node_rank=node_rank, local_world_size=local_world_size, main_address=environ["MASTER_ADDR"],
+        main_port=_int(environ, "MASTER_PORT"), source="torchrun",
+    )
+
+
+def _interactive_slurm(environ: Mapping[str, str]) -> bool:
+    """``srun --pty bash`` and ``salloc`` give a shell, not ranks: the user launches from inside it."""
+    return environ.get("SLURM_JOB_NAME") in ("bash", "interactive") or int(environ.get("SLURM_NTASKS", "1")) < 2
+
+
+def _slurm(environ: Mapping[str, str]) -> ClusterEnvironment:
+    world_size = _int(environ, "SLURM_NTASKS")
+    nodes = _int(environ, "SLURM_NNODES", 1)
+    address = environ.get("MASTER_ADDR") or first_host(environ.get("SLURM_NODELIST", "127.0.0.1"))
+    # Every task of the job derives the same port from the job id, in a range few services use.
+    port = _int(environ, "MASTER_PORT") if "MASTER_PORT" in environ else 15000 + _int(environ, "SLURM_JOB_ID", 0) % 5000
+    return ClusterEnvironment(
+        world_size=world_size, global_rank=_int(environ, "SLURM_PROCID"), local_rank=_int(environ, "SLURM_LOCALID", 0),
+        node_rank=_int(environ, "SLURM_NODEID", 0), local_world_size=max(1, world_size // nodes),
+        main_address=address, main_port=port, source="slurm",
+    )
+
+
+def first_host(nodelist: str) -> str:
+    """The first host name of a SLURM node list such as ``"gpu[003-005,009],cpu01"`` (here ``"gpu003"``)."""
+    first = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if first is None:
+        raise MisconfigurationError(f"SLURM_NODELIST={nodelist!r} is not a node list this framework can read.")
+    prefix, ranges = first.group(1), first.group(2)
+    if ranges is None:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
+    value = environ.get(name)
+    if value is None and default is not None:
+        return default
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise MisconfigurationError(f"The environment variable {name}={value!r} should be an integer.") from None

@@ -1,0 +1,220 @@
+"""Starting the ranks of a run from the calling process (fork or spawn), and never leaving one behind.
+
+The calling process runs no rank itself: it starts ``world_size`` workers, waits for each to
+send back what its function returned, and stops all of them as soon as one raises or dies.
+The workers find each other through torchrun's environment variables, which this module
+sets in each of them, so the rest of the framework sees one way of being launched.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from framework.errors import MisconfigurationError
+
+START_METHODS = ("auto", "fork", "spawn")
+# How long stopped workers get to exit on SIGTERM before they are killed.
+_TERMINATE_GRACE_S = 5.0
+
+
+class RankExitedError(RuntimeError):
+    """A rank ended without returning or raising: killed by a signal, ``os._exit``, or out of memory."""
+
+
+class _RemoteTraceback(Exception):
+    """Carries a worker's traceback text, shown as the cause of the exception re-raised in the caller."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def resolve_start_method(start_method: str) -> str:
+    """``"fork"`` or ``"spawn"`` for ``start_method`` ("auto" forks where that is safe: POSIX, CUDA not started)."""
+    if start_method not in START_METHODS:
+        raise MisconfigurationError(
+            f"start_method={start_method!r} is not supported. Accepted: {', '.join(map(repr, START_METHODS))}."
+        )
+    can_fork = "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
+    if start_method == "auto":
+        return "fork" if can_fork and not _cuda_started() else "spawn"
+    if start_method == "fork":
+        if not can_fork:
+            raise MisconfigurationError(f"start_method='fork' is not available on {sys.platform}; use 'spawn'.")
+        if _cuda_started():
+            raise MisconfigurationError(
+                "CUDA was already initialised in this process, and a forked child cannot use it. Use "
+                "strategy='ddp_spawn', or create no CUDA tensors before the Trainer starts its processes."
+            )
+    return start_method
+
+
+def _cuda_started() -> bool:
+    import torch
+
+    return torch.cuda.is_initialized()
+
+
+def free_port() -> int:
+    """A TCP port on this machine that nothing listens on now (for the ranks' rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_processes(function: Callable[..., Any], args: Sequence[Any], world_size: int,
+                    start_method: str = "auto") -> list[Any]:
+    """Run ``function(*args)`` in ``world_size`` new processes (ranks 0 .. world_size-1); their results in rank order.
+
+    If a rank raises, the others are stopped and its exception is raised here, with the rank
+    and its traceback attached; if a rank dies, ``RankExitedError`` says which and how.
+
+    Example::
+
+        results = start_processes(train, (config,), world_size=2)   # [rank 0's, rank 1's]
+    """
+    method = resolve_start_method(start_method)
+    context = multiprocessing.get_context(method)
+    port = free_port()
+    workers: list[Any] = []
+    channels: list[Connection] = []
+    try:
+        for rank in range(world_size):
+            receiver, sender = context.Pipe(duplex=False)
+            worker = context.Process(
+                target=_run_worker, name=f"framework-rank-{rank}",
+                args=(rank, world_size, port, os.getpid(), sender, function, tuple(args)),
+            )
+            worker.start()
+            sender.close()  # the child's copy is the one that writes; the parent's would keep EOF away
+            workers.append(worker)
+            channels.append(receiver)
+        return _collect(workers, channels)
+    except BaseException:
+        _stop(workers)
+        raise
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def _collect(workers: list[Any], channels: list[Connection]) -> list[Any]:
+    """Wait for every rank's result; on the first failure stop the rest and raise it."""
+    world_size = len(workers)
+    results: list[Any] = [None] * world_size
+    waiting: dict[Any, int] = {}
+    for rank, (worker, channel) in enumerate(zip(workers, channels, strict=True)):
+        waiting[channel] = rank
+        waiting[worker.sentinel] = rank
+    done: set[int] = set()
+    while len(done) < world_size:
+        for ready in wait(list(waiting)):
+            rank = waiting[ready]
+            if rank in done:
+                waiting.pop(ready, None)
+                continue
+            channel = channels[rank]
+            if ready is not channel and not channel.poll():
+                workers[rank].join()
+                _stop(workers)
+                raise _exited(rank, world_size, workers[rank].exitcode)
+            try:
+                outcome, value, text = pickle.loads(channel.recv_bytes())
+            except EOFError:
+                workers[rank].join()
+                _stop(workers)
+                raise _exited(rank, world_size, workers[rank].exitcode) from None
+            if outcome == "error":
+                _stop(workers)
+                raise _with_origin(value, text, rank, world_size)
+            results[rank] = value
+            done.add(rank)
+            waiting.pop(channel, None)
+    for worker in workers:
+        worker.join(timeout=30)
+    _stop(workers)
+    return results
+
+
+def _exited(rank: int, world_size: int, exitcode: int | None) -> RankExitedError:
+    if exitcode is not None and exitcode < 0:
+        how = f"was killed by {signal.Signals(-exitcode).name}"
+        hint = " (SIGKILL often means the machine ran out of memory)" if exitcode == -signal.SIGKILL else ""
+    else:
+        how, hint = f"exited with code {exitcode} before returning", ""
+    return RankExitedError(f"Rank {rank} of {world_size} {how}{hint}; the other ranks were stopped.")
+
+
+def _with_origin(error: BaseException, text: str, rank: int, world_size: int) -> BaseException:
+    error.__cause__ = _RemoteTraceback(f"\n\nTraceback of rank {rank} of {world_size}:\n{text}")
+    if hasattr(error, "add_note"):
+        error.add_note(f"Raised on rank {rank} of {world_size}; the other ranks were stopped.")
+    return error
+
+
+def _stop(workers: list[Any]) -> None:
+    """SIGTERM every worker still running, then SIGKILL those that outlive the grace period."""
+    alive = [worker for worker in workers if worker.pid is not None and worker.is_alive()]
+    for worker in alive:
+        worker.terminate()
+    for worker in alive:
+        worker.join(timeout=_TERMINATE_GRACE_S)
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
+
+
+def _run_worker(rank: int, world_size: int, port: int, parent_pid: int, channel: Connection,
+                function: Callable[..., Any], args: tuple) -> None:
+    _die_with_parent(parent_pid)
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0", NODE_RANK="0",
+    )
+    try:
+        message = ("ok", function(*args), "")
+    except BaseException as error:  # also SystemExit and KeyboardInterrupt: the caller must hear of them
+        message = ("error", error, traceback.format_exc())
+    channel.send_bytes(_pickled(message))
+    channel.close()
+
+
+def _pickled(message: tuple[str, Any, str]) -> bytes:
+    try:
+        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as problem:
+        outcome, value, text = message
+        if outcome == "ok":
+            stand_in: BaseException = RuntimeError(
+                f"The rank's function returned {type(value).__name__}, which cannot be pickled back to the "
+                f"calling process: {problem}"
+            )
+            return pickle.dumps(("error", stand_in, ""))
+        stand_in = RuntimeError(f"{type(value).__name__}: {value} (the exception itself could not be pickled)")
+        return pickle.dumps(("error", stand_in, text))
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make the kernel kill this worker when the process that started it dies (Linux), so none is orphaned."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the line above took effect
+        os._exit(1)
