@@ -15,7 +15,7 @@ from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
 from framework.module import Module
 from framework.seed import seed_worker
-from framework.trainer.sampler import rebuilt, with_resumable_sampler
+from framework.trainer.sampler import rebuilt, with_eval_shard, with_resumable_sampler
 
 INFINITE = math.inf
 
@@ -130,7 +130,8 @@ def load_train_data(trainer: Any) -> None:
     if trainer.overfit_batches:
         loader = with_sequential_order(loader)
     else:
-        loader = with_resumable_sampler(loader, lambda: shuffle_seed(trainer.state))
+        replicas, rank = sampler_ranks(trainer)
+        loader = with_resumable_sampler(loader, lambda: shuffle_seed(trainer.state, trainer.runtime), replicas, rank)
     available = batch_count(loader)
     if available == 0:
         raise MisconfigurationError(
@@ -144,12 +145,26 @@ def load_train_data(trainer: Any) -> None:
     trainer.loaded_at["train"] = trainer.state.current_epoch
 
 
-def shuffle_seed(state: Any) -> int:
+def shuffle_seed(state: Any, runtime: Any) -> int:
     """The run's seed for the training data's order: the checkpoint's when resuming, else drawn once from torch's
-    generator (so ``seed_everything`` or ``torch.manual_seed`` decide it)."""
+    generator (so ``seed_everything`` or ``torch.manual_seed`` decide it), rank 0's for every rank."""
     if state.shuffle_seed < 0:
-        state.shuffle_seed = int(torch.randint(0, 2**62, ()))
+        state.shuffle_seed = runtime.broadcast(int(torch.randint(0, 2**62, ())))
     return state.shuffle_seed
+
+
+def sampler_ranks(trainer: Any) -> tuple[int, int]:
+    """``(num_replicas, rank)`` to shard loaders by; ``(1, 0)`` with ``use_distributed_sampler=False``."""
+    shards = trainer.runtime.strategy.distributed_sampler_kwargs
+    if not trainer.use_distributed_sampler or shards is None:
+        return 1, 0
+    return shards["num_replicas"], shards["rank"]
+
+
+def for_this_rank(trainer: Any, loader: Iterable) -> Iterable:
+    """An evaluation ``loader`` holding only this rank's contiguous part of the data (each sample on one rank)."""
+    replicas, rank = sampler_ranks(trainer)
+    return with_eval_shard(seed_workers_if_asked(loader), replicas, rank)
 
 
 def no_training_data() -> MisconfigurationError:
@@ -184,8 +199,9 @@ def load_val_data(trainer: Any) -> None:
     """Ask for fit's validation loaders and count their batches (sets ``val_loaders``, ``val_batch_counts``)."""
     loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
     name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
-    trainer.val_loaders = [seed_workers_if_asked(val) for val in loaders]
-    trainer.val_batch_counts = [apply_limit(name, batch_count(val), getattr(trainer, name)) for val in loaders]
+    trainer.val_loaders = [for_this_rank(trainer, val) for val in loaders]
+    trainer.val_batch_counts = [apply_limit(name, batch_count(val), getattr(trainer, name))
+                                for val in trainer.val_loaders]
     trainer.loaded_at["val"] = trainer.state.current_epoch
 
 
@@ -237,10 +253,11 @@ def eval_data(trainer: Any, stage: str, limit: int | float) -> tuple[list[Iterab
         raise MisconfigurationError(
             f"No {stage} data: pass dataloaders=, a datamodule=, or define {stage}_dataloader() on the Module."
         )
-    limits = [apply_limit(f"limit_{stage}_batches", batch_count(loader), limit) for loader in loaders]
-    if all(count == 0 for count in limits) and limit != 0:
+    if all(batch_count(loader) == 0 for loader in loaders) and limit != 0:
         raise MisconfigurationError(f"The {stage} dataloader is empty (0 batches).")
-    return [seed_workers_if_asked(loader) for loader in loaders], limits
+    loaders = [for_this_rank(trainer, loader) for loader in loaders]
+    limits = [apply_limit(f"limit_{stage}_batches", batch_count(loader), limit) for loader in loaders]
+    return loaders, limits
 
 
 def seed_workers_if_asked(loader: Iterable) -> Iterable:

@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
 
 # The loader's worker seeds come from a second generator, on a stream apart from the order's.
 _WORKER_STREAM = 2**40
@@ -34,10 +42,14 @@ class ResumableSampler(Sampler[int]):
         sampler.skip(64)            # resume after 64 samples of epoch 3
     """
 
-    def __init__(self, length: int, shuffle: bool, seed: int) -> None:
+    def __init__(self, length: int, shuffle: bool, seed: int, num_replicas: int = 1, rank: int = 0) -> None:
         self.length = length
         self.shuffle = shuffle
         self.seed = seed
+        # Several ranks: each takes every num_replicas-th sample of the epoch's order, padded by its first
+        # samples so all ranks run the same number of batches (as DistributedSampler does).
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.epoch = 0
         self._skip = 0
         self.worker_generator = torch.Generator()
@@ -54,19 +66,77 @@ class ResumableSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         start, self._skip = self._skip, 0
-        if not self.shuffle:
+        if not self.shuffle and self.num_replicas == 1:
             return iter(range(start, self.length))
-        generator = torch.Generator()
-        generator.manual_seed(self.seed + self.epoch)
-        return iter(torch.randperm(self.length, generator=generator)[start:].tolist())
+        if self.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.length, generator=generator)
+        else:
+            order = torch.arange(self.length)
+        if self.num_replicas > 1:
+            padding = len(self) * self.num_replicas - self.length
+            order = torch.cat([order, order.repeat(padding // self.length + 1)[:padding]])[self.rank::self.num_replicas]
+        return iter(order[start:].tolist())
 
     def __len__(self) -> int:
-        return self.length
+        return -(-self.length // self.num_replicas)
 
 
-def with_resumable_sampler(loader: Any, run_seed: Callable[[], int]) -> Any:
+class ShardedSampler(Sampler[int]):
+    """This rank's part of another sampler's order, re-read every epoch.
+
+    ``contiguous=False`` (training): every ``num_replicas``-th index, padded so all ranks get
+    as many. ``contiguous=True`` (evaluation): a contiguous slice, unpadded, so each sample is
+    seen once and the ranks' parts, joined in rank order, are the whole order.
+
+    Example::
+
+        ShardedSampler(SequentialSampler(range(10)), num_replicas=4, rank=1, contiguous=True)  # 3, 4, 5
+    """
+
+    def __init__(self, sampler: Sampler, num_replicas: int, rank: int, contiguous: bool) -> None:
+        self.sampler = sampler
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.contiguous = contiguous
+
+    def __iter__(self) -> Iterator[int]:
+        if self.contiguous and isinstance(self.sampler, SequentialSampler):
+            return iter(range(*contiguous_part(len(self.sampler), self.num_replicas, self.rank)))
+        order = list(self.sampler)
+        if self.contiguous:
+            start, end = contiguous_part(len(order), self.num_replicas, self.rank)
+            return iter(order[start:end])
+        if order:
+            padding = -len(order) % self.num_replicas
+            order += (order * (padding // len(order) + 1))[:padding]
+        return iter(order[self.rank::self.num_replicas])
+
+    def __len__(self) -> int:
+        total = len(self.sampler)  # type: ignore[arg-type]
+        if self.contiguous:
+            start, end = contiguous_part(total, self.num_replicas, self.rank)
+            return end - start
+        return -(-total // self.num_replicas)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pass the epoch on to the wrapped sampler, if it shuffles by epoch."""
+        if callable(getattr(self.sampler, "set_epoch", None)):
+            self.sampler.set_epoch(epoch)
+
+
+def contiguous_part(length: int, num_replicas: int, rank: int) -> tuple[int, int]:
+    """``(start, end)`` of rank ``rank``'s slice of ``length`` items split in ``num_replicas`` near-equal parts."""
+    base, extra = divmod(length, num_replicas)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def with_resumable_sampler(loader: Any, run_seed: Callable[[], int], num_replicas: int = 1, rank: int = 0) -> Any:
     """``loader`` rebuilt around a ``ResumableSampler`` when it is a DataLoader that plainly shuffles (or not)
-    map-style data in batches; any other loader as it is (its order is its own).
+    map-style data in batches; with several ranks, other samplers are sharded (``ShardedSampler``);
+    any other loader as it is (its order is its own).
 
     ``run_seed`` is asked only when the loader shuffles by the global generator, so a run
     without such a loader draws nothing from it.
@@ -76,10 +146,14 @@ def with_resumable_sampler(loader: Any, run_seed: Callable[[], int]) -> Any:
     if type(loader.batch_sampler) is not BatchSampler:  # a custom batch sampler, or batch_size=None
         return loader
     sampler = loader.sampler
+    if num_replicas > 1 and isinstance(sampler, DistributedSampler):
+        return loader  # sharded by the user already
     plainly_shuffled = (type(sampler) is RandomSampler and not sampler.replacement
                         and sampler.num_samples == len(sampler.data_source))
     if not plainly_shuffled and type(sampler) is not SequentialSampler:
-        return loader
+        if num_replicas == 1:
+            return loader
+        return rebuilt(loader, ShardedSampler(sampler, num_replicas, rank, contiguous=False))
     if not plainly_shuffled:
         seed = 0  # an unshuffled order needs none
     elif sampler.generator is not None:
@@ -87,8 +161,22 @@ def with_resumable_sampler(loader: Any, run_seed: Callable[[], int]) -> Any:
         seed = int(torch.randint(0, 2**62, (), generator=sampler.generator))
     else:
         seed = run_seed()
-    resumable = ResumableSampler(len(loader.dataset), shuffle=plainly_shuffled, seed=seed)
+    resumable = ResumableSampler(len(loader.dataset), shuffle=plainly_shuffled, seed=seed, num_replicas=num_replicas,
+                                 rank=rank)
     return rebuilt(loader, resumable, resumable.worker_generator)
+
+
+def with_eval_shard(loader: Any, num_replicas: int, rank: int) -> Any:
+    """``loader`` rebuilt to yield only this rank's contiguous part of its samples (evaluation and prediction).
+
+    Loaders it cannot rebuild (iterables, custom batch samplers, a DistributedSampler the user
+    chose) are returned as they are.
+    """
+    if num_replicas < 2 or not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return loader
+    if type(loader.batch_sampler) is not BatchSampler or isinstance(loader.sampler, DistributedSampler):
+        return loader
+    return rebuilt(loader, ShardedSampler(loader.sampler, num_replicas, rank, contiguous=True))
 
 
 def rebuilt(loader: DataLoader, sampler: Sampler, generator: torch.Generator | None = None) -> DataLoader:

@@ -28,6 +28,7 @@ from framework.trainer.defaults import default_loggers, with_default_callbacks
 from framework.trainer.dispatch import HookRunner, merge_module_callbacks
 from framework.trainer.eval_loop import run_predict, run_validate_or_test
 from framework.trainer.fit_loop import FitLoop
+from framework.trainer.launch import run_launched
 from framework.trainer.metrics import MetricStore, log_hyperparams
 from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy
 from framework.trainer.properties import TrainerProperties
@@ -253,6 +254,8 @@ class Trainer(TrainerProperties):
     def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
              ckpt_path: Any, weights_only: bool | None) -> Any:
         module = self._attach(fn, model, datamodule)
+        if self.runtime.needs_launch:
+            return self._run_launched(fn, model, datamodule, loaders, ckpt_path, weights_only)
         self._model_given = model is not None
         self.given_loaders = loaders
         self._weights_only = weights_only
@@ -293,6 +296,21 @@ class Trainer(TrainerProperties):
             self.state.stage = None
             module._results = None
             self.runtime.teardown()
+
+    def _run_launched(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None,
+                      loaders: dict[str, Any], ckpt_path: Any, weights_only: bool | None) -> Any:
+        """Start the ranks, run ``fn`` on each, and bring rank 0's outcome back into this process's objects."""
+        self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
+        try:
+            return run_launched(self, fn, model, datamodule, loaders, ckpt_path, weights_only)
+        except KeyboardInterrupt:
+            self.state.status = TrainerStatus.INTERRUPTED
+            warnings.warn("Detected KeyboardInterrupt: the ranks were stopped (trainer.state.status is "
+                          "'interrupted').", stacklevel=4)
+            return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
+        except BaseException:
+            self.state.status = TrainerStatus.INTERRUPTED
+            raise
 
     def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
         if model is None:

@@ -1,0 +1,75 @@
+"""A Trainer entry point run on ranks the Trainer starts itself, and its outcome brought back to the caller.
+
+The calling process trains nothing: it starts the ranks (``Runtime.run_in_ranks``), each runs
+the entry point as an attached rank would, and rank 0 sends back what the caller's objects
+must hold afterwards: the trained weights for the caller's Module, the state and counters,
+the metric dicts, the callbacks' and loggers' bookkeeping (``best_model_path``, the log
+version). Predictions come from every rank, concatenated in dataset order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from framework.nested import map_tensors
+from framework.trainer.state import TrainerFn
+
+
+def run_launched(trainer: Any, fn: TrainerFn, model: Any, datamodule: Any, loaders: dict[str, Any],
+                 ckpt_path: Any, weights_only: bool | None) -> Any:
+    """Run ``fn`` on every rank and update ``trainer`` and its Module with rank 0's outcome."""
+    reports = trainer.runtime.run_in_ranks(_run_as_rank, trainer, fn, model, datamodule, loaders, ckpt_path,
+                                           weights_only)
+    _adopt(trainer, reports[0])
+    if fn == TrainerFn.PREDICTING:
+        return _predictions_in_order([report["outcome"] for report in reports], reports[0]["loaders"])
+    return reports[0]["outcome"]
+
+
+def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodule: Any, loaders: dict[str, Any],
+                 ckpt_path: Any, weights_only: bool | None) -> dict[str, Any]:
+    outcome = trainer._run(fn, model, datamodule, loaders, ckpt_path, weights_only)
+    report: dict[str, Any] = {"outcome": _on_cpu(outcome), "loaders": len(trainer.eval_loaders["predict"])}
+    if fn != TrainerFn.PREDICTING and not trainer.is_global_zero:
+        report["outcome"] = None  # rank 0's is the one returned
+    if trainer.is_global_zero:
+        metrics = trainer.metrics
+        report.update(
+            weights=_on_cpu(runtime.strategy.module_state_dict(trainer.model)),
+            state=trainer.state,
+            metrics=_on_cpu((metrics.callback, metrics.logged, metrics.progress_bar)),
+            callbacks={callback.state_key: _on_cpu(callback.state_dict()) for callback in trainer.callbacks},
+            log_versions=[getattr(logger, "_version", None) for logger in trainer.loggers],
+        )
+    return report
+
+
+def _adopt(trainer: Any, report: dict[str, Any]) -> None:
+    module = trainer.module
+    module.load_state_dict(report["weights"])
+    trainer.model = module
+    trainer.state = report["state"]
+    trainer.metrics.callback, trainer.metrics.logged, trainer.metrics.progress_bar = report["metrics"]
+    for callback in trainer.callbacks:
+        state = report["callbacks"].get(callback.state_key)
+        if not state:
+            continue
+        if getattr(callback, "dirpath", False) is None and "dirpath" in state:
+            callback.dirpath = state["dirpath"]  # ModelCheckpoint resolves it in setup, which ran on the ranks
+        callback.load_state_dict(state)
+    for logger, version in zip(trainer.loggers, report["log_versions"], strict=True):
+        if version is not None and hasattr(logger, "_version"):
+            logger._version = version
+
+
+def _predictions_in_order(per_rank: list[Any], loader_count: int) -> Any:
+    """Each rank predicted a contiguous part of the data, in rank order: joined, they are the dataset's order."""
+    if per_rank[0] is None:
+        return None
+    if loader_count <= 1:
+        return [batch for predictions in per_rank for batch in predictions]
+    return [[batch for predictions in per_rank for batch in predictions[index]] for index in range(loader_count)]
+
+
+def _on_cpu(value: Any) -> Any:
+    return map_tensors(value, lambda tensor: tensor.detach().to("cpu"))
