@@ -38,6 +38,8 @@ class DataModule:
         self._hparams = AttributeDict()
         self._hparams_initial = AttributeDict()
         self._log_hyperparams = False
+        #: False: ``prepare_data`` runs on global rank 0 only (a filesystem all nodes share), not once per node.
+        self.prepare_data_per_node: bool = True
 
     @property
     def hparams(self) -> AttributeDict:

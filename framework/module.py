@@ -58,6 +58,8 @@ class Module(ModuleHooks, nn.Module):
         #: Whether ``load_from_checkpoint`` and resuming require every key of the module in the checkpoint.
         self.strict_loading: bool = True
         self.example_input_array: Any = None
+        #: False: ``prepare_data`` runs on global rank 0 only (a filesystem all nodes share), not once per node.
+        self.prepare_data_per_node: bool = True
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling or deep-copying a module leaves its Trainer behind (a copy holds no loaders or loops)."""

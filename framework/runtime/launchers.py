@@ -87,6 +87,10 @@ def start_processes(function: Callable[..., Any], args: Sequence[Any], world_siz
     """
     method = resolve_start_method(start_method)
     context = multiprocessing.get_context(method)
+    # A forked child has its own copy of everything. Spawn pickles the arguments, and torch makes
+    # multiprocessing's pickler pass tensors as shared memory: every rank would train one shared set of
+    # weights. Plain pickling copies them.
+    work: Any = (function, tuple(args)) if method == "fork" else _pickled_for_spawn(function, tuple(args))
     port = free_port()
     workers: list[Any] = []
     channels: list[Connection] = []
@@ -95,7 +99,7 @@ def start_processes(function: Callable[..., Any], args: Sequence[Any], world_siz
             receiver, sender = context.Pipe(duplex=False)
             worker = context.Process(
                 target=_run_worker, name=f"framework-rank-{rank}",
-                args=(rank, world_size, port, os.getpid(), sender, function, tuple(args)),
+                args=(rank, world_size, port, os.getpid(), sender, work),
             )
             worker.start()
             sender.close()  # the child's copy is the one that writes; the parent's would keep EOF away
@@ -108,6 +112,17 @@ def start_processes(function: Callable[..., Any], args: Sequence[Any], world_siz
     finally:
         for channel in channels:
             channel.close()
+
+
+def _pickled_for_spawn(function: Callable[..., Any], args: tuple) -> bytes:
+    try:
+        return pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        raise MisconfigurationError(
+            f"Starting the ranks with 'spawn' needs everything they run picklable, and this is not: {error}. "
+            "Define the Module, its data and callbacks at the top level of an importable file (not in a "
+            "notebook cell or inside a function), or use strategy='ddp_fork'."
+        ) from error
 
 
 def _collect(workers: list[Any], channels: list[Connection]) -> list[Any]:
@@ -177,13 +192,14 @@ def _stop(workers: list[Any]) -> None:
 
 
 def _run_worker(rank: int, world_size: int, port: int, parent_pid: int, channel: Connection,
-                function: Callable[..., Any], args: tuple) -> None:
+                work: tuple[Callable[..., Any], tuple] | bytes) -> None:
     _die_with_parent(parent_pid)
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0", NODE_RANK="0",
     )
     try:
+        function, args = pickle.loads(work) if isinstance(work, bytes) else work
         message = ("ok", function(*args), "")
     except BaseException as error:  # also SystemExit and KeyboardInterrupt: the caller must hear of them
         message = ("error", error, traceback.format_exc())

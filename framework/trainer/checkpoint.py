@@ -56,7 +56,8 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
 def _rng_states(trainer: Any) -> list[dict[str, Any]]:
     """The random state training goes on from, so a resumed run draws the same dropout masks (and so on)."""
     fit_loop = trainer.fit_loop
-    return [fit_loop.training_rng_states() if fit_loop is not None else rng_states()]
+    mine = fit_loop.training_rng_states() if fit_loop is not None else rng_states()
+    return trainer.runtime.strategy.all_gather_object(mine)  # every rank's, in rank order
 
 
 def rng_state_of_rank(saved: list[dict[str, Any]] | None, rank: int) -> dict[str, Any] | None:

@@ -173,6 +173,7 @@ class FitLoop:
             return f"`max_epochs={trainer.max_epochs!r}` reached."
         if self._time_is_up():
             return f"`max_time={trainer.max_time}` reached."
+        state.should_stop = self._agreed(state.should_stop)
         if state.should_stop and self.can_stop_early():
             return _SHOULD_STOP
         return None
@@ -191,10 +192,18 @@ class FitLoop:
 
     def _time_is_up(self) -> bool:
         max_time = self.trainer.max_time
-        if max_time is not None and time.monotonic() - self.started_at >= max_time.total_seconds():
+        if max_time is None:
+            return False
+        if self._agreed(time.monotonic() - self.started_at >= max_time.total_seconds()):
             self.trainer.state.should_stop = True
             return True
         return False
+
+    def _agreed(self, decision: bool) -> bool:
+        """True on every rank if any rank decided True (the ranks' clocks and callbacks may differ)."""
+        if self.trainer.world_size == 1:
+            return decision
+        return self.trainer.runtime.reduce_boolean_decision(decision, all=False)
 
     def _sanity_check(self) -> None:
         trainer = self.trainer
@@ -244,6 +253,7 @@ class FitLoop:
         max_steps = trainer.max_steps
         watch_time = trainer.max_time is not None
         validates = trainer.validates_in_fit and self._validates_in_epoch()
+        distributed = trainer.world_size > 1
         plateau_each_step = trainer.has_step_schedulers
         fetch_skipped = bool(first) and not skip_in_sampler(loader, first)  # else the sampler starts past them
         if first:
@@ -253,7 +263,7 @@ class FitLoop:
             state.is_last_batch = is_last
             batch = transfer(batch, 0)
             results.start_batch(batch)
-            if batch_start is not None and batch_start(batch, batch_idx) == -1:
+            if batch_start is not None and self._agreed(batch_start(batch, batch_idx) == -1):
                 break
             stepped_before = state.batches_stepped
             output, loss = step(batch, batch_idx, is_last)
@@ -262,6 +272,8 @@ class FitLoop:
             if batch_end is not None:
                 batch_end(outputs_for_hooks(output, loss), batch, batch_idx)
             results.in_batch = False
+            if distributed:  # a stop asked for on one rank stops every rank after this same batch
+                state.should_stop = self._agreed(state.should_stop)
             stepped = state.batches_stepped != stepped_before
             # While should_stop waits for min_epochs/min_steps, every step is logged (as Lightning does).
             if log_every and stepped and (state.batches_stepped % log_every == 0 or state.should_stop):

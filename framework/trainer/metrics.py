@@ -39,10 +39,11 @@ def step_views(results: Results) -> Views:
     return log, bar, callback
 
 
-def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tensor]) -> Views:
-    """The same three dicts from the epoch's reduced values."""
+def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tensor],
+                gather: Callable[[Any], list[Any]] | None = None) -> Views:
+    """The same three dicts from the epoch's reduced values (``gather``: several ranks agree on what to sync)."""
     log, bar, callback = {}, {}, {}
-    for entry in results.entries():
+    for entry in results.entries() if gather is None else results.agreed_entries(gather):
         key = entry.key
         if not entry.on_epoch:
             continue
@@ -67,9 +68,11 @@ class MetricStore:
     running (their epoch values show too, so a callback's ``on_train_epoch_end`` sees them).
     """
 
-    def __init__(self, loggers: list[Any], sync: Callable[[torch.Tensor, str], torch.Tensor]) -> None:
+    def __init__(self, loggers: list[Any], sync: Callable[[torch.Tensor, str], torch.Tensor],
+                 gather: Callable[[Any], list[Any]] | None = None) -> None:
         self.loggers = loggers
         self.sync = sync
+        self.gather = gather
         self.callback: dict[str, Any] = {}
         self.logged: dict[str, Any] = {}
         self.progress_bar: dict[str, Any] = {}
@@ -118,13 +121,13 @@ class MetricStore:
 
     def log_epoch(self, results: Results, step: int, epoch: int | None) -> dict[str, Any]:
         """Store the epoch values of ``results`` and hand them to the loggers; returns the logger part."""
-        log = self.store(epoch_views(results, self.sync))
+        log = self.store(epoch_views(results, self.sync, self.gather))
         self.send(log, step, epoch)
         return log
 
     def keep_epoch(self, results: Results) -> None:
         """Store the epoch values of ``results`` in every metric dict without sending them to loggers."""
-        self.logged.update(self.store(epoch_views(results, self.sync)))
+        self.logged.update(self.store(epoch_views(results, self.sync, self.gather)))
 
     def send(self, metrics: dict[str, Any], step: int, epoch: int | None, to_loggers: bool = True) -> None:
         """Loggers get floats, with the epoch under "epoch" (None: step values of evaluation, as Lightning)."""

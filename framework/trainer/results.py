@@ -6,6 +6,7 @@ the trainer hands them to loggers (every ``log_every_n_steps``) or an epoch ends
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,8 @@ REDUCTIONS = ("mean", "sum", "max", "min")
 # list append costs far less than a tensor operation on every step.
 _FOLD_EVERY = 1024
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
+# What a rank that logged nothing adds to a synced epoch value (a mean syncs its total and weight).
+_EMPTY = {"mean": 0.0, "sum": 0.0, "max": -math.inf, "min": math.inf}
 _TORCH_REDUCTIONS = {
     torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", max: "max", min: "min", sum: "sum",
 }
@@ -95,7 +98,10 @@ class LoggedValue:
         if self.pending:
             self._fold()
         if self.folded is None:
-            return None
+            if not self.sync_dist or self.reduce not in _EMPTY:
+                return None
+            # logged on other ranks only: join their collectives with a value that changes nothing
+            self.folded = torch.tensor(_EMPTY[self.reduce])
         total = self.folded
         if self.reduce == "mean":
             weight = torch.tensor(self.folded_weight, dtype=total.dtype, device=total.device)
@@ -135,6 +141,8 @@ class Results:
         self.stamp = 0
         self.in_batch = False
         self.dataloader_idx: int | None = None
+        # With several ranks (training only): reduces a sync_dist step value across ranks when logged.
+        self.step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None
 
     def start_batch(self, batch: Any, dataloader_idx: int | None = None) -> None:
         """A new batch begins: what is logged next belongs to it (and to loader ``dataloader_idx``)."""
@@ -182,7 +190,8 @@ class Results:
                 "or a torchmetrics Metric."
             )
         if entry.on_step:
-            entry.step_value = value
+            synced = entry.sync_dist and self.step_sync is not None and entry.reduce != "callable"
+            entry.step_value = self.step_sync(torch.as_tensor(value), entry.reduce) if synced else value
             entry.step_stamp = self.stamp
         if entry.on_epoch:
             if batch_size is None and entry.reduce == "mean":
@@ -244,6 +253,28 @@ class Results:
         """Every entry: the batch-time ones, then the epoch hooks' (so theirs win where names clash)."""
         return [*self.batch_entries.values(), *self.epoch_entries.values()]
 
+    def agreed_entries(self, gather: Callable[[Any], list[Any]]) -> list[LoggedValue]:
+        """``entries()``, with the synced ones the same, in the same order, on every rank.
+
+        A rank that logged a synced name in no batch (it had no evaluation batches, or a branch
+        skipped the log) gets an empty entry for it, so every rank joins the same collectives.
+        """
+        groups = (self.batch_entries, self.epoch_entries)
+        described = [[(e.key, e.name, e.suffix, e.on_step, e.prog_bar, e.logger, e.reduce_fx)
+                      for e in group.values() if _synced_by_value(e)] for group in groups]
+        everyone = gather(described)
+        agreed: list[LoggedValue] = []
+        for index, group in enumerate(groups):
+            agreed.extend(e for e in group.values() if not _synced_by_value(e))
+            seen: set[str] = set()
+            for rank_described in everyone:
+                for key, name, suffix, on_step, prog_bar, logger, reduce_fx in rank_described[index]:
+                    if key not in seen:
+                        seen.add(key)
+                        agreed.append(group.get(key) or LoggedValue(name, suffix, on_step, True, prog_bar, logger,
+                                                                    reduce_fx, True))
+        return agreed
+
     def reset(self) -> None:
         """Forget every entry (resetting logged Metrics), so the next epoch starts empty."""
         for entry in self.entries():
@@ -270,6 +301,10 @@ def _reduction(key: str, reduce_fx: Any) -> str | Callable:
     raise MisconfigurationError(
         f"self.log({key!r}, reduce_fx={shown}): accepted are {', '.join(map(repr, REDUCTIONS))} or a callable."
     )
+
+
+def _synced_by_value(entry: LoggedValue) -> bool:
+    return entry.sync_dist and entry.on_epoch and entry.metric is None and entry.reduce in _EMPTY
 
 
 def _same_code(a: Any, b: Any) -> bool:

@@ -151,8 +151,12 @@ class Trainer(TrainerProperties):
         self._apply_torch_flags()
 
         self.state = TrainerState()
-        self.metrics = MetricStore(self.loggers, self.runtime.all_reduce)
+        distributed = self.runtime.world_size > 1
+        self.metrics = MetricStore(self.loggers, self.runtime.all_reduce,
+                                   self.runtime.strategy.all_gather_object if distributed else None)
         self.train_results = Results(training=True)
+        if distributed:  # evaluation's step values stay per rank: the ranks may run different batch counts
+            self.train_results.step_sync = self.runtime.all_reduce
         self.module: Module | None = None
         self.model: torch.nn.Module | None = None
         self.datamodule: DataModule | None = None
@@ -346,12 +350,14 @@ class Trainer(TrainerProperties):
             Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER
         )
         self.runtime.setup_environment()
-        if self.runtime.local_rank == 0:
+        if self._prepares_data():
             self.hooks.call(Hook.PREPARE_DATA)
         self.runtime.barrier("prepare_data")
         self.hooks.call(Hook.SETUP, stage=stage)  # by keyword, as Lightning passes it
         self.hooks.call(Hook.CONFIGURE_MODEL)  # every run, as in Lightning: it must be idempotent
         if not self._module_setup:
+            if self.sync_batchnorm and self.world_size > 1:
+                torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # in place: the Module is no BatchNorm
             self.model = self.runtime.setup_module(module)
             self._module_setup = True
         self.training_step = without_unaccepted_batch_idx(
@@ -363,6 +369,14 @@ class Trainer(TrainerProperties):
         for logger in self.metrics.loggers:
             logger.log_graph(module)
             logger.save()  # hparams.yaml is on disk from the start, as Lightning
+
+    def _prepares_data(self) -> bool:
+        """``prepare_data`` runs on each node's first process, or only on global rank 0 where the Module or
+        DataModule sets ``prepare_data_per_node = False`` (data on a filesystem all nodes share)."""
+        owners = [owner for owner in (self.module, self.datamodule) if owner is not None]
+        if all(getattr(owner, "prepare_data_per_node", True) for owner in owners):
+            return self.runtime.local_rank == 0
+        return self.is_global_zero
 
     def _teardown(self, stage: str) -> None:
         self.hooks.call(Hook.TEARDOWN, stage=stage)

@@ -1,0 +1,378 @@
+"""DDP on CPU with gloo and real processes: the Trainer starting its ranks, and ranks started by testing.spawn."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torchmetrics
+from torch.utils.data import DataLoader, TensorDataset
+
+import framework
+from framework.runtime.launchers import RankExitedError
+from framework.testing import spawn
+
+FEATURES = 4
+
+
+class Regressor(framework.Module):
+    """A small MLP trained with SGD + momentum, so any difference in gradients shows in the weights."""
+
+    def __init__(self, lr: float = 0.1) -> None:
+        super().__init__()
+        self.lr = lr
+        self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+def regression_data(count: int = 64, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(count, FEATURES, generator=generator)
+    return TensorDataset(x, x.sum(dim=1, keepdim=True).sin())
+
+
+def quiet_trainer(**kwargs) -> framework.Trainer:
+    settings = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False)
+    return framework.Trainer(**{**settings, **kwargs})
+
+
+def plain_pytorch_weights(model: Regressor, data: TensorDataset, batch_size: int, epochs: int,
+                          accumulate: int = 1) -> dict[str, torch.Tensor]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=model.lr, momentum=0.9)
+    for _ in range(epochs):
+        for index, (x, y) in enumerate(DataLoader(data, batch_size=batch_size)):
+            (torch.nn.functional.mse_loss(model.net(x), y) / accumulate).backward()
+            if (index + 1) % accumulate == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    return model.state_dict()
+
+
+# -- the Trainer starts the ranks ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_two_ranks_train_as_one_process_with_the_doubled_batch(accumulate):
+    torch.manual_seed(0)
+    model = Regressor()
+    torch.manual_seed(0)
+    reference = plain_pytorch_weights(Regressor(), regression_data(), batch_size=8, epochs=2, accumulate=accumulate)
+    trainer = quiet_trainer(devices=2, strategy="ddp", max_epochs=2, accumulate_grad_batches=accumulate)
+    trainer.fit(model, DataLoader(regression_data(), batch_size=4))
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert trainer.global_step == 16 // accumulate  # 64 samples / 8 per step, twice
+    assert trainer.current_epoch == 2
+    assert trainer.state.finished and trainer.model is model
+
+
+def test_shuffled_two_ranks_equal_one_trainer_with_the_doubled_batch():
+    def train(devices: int, batch_size: int) -> dict[str, torch.Tensor]:
+        framework.seed_everything(3, verbose=False)
+        model = Regressor()
+        quiet_trainer(devices=devices, max_epochs=3).fit(model, DataLoader(regression_data(), batch_size, shuffle=True))
+        return model.state_dict()
+
+    two_ranks, one = train(2, 4), train(1, 8)
+    for name, value in two_ranks.items():
+        torch.testing.assert_close(value, one[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_four_ranks_train_as_one_process_with_the_quadrupled_batch():
+    torch.manual_seed(1)
+    model = Regressor()
+    torch.manual_seed(1)
+    reference = plain_pytorch_weights(Regressor(), regression_data(), batch_size=16, epochs=1)
+    quiet_trainer(devices=4, max_epochs=1).fit(model, DataLoader(regression_data(), batch_size=4))
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+class Classifier(framework.Module):
+    """Logs validation accuracy three ways: a synced mean, a torchmetrics Metric, and its own count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(FEATURES, 3)
+        self.accuracy = torchmetrics.classification.MulticlassAccuracy(num_classes=3, average="micro")
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        predicted = self.net(x).argmax(dim=1)
+        self.log("val_acc", (predicted == y).float().mean(), sync_dist=True)
+        self.log("val_seen", float(len(y)), reduce_fx="sum", sync_dist=True)
+        self.accuracy(predicted, y)
+        self.log("val_metric_acc", self.accuracy)
+
+    def predict_step(self, batch, batch_idx):
+        return self.net(batch[0]).argmax(dim=1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+def classification_data(count: int) -> TensorDataset:
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(count, FEATURES, generator=generator)
+    return TensorDataset(x, (x[:, 0] > 0).long() + (x[:, 1] > 0.5).long())
+
+
+def test_validation_over_an_uneven_split_counts_every_sample_once():
+    data = classification_data(37)  # 37 samples over 2 ranks: 19 and 18, batches of 5
+    torch.manual_seed(0)
+    model = Classifier()
+    expected = quiet_trainer(devices=1).validate(model, DataLoader(data, batch_size=5), verbose=False)[0]
+    results = quiet_trainer(devices=2).validate(model, DataLoader(data, batch_size=5), verbose=False)[0]
+    assert results["val_seen"] == 37
+    assert results["val_acc"] == pytest.approx(expected["val_acc"], abs=1e-6)
+    assert results["val_metric_acc"] == pytest.approx(expected["val_metric_acc"], abs=1e-6)
+    assert 0.0 < results["val_acc"] < 1.0  # a value that could have come out otherwise
+
+
+def test_predictions_of_all_ranks_come_back_in_dataset_order():
+    data = classification_data(23)
+    model = Classifier()
+    single = quiet_trainer(devices=1).predict(model, DataLoader(data, batch_size=4))
+    predictions = quiet_trainer(devices=3).predict(model, DataLoader(data, batch_size=4))
+    assert torch.equal(torch.cat(predictions), torch.cat(single))
+
+
+def test_after_fit_the_caller_holds_metrics_state_checkpoint_and_log_version(tmp_path):
+    data = classification_data(40)
+    model = Classifier()
+    trainer = framework.Trainer(accelerator="cpu", devices=2, max_epochs=2, default_root_dir=tmp_path,
+                                enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, DataLoader(data, batch_size=5, shuffle=True), DataLoader(data, batch_size=8))
+    assert set(trainer.callback_metrics) >= {"val_acc", "val_seen", "val_metric_acc"}
+    assert float(trainer.callback_metrics["val_seen"]) == 40
+    assert trainer.global_step == 8 and trainer.current_epoch == 2
+    best = trainer.checkpoint_callback.best_model_path
+    assert best.endswith("epoch=1-step=8.ckpt") and os.path.exists(best)
+    assert trainer.logger.version == 0
+    checkpoint = torch.load(best, weights_only=True)
+    for name, value in model.state_dict().items():  # the caller's Module holds the weights trained
+        assert torch.equal(value, checkpoint["state_dict"][name]), name
+    assert len(checkpoint["loops"]["fit"]["rng_states"]) == 2  # each rank's random state
+    # test(ckpt_path="best") finds the file rank 0 recorded, and logs into the same version
+    results = trainer.validate(model, DataLoader(data, batch_size=8), ckpt_path="best", verbose=False)
+    assert results[0]["val_seen"] == 40
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0"]
+
+
+class LogsPerRank(Regressor):
+    def training_step(self, batch, batch_idx):
+        rank = float(self.global_rank)
+        self.log("rank_mean", rank, sync_dist=True, on_step=True, on_epoch=True)
+        self.log("rank_sum", rank + 1, sync_dist=True, reduce_fx="sum", on_step=True, on_epoch=False)
+        self.log("rank_max", rank, sync_dist=True, reduce_fx="max", on_epoch=True)
+        self.log("rank_local", rank, on_step=True, on_epoch=False)
+        return super().training_step(batch, batch_idx)
+
+
+def test_sync_dist_reduces_step_and_epoch_values_across_ranks():
+    trainer = quiet_trainer(devices=2, max_epochs=1)
+    trainer.fit(LogsPerRank(), DataLoader(regression_data(16), batch_size=4))
+    metrics = {key: float(value) for key, value in trainer.callback_metrics.items()}
+    assert metrics["rank_mean_step"] == 0.5 and metrics["rank_mean_epoch"] == 0.5
+    assert metrics["rank_sum"] == 3.0  # 1 + 2
+    assert metrics["rank_max"] == 1.0
+    assert metrics["rank_local"] == 0.0  # not synced: rank 0's own
+
+
+class StopsOnRankOne(Regressor):
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        if self.global_rank == 1 and self.trainer.global_step == 3:
+            self.trainer.should_stop = True
+
+
+def _fit_and_report(rank: int, model_class: type) -> tuple[int, int]:
+    trainer = quiet_trainer(devices=2, max_epochs=5)
+    trainer.fit(model_class(), DataLoader(regression_data(64), batch_size=4))
+    return trainer.global_step, trainer.current_epoch
+
+
+def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_step():
+    # both stop after the batch of step 3; the cut epoch counts as run, as in one process
+    assert spawn(2, _fit_and_report, StopsOnRankOne) == [(3, 1), (3, 1)]
+
+
+class EarlyStopsOnRankOne(Regressor):
+    def validation_step(self, batch, batch_idx):
+        # rank 1 sees its loss rise every epoch, rank 0 sees it fall: only rank 1 wants to stop
+        value = float(self.current_epoch) if self.global_rank == 1 else -float(self.current_epoch)
+        self.log("watched", value)
+
+    def configure_callbacks(self):
+        return [framework.callbacks.EarlyStopping("watched", patience=1)]
+
+
+def _fit_with_validation(rank: int) -> tuple[int, int]:
+    trainer = quiet_trainer(devices=2, max_epochs=10)
+    data = DataLoader(regression_data(16), batch_size=4)
+    trainer.fit(EarlyStopsOnRankOne(), data, data)
+    return trainer.global_step, trainer.current_epoch
+
+
+def test_early_stopping_decided_on_one_rank_stops_all():
+    results = spawn(2, _fit_with_validation)
+    assert results[0] == results[1] == (4, 2)  # 2 steps per epoch per rank; stops after epoch 1's check
+
+
+# -- failures -----------------------------------------------------------------------------------------------
+
+class FailsOnRankOne(Regressor):
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and batch_idx == 2:
+            raise ValueError("rank one cannot go on")
+        return super().training_step(batch, batch_idx)
+
+
+class DiesOnRankOne(Regressor):
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and batch_idx == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().training_step(batch, batch_idx)
+
+
+def _children_of_this_process() -> list[int]:
+    me = str(os.getpid())
+    children = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            children.append(int(pid))
+    return children
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="counts child processes through /proc")
+@pytest.mark.parametrize(("model_class", "expected", "match"), [
+    (FailsOnRankOne, ValueError, "rank one cannot go on"),
+    (DiesOnRankOne, RankExitedError, "Rank 1 of 2 was killed by SIGKILL"),
+])
+def test_a_failing_rank_stops_the_others_and_its_error_reaches_the_caller(model_class, expected, match):
+    before = set(_children_of_this_process())
+    started = time.monotonic()
+    with pytest.raises(expected, match=match) as info:
+        quiet_trainer(devices=2, max_epochs=1).fit(model_class(), DataLoader(regression_data(64), batch_size=4))
+    assert time.monotonic() - started < 30
+    assert set(_children_of_this_process()) <= before  # nothing left running
+    if expected is ValueError:
+        assert "Raised on rank 1 of 2" in "".join(getattr(info.value, "__notes__", []))
+        assert "training_step" in str(info.value.__cause__)  # the rank's own traceback
+
+
+def test_ddp_spawn_trains_like_fork():
+    def train(strategy: str) -> dict[str, torch.Tensor]:
+        torch.manual_seed(2)
+        model = Regressor()
+        quiet_trainer(devices=2, strategy=strategy, max_epochs=1).fit(model, DataLoader(regression_data(32), 4))
+        return model.state_dict()
+
+    forked, spawned = train("ddp_fork"), train("ddp_spawn")
+    for name, value in forked.items():
+        assert torch.equal(value, spawned[name]), name
+
+
+# -- the Runtime, for hand-written loops -------------------------------------------------------------------
+
+def _collectives(runtime: framework.Runtime) -> dict:
+    rank = runtime.global_rank
+    value = torch.tensor([float(rank + 1)])
+    return {
+        "mean": runtime.all_reduce(value, reduce_op="mean").item(),
+        "sum": runtime.all_reduce(value, reduce_op="sum").item(),
+        "max": runtime.all_reduce(value, reduce_op="max").item(),
+        "gathered": runtime.all_gather(value).flatten().tolist(),
+        "broadcast": runtime.broadcast({"from": rank}, src=1),
+        "input_kept": value.item(),
+        "ranks": (runtime.world_size, rank, runtime.is_global_zero),
+    }
+
+
+def test_runtime_launch_runs_a_function_on_every_rank():
+    runtime = framework.Runtime(accelerator="cpu", devices=3)
+    assert runtime.needs_launch
+    results = runtime.run_in_ranks(_collectives)
+    for rank, result in enumerate(results):
+        assert result["mean"] == 2.0 and result["sum"] == 6.0 and result["max"] == 3.0
+        assert result["gathered"] == [1.0, 2.0, 3.0]
+        assert result["broadcast"] == {"from": 1}
+        assert result["input_kept"] == rank + 1  # the collectives return new tensors
+        assert result["ranks"] == (3, rank, rank == 0)
+    assert runtime.launch(_collectives)["ranks"] == (3, 0, True)  # launch returns rank 0's
+
+
+def _gradients_inside_and_outside_no_sync(runtime: framework.Runtime) -> list[bool]:
+    torch.manual_seed(0)
+    model = runtime.setup(torch.nn.Linear(2, 1))
+    x = torch.full((1, 2), float(runtime.global_rank + 1))
+    agreed = []
+    for synced in (False, True):
+        model.zero_grad()
+        with runtime.no_backward_sync(model, enabled=not synced):
+            model(x).sum().backward()
+        gathered = runtime.all_gather(next(model.parameters()).grad)
+        agreed.append(torch.equal(gathered[0], gathered[1]))
+    return agreed
+
+
+def test_no_backward_sync_skips_the_gradient_all_reduce():
+    runtime = framework.Runtime(accelerator="cpu", devices=2, strategy="ddp")
+    assert runtime.launch(_gradients_inside_and_outside_no_sync) == [False, True]
+
+
+def test_runtime_without_started_ranks_says_how_to_start_them():
+    runtime = framework.Runtime(accelerator="cpu", devices=2)
+    with pytest.raises(framework.MisconfigurationError, match=r"runtime.launch\(train\)"):
+        runtime.launch()
+    with pytest.raises(framework.MisconfigurationError, match="have not been started"):
+        runtime.setup(torch.nn.Linear(2, 2))
+
+
+def test_ddp_options_are_checked_and_passed_to_ddp():
+    with pytest.raises(framework.MisconfigurationError, match="start_method='thread'"):
+        framework.strategies.DDPStrategy(start_method="thread")
+    with pytest.raises(framework.MisconfigurationError, match="timeout=-1"):
+        framework.strategies.DDPStrategy(timeout=-1)
+    runtime = framework.Runtime(accelerator="cpu", devices=2,
+                                strategy=framework.strategies.DDPStrategy(find_unused_parameters=True, timeout=20))
+    assert runtime.launch(_wrapper_settings) == (True, 20.0)
+
+
+def _wrapper_settings(runtime: framework.Runtime) -> tuple[bool, float]:
+    model = runtime.setup(torch.nn.Linear(2, 2))
+    return model.find_unused_parameters, runtime.strategy.timeout.total_seconds()
+
+
+def test_testing_spawn_joins_a_gloo_group_and_reraises():
+    def total(rank):
+        value = torch.tensor([rank + 1.0])
+        torch.distributed.all_reduce(value)
+        return value.item()
+
+    assert spawn(2, total) == [3.0, 3.0]
+
+    def fails(rank):
+        if rank == 1:
+            raise KeyError("missing on rank 1")
+        torch.distributed.barrier()
+
+    with pytest.raises(KeyError, match="missing on rank 1"):
+        spawn(2, fails)
