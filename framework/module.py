@@ -246,7 +246,7 @@ class Module(ModuleHooks, nn.Module):
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Compute gradients; override to change how (the Trainer's precision scales it where needed)."""
-        self.trainer.runtime.backward(loss, *args, module=self, **kwargs)
+        self.trainer.runtime.backward(loss, *args, model=self.trainer.model, **kwargs)
 
     # -- optimization helpers ---
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:

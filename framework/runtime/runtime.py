@@ -13,12 +13,20 @@ from torch.optim import Optimizer
 
 from framework.errors import MisconfigurationError, describe
 from framework.io.checkpoint import load_checkpoint
+from framework.nested import map_tensors
 from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import compile_module, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import ClusterEnvironment, detect_environment
 from framework.runtime.transfer import move_to_device
-from framework.seed import restore_rng_states, rng_states
+from framework.runtime.wrappers import (
+    RuntimeDataLoader,
+    RuntimeModule,
+    RuntimeOptimizer,
+    forward_module,
+    original_optimizer,
+)
+from framework.seed import restore_rng_states, rng_states, seed_everything
 from framework.strategies import Ranks, Strategy, resolve_strategy
 
 
@@ -194,27 +202,98 @@ class Runtime:
         with self.strategy.module_init_context(empty_init), self.precision.module_init_context():
             yield
 
-    def setup_module(self, module: nn.Module) -> nn.Module:
-        """Convert ``module`` for the precision, place/wrap it for the strategy, then compile it if asked."""
+    def wrap_module(self, module: nn.Module) -> nn.Module:
+        """Convert ``module`` for the precision, place/wrap it for the strategy (DDP ...), compile it if asked.
+
+        What the Trainer uses; ``setup_module`` adds the ``RuntimeModule`` wrapper on top.
+        """
         module = self.strategy.setup_module(self.precision.convert_module(module))
         if self.compile_options is not None:
             module = compile_module(module, self.compile_options)
         return module
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
-        """``optimizer`` as the strategy needs it (wrapped where it shards optimizer state)."""
+        """``optimizer`` as the strategy needs it (wrapped where it shards optimizer state), without a wrapper."""
         return self.strategy.setup_optimizer(optimizer)
 
-    def setup(self, module: nn.Module, *optimizers: Optimizer) -> Any:
-        """Set up ``module`` and ``optimizers``; returns the module, or ``(module, *optimizers)``."""
-        self.setup_environment()
-        module = self.setup_module(module)
+    def setup(self, module: nn.Module, *optimizers: Optimizer, move_to_device: bool = True) -> Any:
+        """Set up ``module`` and ``optimizers``; returns the module, or ``(module, *optimizers)``.
+
+        The returned module runs forward under the precision's autocast (and through DDP's
+        forward); the returned optimizers step through the precision. Both stand in for the
+        originals (``model.module`` and ``optimizer.optimizer`` are the originals).
+
+        Example::
+
+            model, optimizer = runtime.setup(model, torch.optim.AdamW(model.parameters()))
+        """
+        module = self.setup_module(module, move_to_device=move_to_device)
         if not optimizers:
             return module
-        return (module, *(self.setup_optimizer(optimizer) for optimizer in optimizers))
+        return (module, *(RuntimeOptimizer(self.setup_optimizer(optimizer), self) for optimizer in optimizers))
+
+    def setup_module(self, module: nn.Module, move_to_device: bool = True) -> RuntimeModule:
+        """``module`` set up alone (optimizers may come later, from ``setup_optimizers``)."""
+        if isinstance(module, RuntimeModule):
+            raise MisconfigurationError("runtime.setup_module got a module that was set up already; pass the original.")
+        self.setup_environment()
+        original = module
+        if not move_to_device:
+            module = self.precision.convert_module(module)
+            wrapped = module if self.world_size == 1 else self.strategy.setup_module(module)
+        else:
+            wrapped = self.wrap_module(module)
+        return RuntimeModule(wrapped, original, self)
+
+    def setup_optimizers(self, *optimizers: Optimizer) -> Any:
+        """The optimizers set up to step through the precision; one, or a tuple of several."""
+        wrapped = tuple(RuntimeOptimizer(self.setup_optimizer(optimizer), self) for optimizer in optimizers)
+        return wrapped[0] if len(wrapped) == 1 else wrapped
+
+    def setup_dataloaders(self, *dataloaders: Any, use_distributed_sampler: bool = True,
+                          move_to_device: bool = True) -> Any:
+        """Each loader sharded over the ranks (a DataLoader's sampler replaced by a DistributedSampler) and
+        moving its batches to the device; one, or a tuple of several.
+
+        A shuffling loader reshuffles every pass through it, in the same order on every rank,
+        from a seed drawn from torch's generator (so ``seed_everything`` decides it).
+        """
+        if not dataloaders:
+            raise TypeError("setup_dataloaders needs at least one dataloader.")
+        wrapped = tuple(
+            RuntimeDataLoader(self._sharded(loader) if use_distributed_sampler else loader,
+                              self.device if move_to_device else None, self.to_device)
+            for loader in dataloaders
+        )
+        return wrapped[0] if len(wrapped) == 1 else wrapped
+
+    def _sharded(self, loader: Any) -> Any:
+        from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
+
+        if (self.world_size == 1 or not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset)
+                or isinstance(loader.sampler, DistributedSampler)):
+            return loader
+        if type(loader.batch_sampler).__name__ != "BatchSampler":
+            raise MisconfigurationError(
+                "setup_dataloaders cannot shard a DataLoader with a custom batch_sampler. Shard it yourself "
+                "(runtime.world_size, runtime.global_rank) and pass use_distributed_sampler=False."
+            )
+        shuffle = isinstance(loader.sampler, RandomSampler)
+        seed = self.broadcast(int(torch.randint(0, 2**31, ()))) if shuffle else 0
+        sampler = DistributedSampler(loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
+                                     shuffle=shuffle, seed=seed)
+        settings = {"batch_size": loader.batch_size, "drop_last": loader.drop_last, "num_workers": loader.num_workers,
+                    "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory, "timeout": loader.timeout,
+                    "worker_init_fn": loader.worker_init_fn, "persistent_workers": loader.persistent_workers,
+                    "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator}
+        if loader.num_workers > 0:
+            settings["prefetch_factor"] = loader.prefetch_factor
+        return DataLoader(loader.dataset, sampler=sampler, **settings)
 
     def to_device(self, batch: Any) -> Any:
-        """``batch`` (tensors in any nesting) on this runtime's device, inputs cast for the precision."""
+        """``batch`` (tensors in any nesting, or a module) on this runtime's device, inputs cast for the precision."""
+        if isinstance(batch, nn.Module):
+            return batch.to(self.device)
         return self.precision.convert_input(move_to_device(batch, self.device))
 
     # -- the step ---
@@ -222,13 +301,13 @@ class Runtime:
         """The precision's context for forward passes (one that does nothing in ``"32-true"``)."""
         return self.precision.autocast()
 
-    def backward(self, loss: torch.Tensor, *args: Any, module: nn.Module | None = None, **kwargs: Any) -> None:
-        """``loss.backward()`` through the strategy and precision; ``module`` is for strategies needing the model."""
-        self.strategy.backward(loss, module, *args, **kwargs)
+    def backward(self, tensor: torch.Tensor, *args: Any, model: nn.Module | None = None, **kwargs: Any) -> None:
+        """``tensor.backward()`` through the strategy and precision (fp16: the loss is scaled first)."""
+        self.strategy.backward(tensor, model if model is None else forward_module(model), *args, **kwargs)
 
     def optimizer_step(self, optimizer: Optimizer, closure: Any = None, **kwargs: Any) -> bool:
         """Step ``optimizer`` through the precision; False when the step was skipped."""
-        return self.strategy.optimizer_step(optimizer, closure, **kwargs)
+        return self.strategy.optimizer_step(original_optimizer(optimizer), closure, **kwargs)
 
     def clip_gradients(
         self,
@@ -237,30 +316,48 @@ class Runtime:
         clip_val: float | None = None,
         max_norm: float | None = None,
         norm_type: float = 2.0,
+        error_if_nonfinite: bool = True,
     ) -> torch.Tensor | None:
-        """Clip by value (``clip_val``) or by total norm (``max_norm``); returns the norm when clipping by norm."""
+        """Clip by value (``clip_val``) or by total norm (``max_norm``); returns the norm when clipping by norm.
+
+        With fp16 the gradients are unscaled first. ``error_if_nonfinite`` is accepted as in
+        Fabric; a non-finite norm is left for the precision to skip the step (fp16) or to show.
+        """
         if (clip_val is None) == (max_norm is None):
             raise MisconfigurationError("clip_gradients needs exactly one of clip_val= or max_norm=.")
+        module, optimizer = forward_module(module), original_optimizer(optimizer)
         if max_norm is not None:
             return self.strategy.clip_gradients_norm(module, optimizer, float(max_norm), norm_type)
         self.strategy.clip_gradients_value(module, optimizer, float(clip_val))
         return None
 
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
-        """Skip the gradient all-reduce inside this context (gradient accumulation micro-batches)."""
-        return self.strategy.no_backward_sync(module, enabled)
+        """Skip the gradient all-reduce inside this context (gradient accumulation micro-batches).
+
+        Example::
+
+            with runtime.no_backward_sync(model, enabled=not is_last_micro_batch):
+                runtime.backward(model(x).sum())
+        """
+        return self.strategy.no_backward_sync(forward_module(module), enabled)
 
     # -- collectives ---
-    def all_reduce(self, tensor: torch.Tensor, reduce_op: str = "mean") -> torch.Tensor:
-        """Reduce ``tensor`` over all ranks by ``reduce_op`` ("mean", "sum", "max", "min"); identity on one process."""
-        return self.strategy.all_reduce(tensor, reduce_op)
+    def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Each tensor (or number) in ``data`` reduced over all ranks ("mean", "sum", "max", "min"); new tensors."""
+        _only_default_group(group)
+        return map_tensors(_numbers_as_tensors(data, self.device), lambda t: self.strategy.all_reduce(t, reduce_op))
 
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` from every rank, stacked along a new first dimension (of size 1 on one process)."""
-        return self.strategy.all_gather(tensor)
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Each tensor in ``data`` from every rank, stacked along a new first dimension (of size world_size)."""
+        _only_default_group(group)
+        if sync_grads and self.world_size > 1:
+            from torch.distributed.nn.functional import all_gather
+
+            return map_tensors(_numbers_as_tensors(data, self.device), lambda t: torch.stack(all_gather(t)))
+        return map_tensors(_numbers_as_tensors(data, self.device), self.strategy.all_gather)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
-        """``obj`` as rank ``src`` has it, on every rank; ``obj`` itself on one process."""
+        """``obj`` (any picklable object) as rank ``src`` has it, on every rank; ``obj`` itself on one process."""
         return self.strategy.broadcast(obj, src)
 
     def barrier(self, name: str | None = None) -> None:
@@ -271,22 +368,64 @@ class Runtime:
         """One decision for all ranks: every rank's (``all=True``) or any rank's; ``decision`` on one process."""
         return self.strategy.reduce_boolean_decision(decision, all)
 
-    # -- files ---
-    def save(self, path: str | os.PathLike, state: dict[str, Any]) -> None:
-        """Save ``state``; modules and optimizers in it are replaced by their ``state_dict()``."""
-        self.strategy.save_checkpoint(_to_state_dicts(state, self.strategy), os.fspath(path))
+    @contextlib.contextmanager
+    def rank_zero_first(self, local: bool = False) -> Iterator[None]:
+        """Run the block on rank 0 (of the node, with ``local``) first, then on the others (a download, say).
 
-    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Load a checkpoint; objects in ``state`` get their entries loaded in place, the rest is returned."""
+        Example::
+
+            with runtime.rank_zero_first():
+                dataset = MNIST("data", download=True)
+        """
+        first = (self.local_rank if local else self.global_rank) == 0
+        if not first:
+            self.barrier("rank_zero_first")
+        yield
+        if first:
+            self.barrier("rank_zero_first")
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on each node's first process only."""
+        if self.local_rank == 0:
+            print(*args, **kwargs)
+
+    @staticmethod
+    def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
+        """Seed Python, NumPy and torch (see ``framework.seed_everything``); returns the seed."""
+        return seed_everything(seed, workers=bool(workers), verbose=verbose)
+
+    # -- files ---
+    def save(self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
+        """Save ``state`` (written by rank 0); modules and optimizers in it are saved as their ``state_dict()``.
+
+        ``filter`` maps a key of ``state`` to ``fn(name, value) -> bool`` choosing which entries of
+        that object's state dict are kept (e.g. only the trainable parameters).
+        """
+        self.strategy.save_checkpoint(_to_state_dicts(state, self.strategy, filter or {}), os.fspath(path))
+
+    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
+        """Load a checkpoint into ``state``: objects with ``load_state_dict`` in place, plain values replaced in
+        ``state``; returns what the checkpoint holds beyond ``state``'s keys (everything without ``state``).
+
+        ``strict``: a key of ``state`` missing from the checkpoint, or a module key mismatch, raises.
+        """
         checkpoint = load_checkpoint(path, map_location="cpu")
         if state is None:
             return checkpoint
+        missing = [key for key in state if key not in checkpoint]
+        if missing and strict:
+            raise KeyError(f"The checkpoint {os.fspath(path)} has no entries {missing} that state= asks for; "
+                           f"it holds {sorted(checkpoint)}. Pass strict=False to load the rest.")
         for key, target in state.items():
-            if hasattr(target, "load_state_dict") and key in checkpoint:
-                if isinstance(target, nn.Module):
-                    self.strategy.unwrap(target).load_state_dict(checkpoint.pop(key))
-                else:
-                    target.load_state_dict(checkpoint.pop(key))
+            if key not in checkpoint:
+                continue
+            value = checkpoint.pop(key)
+            if isinstance(target, nn.Module):
+                self.strategy.unwrap(forward_module(target)).load_state_dict(value, strict=strict)
+            elif hasattr(target, "load_state_dict"):
+                original_optimizer(target).load_state_dict(value)
+            else:
+                state[key] = value
         return checkpoint
 
     def teardown(self) -> None:
@@ -322,13 +461,26 @@ def _run_as_rank(runtime: Runtime, rng: dict[str, Any], function: Callable[..., 
     return result
 
 
-def _to_state_dicts(state: dict[str, Any], strategy: Strategy) -> dict[str, Any]:
+def _to_state_dicts(state: dict[str, Any], strategy: Strategy, filters: dict[str, Callable]) -> dict[str, Any]:
     converted = {}
     for key, value in state.items():
         if isinstance(value, nn.Module):
-            converted[key] = strategy.module_state_dict(value)
+            value = strategy.module_state_dict(forward_module(value))
         elif hasattr(value, "state_dict") and callable(value.state_dict):
-            converted[key] = value.state_dict()
-        else:
-            converted[key] = value
+            value = value.state_dict()
+        if key in filters:
+            keep = filters[key]
+            value = {name: entry for name, entry in value.items() if keep(name, entry)}
+        converted[key] = value
     return converted
+
+
+def _numbers_as_tensors(data: Any, device: torch.device) -> Any:
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        return torch.tensor(data, device=device)
+    return data
+
+
+def _only_default_group(group: Any) -> None:
+    if group is not None:
+        raise MisconfigurationError("group= is not supported: collectives run over all ranks (group=None).")

@@ -101,10 +101,11 @@ class Strategy:
         return module
 
     # -- the step ---
-    def step_function(self, model: nn.Module, name: str) -> Any:
-        """The callable that runs the user's ``training_step`` (or another step) on the set-up ``model``.
+    def step_function(self, model: nn.Module, name: str, synced: bool | None = None) -> Any:
+        """The callable that runs the user's method ``name`` (``training_step`` ...) on the set-up ``model``.
 
-        Wrapping strategies route it through the wrapper's ``forward`` so their hooks run.
+        Wrapping strategies route it through the wrapper's ``forward`` so their hooks run, where
+        ``synced`` (default: for ``training_step`` only).
         """
         return getattr(self.unwrap(model), name)
 

@@ -103,13 +103,14 @@ class DDPStrategy(Strategy):
         return module.module if isinstance(module, _StepRouter) else module
 
     # -- the step ---
-    def step_function(self, model: nn.Module, name: str) -> Callable[..., Any]:
+    def step_function(self, model: nn.Module, name: str, synced: bool | None = None) -> Callable[..., Any]:
         """``training_step`` runs through DDP's forward (so its gradients sync); evaluation steps run directly.
 
         Evaluating outside DDP's forward keeps it free of collectives, so ranks may hold
         different numbers of evaluation batches.
         """
-        if name != "training_step" or not isinstance(model, DistributedDataParallel):
+        synced = name == "training_step" if synced is None else synced
+        if not synced or not isinstance(model, DistributedDataParallel):
             return getattr(self.unwrap(model), name)
         router = model.module
         step = getattr(router.module, name)

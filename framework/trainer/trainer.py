@@ -152,11 +152,11 @@ class Trainer(TrainerProperties):
 
         self.state = TrainerState()
         distributed = self.runtime.world_size > 1
-        self.metrics = MetricStore(self.loggers, self.runtime.all_reduce,
+        self.metrics = MetricStore(self.loggers, self.runtime.strategy.all_reduce,
                                    self.runtime.strategy.all_gather_object if distributed else None)
         self.train_results = Results(training=True)
         if distributed:  # evaluation's step values stay per rank: the ranks may run different batch counts
-            self.train_results.step_sync = self.runtime.all_reduce
+            self.train_results.step_sync = self.runtime.strategy.all_reduce
         self.module: Module | None = None
         self.model: torch.nn.Module | None = None
         self.datamodule: DataModule | None = None
@@ -358,7 +358,7 @@ class Trainer(TrainerProperties):
         if not self._module_setup:
             if self.sync_batchnorm and self.world_size > 1:
                 torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # in place: the Module is no BatchNorm
-            self.model = self.runtime.setup_module(module)
+            self.model = self.runtime.wrap_module(module)
             self._module_setup = True
         self.training_step = without_unaccepted_batch_idx(
             self.runtime.strategy.step_function(self.model, "training_step"), module.training_step

@@ -69,7 +69,7 @@ def test_runtime_compile_for_a_hand_written_loop():
     backend = CountingBackend()
     runtime = framework.Runtime(accelerator="cpu", compile={"backend": backend})
     model = runtime.setup(Tiny())
-    assert type(model) is Tiny  # compiled in place, not wrapped
+    assert type(model.module) is Tiny  # compiled in place, not wrapped in torch's OptimizedModule
     model(torch.ones(4, 3))
     assert backend.graphs == 1
     assert list(model.state_dict()) == ["layer.weight", "layer.bias"]

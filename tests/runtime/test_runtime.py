@@ -107,12 +107,22 @@ def test_clip_gradients_needs_exactly_one_argument(kwargs):
 def test_setup_returns_module_alone_or_with_optimizers():
     runtime = Runtime(accelerator="cpu")
     model = _model()
-    assert runtime.setup(model) is model
+    alone = runtime.setup(model)
+    assert alone.module is model and alone(torch.ones(1, 4)).shape == (1, 1)
     first = torch.optim.SGD(model.parameters(), lr=0.1)
     second = torch.optim.Adam(model.parameters(), lr=0.1)
     returned = runtime.setup(model, first, second)
     assert isinstance(returned, tuple) and len(returned) == 3
-    assert returned[0] is model and returned[1] is first and returned[2] is second
+    assert returned[0].module is model and returned[1].optimizer is first and returned[2].optimizer is second
+    # they stand in for the originals: isinstance, state dicts without a prefix, shared param groups
+    assert isinstance(returned[1], torch.optim.SGD) and isinstance(returned[2], torch.optim.Adam)
+    assert list(returned[0].state_dict()) == list(model.state_dict())
+    returned[1].param_groups[0]["lr"] = 0.5
+    assert first.param_groups[0]["lr"] == 0.5
+    scheduler = torch.optim.lr_scheduler.StepLR(returned[1], step_size=1, gamma=0.1)
+    returned[1].step()
+    scheduler.step()
+    assert first.param_groups[0]["lr"] == pytest.approx(0.05)
 
 
 def test_to_device_keeps_structure_and_dtype():

@@ -26,9 +26,12 @@ class Regressor(framework.Module):
         self.lr = lr
         self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 
+    def forward(self, x):
+        return self.net(x)
+
     def training_step(self, batch, batch_idx):
         x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
+        return torch.nn.functional.mse_loss(self(x), y)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
@@ -358,7 +361,7 @@ def test_ddp_options_are_checked_and_passed_to_ddp():
 
 def _wrapper_settings(runtime: framework.Runtime) -> tuple[bool, float]:
     model = runtime.setup(torch.nn.Linear(2, 2))
-    return model.find_unused_parameters, runtime.strategy.timeout.total_seconds()
+    return model._forward_module.find_unused_parameters, runtime.strategy.timeout.total_seconds()
 
 
 def test_testing_spawn_joins_a_gloo_group_and_reraises():
@@ -376,3 +379,69 @@ def test_testing_spawn_joins_a_gloo_group_and_reraises():
 
     with pytest.raises(KeyError, match="missing on rank 1"):
         spawn(2, fails)
+
+
+def _fabric_style_loop(runtime: framework.Runtime, accumulate: int, path: str) -> dict[str, torch.Tensor]:
+    """The loop of a Fabric script: setup, setup_dataloaders, backward, optimizer.step, no_backward_sync, save."""
+    torch.manual_seed(0)
+    model = Regressor()
+    optimizer = torch.optim.SGD(model.parameters(), lr=model.lr, momentum=0.9)
+    model, optimizer = runtime.setup(model, optimizer)
+    loader = runtime.setup_dataloaders(DataLoader(regression_data(), batch_size=4))
+    for _ in range(2):
+        for index, (x, y) in enumerate(loader):
+            stepping = (index + 1) % accumulate == 0
+            with runtime.no_backward_sync(model, enabled=not stepping):
+                runtime.backward(torch.nn.functional.mse_loss(model(x), y) / accumulate)
+            if stepping:
+                optimizer.step()
+                optimizer.zero_grad()
+    runtime.save(path, {"model": model, "optimizer": optimizer, "epochs": 2})
+    state = {"model": model, "epochs": 0}
+    rest = runtime.load(path, state)
+    assert state["epochs"] == 2 and set(rest) == {"optimizer"}
+    return {name: value.clone() for name, value in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_fabric_style_loop_on_two_ranks_equals_one_process_with_the_doubled_batch(tmp_path, accumulate):
+    torch.manual_seed(0)
+    reference = plain_pytorch_weights(Regressor(), regression_data(), batch_size=8, epochs=2, accumulate=accumulate)
+    runtime = framework.Runtime(accelerator="cpu", devices=2, strategy="ddp")
+    results = runtime.run_in_ranks(_fabric_style_loop, accumulate, str(tmp_path / "state.ckpt"))
+    for rank_weights in results:
+        for name, value in rank_weights.items():
+            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+    saved = torch.load(tmp_path / "state.ckpt", weights_only=True)
+    assert saved["epochs"] == 2 and set(saved["model"]) == set(reference)
+
+
+def _shards_and_order(runtime: framework.Runtime) -> list[list[int]]:
+    loader = runtime.setup_dataloaders(DataLoader(TensorDataset(torch.arange(10)), batch_size=2, shuffle=True))
+    return [[int(i) for (batch,) in loader for i in batch] for _ in range(2)]
+
+
+def test_setup_dataloaders_shards_and_reshuffles_each_pass_alike_on_every_rank():
+    framework.seed_everything(0, verbose=False)
+    rank0, rank1 = framework.Runtime(accelerator="cpu", devices=2).run_in_ranks(_shards_and_order)
+    for epoch in range(2):
+        assert sorted(rank0[epoch] + rank1[epoch]) == list(range(10))  # each sample on one rank
+    assert rank0[0] != rank0[1]  # reshuffled on the second pass
+
+
+def _first_and_printing(runtime: framework.Runtime, path: str) -> bool:
+    with runtime.rank_zero_first():
+        if runtime.global_rank == 0:
+            time.sleep(0.2)
+            with open(path, "w") as file:
+                file.write("ready")
+        seen = os.path.exists(path)
+    runtime.print(f"printed by rank {runtime.global_rank}")
+    return seen
+
+
+def test_rank_zero_first_and_print(tmp_path, capfd):
+    results = framework.Runtime(accelerator="cpu", devices=2).run_in_ranks(_first_and_printing,
+                                                                          str(tmp_path / "marker"))
+    assert results == [True, True]
+    assert capfd.readouterr().out.count("printed by rank") == 1
