@@ -1,0 +1,1 @@
+"""The ``framework`` command: ``framework launch`` (and, later, ``framework fit --config``)."""

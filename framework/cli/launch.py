@@ -1,0 +1,74 @@
+"""``framework launch``: start a script's ranks with ``torch.distributed.run`` (torchrun), on one node or many.
+
+Every option torchrun takes is accepted, spelled with dashes or underscores. Two defaults
+differ: on one node without a rendezvous address it runs ``--standalone`` (a free port, so
+two runs on one machine do not collide), and each rank gets ``OMP_NUM_THREADS`` = its share
+of the CPU cores instead of torchrun's 1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+_RENDEZVOUS_OPTIONS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr", "--master-port",
+                       "--master_port", "--standalone")
+
+
+def launch(argv: Sequence[str]) -> int:
+    """Run ``torchrun <argv>``; returns the exit code (0 when every rank succeeded).
+
+    Example::
+
+        framework launch --nproc-per-node 2 train.py --epochs 3
+    """
+    from torch.distributed.run import get_args_parser, run
+
+    argv = list(argv)
+    options = _options_before_script(argv)
+    if not any(option.split("=")[0] in _RENDEZVOUS_OPTIONS for option in options) and _nodes(options) == "1":
+        argv.insert(0, "--standalone")
+    parsed = get_args_parser().parse_args(argv)
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(_threads_per_rank(parsed.nproc_per_node))
+    try:
+        run(parsed)
+    except Exception as error:  # torchrun's ChildFailedError has printed each failed rank's error already
+        if type(error).__name__ == "ChildFailedError":
+            return 1
+        raise
+    return 0
+
+
+def _options_before_script(argv: list[str]) -> list[str]:
+    """The launcher's own options: everything before the script (the first argument not an option or its value)."""
+    options: list[str] = []
+    index = 0
+    while index < len(argv) and argv[index].startswith("-"):
+        options.append(argv[index])
+        takes_value = "=" not in argv[index] and argv[index] not in ("--standalone", "--no-python", "--no_python",
+                                                                     "-m", "--module", "--run-path", "--run_path")
+        if takes_value and index + 1 < len(argv):
+            options.append(argv[index + 1])
+            index += 1
+        index += 1
+    return options
+
+
+def _nodes(options: list[str]) -> str:
+    for index, option in enumerate(options):
+        name, _, value = option.partition("=")
+        if name in ("--nnodes",):
+            return value or (options[index + 1] if index + 1 < len(options) else "1")
+    return "1"
+
+
+def _threads_per_rank(nproc_per_node: str) -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        ranks = int(nproc_per_node)
+    except ValueError:  # "auto", "cpu", "gpu": torchrun decides the count
+        import torch
+
+        ranks = torch.cuda.device_count() if torch.cuda.is_available() and nproc_per_node != "cpu" else cores
+    return max(1, cores // max(1, ranks))

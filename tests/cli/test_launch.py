@@ -1,0 +1,86 @@
+"""`framework launch` (torchrun underneath) runs scripts written for Trainer(devices=N) unchanged."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from framework.runtime.launchers import free_port
+from tests.strategies.test_ddp import Regressor, plain_pytorch_weights, regression_data
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = [sys.executable, "-m", "framework", "launch"]
+
+
+def _environment() -> dict[str, str]:
+    environment = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), environment.get("PYTHONPATH", "")])
+    return environment
+
+
+def _reference() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return plain_pytorch_weights(Regressor(), regression_data(), batch_size=8, epochs=2)
+
+
+def test_two_nodes_on_one_machine_train_as_one_process_with_the_doubled_batch(tmp_path):
+    port = str(free_port())
+    script = [str(ROOT / "tests" / "strategies" / "launched_run.py"), str(tmp_path), "1", "2"]
+    nodes = [
+        subprocess.Popen([*RUN, "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "1", "--master-addr",
+                          "127.0.0.1", "--master-port", port, *script], cwd=ROOT, env=_environment(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rank in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=240)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    reference = _reference()
+    for rank in (0, 1):
+        seen = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        assert (seen["world_size"], seen["node_rank"], seen["local_rank"]) == (2, rank, 0)
+        assert seen["global_step"] == 16
+        for name, value in seen["weights"].items():
+            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_launch_runs_the_tutorial_unchanged_on_two_ranks():
+    done = subprocess.run([*RUN, "--nproc-per-node", "2", str(ROOT / "tutorials" / "01_quickstart.py")],
+                          capture_output=True, text=True, cwd=ROOT, env=_environment(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    accuracies = re.findall(r"validation accuracy: ([0-9.]+)", done.stdout)
+    assert len(accuracies) == 2 and len(set(accuracies)) == 1  # each rank's script prints the same synced value
+    assert float(accuracies[0]) > 0.9
+
+
+def test_each_rank_takes_its_share_of_the_cores(tmp_path):
+    script = [str(ROOT / "tests" / "strategies" / "launched_run.py"), str(tmp_path), "2", "1"]
+    done = subprocess.run([*RUN, "--nproc-per-node", "2", *script], capture_output=True, text=True, cwd=ROOT,
+                          env=_environment(), timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    reference = _reference()
+    for rank in (0, 1):
+        seen = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        assert seen["threads"] == max(1, cores // 2)
+        for name, value in seen["weights"].items():
+            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_failing_script_gives_a_nonzero_exit(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("import os\nraise SystemExit(3 if os.environ['RANK'] == '1' else 0)\n")
+    done = subprocess.run([*RUN, "--nproc-per-node", "2", str(script)], capture_output=True, text=True,
+                          env=_environment(), timeout=120)
+    assert done.returncode == 1
+
+
+def test_usage():
+    done = subprocess.run([sys.executable, "-m", "framework"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "framework launch --nproc-per-node" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "framework", "fly"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown command 'fly'" in done.stderr

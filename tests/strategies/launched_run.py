@@ -1,0 +1,28 @@
+"""A training script for `framework launch` tests: written for Trainer(devices=..., num_nodes=...), run unchanged.
+
+Usage: launched_run.py OUT_DIR DEVICES NUM_NODES. Each rank writes rank<global rank>.pt with what it saw.
+"""
+
+import sys
+
+import torch
+from torch.utils.data import DataLoader
+
+import framework
+from tests.strategies.test_ddp import Regressor, regression_data
+
+
+def main() -> None:
+    out, devices, num_nodes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    torch.manual_seed(0)
+    model = Regressor()
+    trainer = framework.Trainer(accelerator="cpu", devices=devices, num_nodes=num_nodes, max_epochs=2, logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, DataLoader(regression_data(), batch_size=4))
+    torch.save({"weights": model.state_dict(), "world_size": trainer.world_size, "node_rank": trainer.node_rank,
+                "local_rank": trainer.local_rank, "global_step": trainer.global_step,
+                "threads": torch.get_num_threads()}, f"{out}/rank{trainer.global_rank}.pt")
+
+
+if __name__ == "__main__":
+    main()
