@@ -111,8 +111,9 @@ class Runtime:
     def launch(self, function: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
         """Start the processes and run ``function(runtime, *args, **kwargs)`` on each; returns rank 0's result.
 
-        Without ``function``, the processes must already exist (started by ``framework launch``,
-        torchrun or SLURM): this only joins them. On one process, ``function`` runs right here.
+        Without ``function``, the rest of the script runs on every rank: this process becomes
+        rank 0 and starts the others as new runs of the script (or joins the ranks ``framework
+        launch``, torchrun or SLURM started). On one process, ``function`` runs right here.
 
         Example::
 
@@ -124,12 +125,16 @@ class Runtime:
         """
         if function is None:
             if self.needs_launch:
-                raise MisconfigurationError(
-                    f"runtime.launch() without a function can only join processes a launcher started, and none did "
-                    f"for these {self.world_size}. Put the training in a function and call runtime.launch(train), "
-                    "or start the script with `framework launch --nproc-per-node "
-                    f"{len(self.device_ids)} script.py` (or torchrun)."
-                )
+                if getattr(self.strategy, "start_method", "auto") != "auto" or self.num_nodes > 1:
+                    raise MisconfigurationError(
+                        f"runtime.launch() without a function cannot start ranks with strategy={self.strategy.name!r} "
+                        f"({self.strategy.start_method}) or on several nodes. Call runtime.launch(train) with the "
+                        "training in a function, or start the script with `framework launch` (or torchrun)."
+                    )
+                from framework.runtime.launchers import relaunch_script
+
+                relaunch_script(self.world_size)
+                self._join_launched()
             self.setup_environment()
             return None
         return self.run_in_ranks(function, *args, **kwargs)[0]

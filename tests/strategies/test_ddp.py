@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -309,6 +311,32 @@ def _collectives(runtime: framework.Runtime) -> dict:
     }
 
 
+def test_runtime_launch_without_a_function_runs_the_rest_of_the_script_on_every_rank(tmp_path):
+    script = tmp_path / "fabric_style.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from framework import Runtime as Fabric\n"
+        "fabric = Fabric(accelerator='cpu', devices=2, strategy='ddp')\n"
+        "fabric.launch()\n"
+        "total = fabric.all_reduce(torch.tensor(float(fabric.global_rank + 1)), reduce_op='sum')\n"
+        "with open(f'{sys.argv[1]}/rank{fabric.global_rank}', 'w') as out:\n"
+        "    out.write(f'{fabric.world_size} {total.item()}')\n"
+        "if fabric.global_rank == 1 and len(sys.argv) > 2:\n"
+        "    raise RuntimeError('rank 1 fails')\n"
+        "fabric.barrier()\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env=environment)
+    assert done.returncode == 0, done.stderr
+    assert [(tmp_path / f"rank{rank}").read_text() for rank in (0, 1)] == ["2 3.0", "2 3.0"]
+    started = time.monotonic()
+    failing = subprocess.run([sys.executable, str(script), str(tmp_path), "fail"], capture_output=True, text=True,
+                             timeout=120, env=environment)
+    assert failing.returncode != 0 and time.monotonic() - started < 60
+    assert "rank 1 fails" in failing.stderr and "Rank 1 of 2 exited with code 1" in failing.stderr
+
+
 def test_runtime_launch_runs_a_function_on_every_rank():
     runtime = framework.Runtime(accelerator="cpu", devices=3)
     assert runtime.needs_launch
@@ -343,8 +371,11 @@ def test_no_backward_sync_skips_the_gradient_all_reduce():
 
 def test_runtime_without_started_ranks_says_how_to_start_them():
     runtime = framework.Runtime(accelerator="cpu", devices=2)
-    with pytest.raises(framework.MisconfigurationError, match=r"runtime.launch\(train\)"):
+    with pytest.raises(framework.MisconfigurationError, match=r"running pytest again.*runtime.launch\(fn\)"):
         runtime.launch()
+    forking = framework.Runtime(accelerator="cpu", devices=2, strategy="ddp_fork")
+    with pytest.raises(framework.MisconfigurationError, match=r"runtime.launch\(train\)"):
+        forking.launch()
     with pytest.raises(framework.MisconfigurationError, match="have not been started"):
         runtime.setup(torch.nn.Linear(2, 2))
 
