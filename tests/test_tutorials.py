@@ -16,3 +16,13 @@ def test_quickstart_reaches_a_good_validation_accuracy():
     assert done.returncode == 0, done.stderr
     match = re.search(r"validation accuracy: ([0-9.]+)", done.stdout)
     assert match and float(match.group(1)) > 0.9, done.stdout
+
+
+def test_own_loop_tutorial_learns_on_two_ranks_and_counts_each_review_once():
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "02_own_loop.py"), "--devices", "2"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    epochs = re.findall(r"validation accuracy ([0-9.]+) over (\d+) reviews", done.stdout)
+    assert len(epochs) == 5, done.stdout  # printed once (rank 0), per epoch
+    assert all(seen == "500" for _, seen in epochs)
+    assert float(epochs[-1][0]) > 0.9, done.stdout

@@ -18,6 +18,7 @@ from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import compile_module, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import ClusterEnvironment, detect_environment
+from framework.runtime.sharding import ShardedSampler
 from framework.runtime.transfer import move_to_device
 from framework.runtime.wrappers import (
     RuntimeDataLoader,
@@ -257,11 +258,17 @@ class Runtime:
 
     def setup_dataloaders(self, *dataloaders: Any, use_distributed_sampler: bool = True,
                           move_to_device: bool = True) -> Any:
-        """Each loader sharded over the ranks (a DataLoader's sampler replaced by a DistributedSampler) and
-        moving its batches to the device; one, or a tuple of several.
+        """Each loader sharded over the ranks and moving its batches to the device; one, or a tuple of several.
 
-        A shuffling loader reshuffles every pass through it, in the same order on every rank,
-        from a seed drawn from torch's generator (so ``seed_everything`` decides it).
+        A shuffling DataLoader gets a ``DistributedSampler``: a new order every pass, the same on
+        every rank, from a seed drawn from torch's generator (so ``seed_everything`` decides it),
+        padded so all ranks run as many batches. Any other DataLoader (evaluation, typically) is
+        split in contiguous parts without repeats, so counts summed over the ranks are exact; a
+        rank may then run one batch fewer, so its loop must not hold per-batch collectives.
+
+        Example::
+
+            train, val = runtime.setup_dataloaders(train, val)
         """
         if not dataloaders:
             raise TypeError("setup_dataloaders needs at least one dataloader.")
@@ -283,10 +290,12 @@ class Runtime:
                 "setup_dataloaders cannot shard a DataLoader with a custom batch_sampler. Shard it yourself "
                 "(runtime.world_size, runtime.global_rank) and pass use_distributed_sampler=False."
             )
-        shuffle = isinstance(loader.sampler, RandomSampler)
-        seed = self.broadcast(int(torch.randint(0, 2**31, ()))) if shuffle else 0
-        sampler = DistributedSampler(loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
-                                     shuffle=shuffle, seed=seed)
+        if isinstance(loader.sampler, RandomSampler):
+            seed = self.broadcast(int(torch.randint(0, 2**31, ())))
+            sampler: Any = DistributedSampler(loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
+                                              shuffle=True, seed=seed)
+        else:
+            sampler = ShardedSampler(loader.sampler, self.world_size, self.global_rank, contiguous=True)
         settings = {"batch_size": loader.batch_size, "drop_last": loader.drop_last, "num_workers": loader.num_workers,
                     "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory, "timeout": loader.timeout,
                     "worker_init_fn": loader.worker_init_fn, "persistent_workers": loader.persistent_workers,
