@@ -116,6 +116,12 @@ def start_processes(function: Callable[..., Any], args: Sequence[Any], world_siz
 
 
 def _pickled_for_spawn(function: Callable[..., Any], args: tuple) -> bytes:
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file is not None and not os.path.exists(main_file):  # `python -` or `python -c`: nothing to re-import
+        raise MisconfigurationError(
+            f"Starting the ranks with 'spawn' re-imports the main script, and this one ({main_file}) is no file. "
+            "Put the code in a file, or use strategy='ddp_fork' (the default 'ddp' forks where it can)."
+        )
     try:
         return pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, AttributeError, TypeError) as error:
@@ -200,12 +206,23 @@ def _run_worker(rank: int, world_size: int, port: int, parent_pid: int, channel:
         WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0", NODE_RANK="0",
     )
     try:
-        function, args = pickle.loads(work) if isinstance(work, bytes) else work
+        function, args = _unpickled(work) if isinstance(work, bytes) else work
         message = ("ok", function(*args), "")
     except BaseException as error:  # also SystemExit and KeyboardInterrupt: the caller must hear of them
         message = ("error", error, traceback.format_exc())
     channel.send_bytes(_pickled(message))
     channel.close()
+
+
+def _unpickled(work: bytes) -> tuple[Callable[..., Any], tuple]:
+    try:
+        return pickle.loads(work)
+    except (AttributeError, ImportError) as error:
+        raise MisconfigurationError(
+            f"A spawned rank could not rebuild what it should run: {error}. Classes and functions defined in a "
+            "notebook, a REPL or `python -c` exist only in the calling process; define them in an importable "
+            "file, or use strategy='ddp_fork' (the default 'ddp' forks where it can)."
+        ) from error
 
 
 def _pickled(message: tuple[str, Any, str]) -> bytes:

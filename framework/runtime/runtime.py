@@ -263,8 +263,9 @@ class Runtime:
         A shuffling DataLoader gets a ``DistributedSampler``: a new order every pass, the same on
         every rank, from a seed drawn from torch's generator (so ``seed_everything`` decides it),
         padded so all ranks run as many batches. Any other DataLoader (evaluation, typically) is
-        split in contiguous parts without repeats, so counts summed over the ranks are exact; a
-        rank may then run one batch fewer, so its loop must not hold per-batch collectives.
+        dealt out in turn (sample i to rank i % world_size) without repeats, so counts summed over
+        the ranks are exact; a rank may then run one batch fewer, so such a loop must not hold
+        per-batch collectives.
 
         Example::
 
@@ -295,7 +296,7 @@ class Runtime:
             sampler: Any = DistributedSampler(loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
                                               shuffle=True, seed=seed)
         else:
-            sampler = ShardedSampler(loader.sampler, self.world_size, self.global_rank, contiguous=True)
+            sampler = ShardedSampler(loader.sampler, self.world_size, self.global_rank, contiguous=False, pad=False)
         settings = {"batch_size": loader.batch_size, "drop_last": loader.drop_last, "num_workers": loader.num_workers,
                     "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory, "timeout": loader.timeout,
                     "worker_init_fn": loader.worker_init_fn, "persistent_workers": loader.persistent_workers,

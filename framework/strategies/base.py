@@ -138,6 +138,10 @@ class Strategy:
         """Reduce ``tensor`` over all ranks by ``reduce_op`` ("mean", "sum", "max", "min"); here ``tensor`` itself."""
         return tensor
 
+    def start_all_reduce(self, tensor: torch.Tensor, reduce_op: str = "sum") -> Any:
+        """Start reducing ``tensor`` in place over all ranks; returns a function that waits and returns it."""
+        return lambda: tensor
+
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Stack ``tensor`` from every rank along a new first dimension."""
         return tensor.unsqueeze(0)

@@ -144,6 +144,18 @@ class DDPStrategy(Strategy):
         dist.all_reduce(result, op=op)
         return result / self.world_size if mean else result
 
+    def start_all_reduce(self, tensor: torch.Tensor, reduce_op: str = "sum") -> Callable[[], torch.Tensor]:
+        """Start reducing ``tensor`` in place (``reduce_op``: "sum", "max", "min"); the returned function waits."""
+        if not self._in_group():
+            return lambda: tensor
+        work = dist.all_reduce(tensor, op=_reduce_op(reduce_op), async_op=True)
+
+        def wait() -> torch.Tensor:
+            work.wait()
+            return tensor
+
+        return wait
+
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` from every rank (all of one shape), stacked along a new first dimension."""
         if not self._in_group():

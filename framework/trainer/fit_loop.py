@@ -45,6 +45,7 @@ from framework.trainer.optimizers import OptimizerProxy, parse_optimizers, step_
 from framework.trainer.sampler import skip_in_sampler
 from framework.trainer.state import RunningStage
 from framework.trainer.step import StepClosure, StepHooks, check_training_output, outputs_for_hooks
+from framework.trainer.stop_vote import StopVote
 
 _SHOULD_STOP = "`trainer.should_stop` was set."
 
@@ -191,13 +192,18 @@ class FitLoop:
         return met_epochs and met_steps
 
     def _time_is_up(self) -> bool:
-        max_time = self.trainer.max_time
-        if max_time is None:
+        """Whether ``max_time`` has passed (by rank 0's or any rank's clock); sets ``should_stop`` then."""
+        if self.trainer.max_time is None:
             return False
-        if self._agreed(time.monotonic() - self.started_at >= max_time.total_seconds()):
+        if self._agreed(self._time_passed()):
             self.trainer.state.should_stop = True
             return True
         return False
+
+    def _time_passed(self) -> bool:
+        """Whether ``max_time`` has passed by this rank's clock."""
+        max_time = self.trainer.max_time
+        return max_time is not None and time.monotonic() - self.started_at >= max_time.total_seconds()
 
     def _agreed(self, decision: bool) -> bool:
         """True on every rank if any rank decided True (the ranks' clocks and callbacks may differ)."""
@@ -253,7 +259,8 @@ class FitLoop:
         max_steps = trainer.max_steps
         watch_time = trainer.max_time is not None
         validates = trainer.validates_in_fit and self._validates_in_epoch()
-        distributed = trainer.world_size > 1
+        vote = StopVote(trainer.runtime) if trainer.world_size > 1 else None
+        time_up = False
         plateau_each_step = trainer.has_step_schedulers
         fetch_skipped = bool(first) and not skip_in_sampler(loader, first)  # else the sampler starts past them
         if first:
@@ -272,8 +279,8 @@ class FitLoop:
             if batch_end is not None:
                 batch_end(outputs_for_hooks(output, loss), batch, batch_idx)
             results.in_batch = False
-            if distributed:  # a stop asked for on one rank stops every rank after this same batch
-                state.should_stop = self._agreed(state.should_stop)
+            if vote is not None:  # a stop asked for on any rank stops every rank after the same batch
+                state.should_stop, time_up = vote.exchange(state.should_stop, watch_time and self._time_passed())
             stepped = state.batches_stepped != stepped_before
             # While should_stop waits for min_epochs/min_steps, every step is logged (as Lightning does).
             if log_every and stepped and (state.batches_stepped % log_every == 0 or state.should_stop):
@@ -284,14 +291,15 @@ class FitLoop:
                 step_schedulers(trainer, "step", plateau=True)
             if max_steps != -1 and state.global_step >= max_steps:
                 break
-            if watch_time and self._time_is_up():
+            if watch_time and (time_up if vote is not None else self._time_is_up()):
+                state.should_stop = True
                 break
             if state.should_stop and self.can_stop_early():
                 break
         else:  # the loader ran out: the epoch is whole, also where its length was unknown
-            self._end_epoch(ended_early=False)
+            self._end_epoch(ended_early=False, vote=vote)
             return
-        self._end_epoch(ended_early=state.batch_idx < total)
+        self._end_epoch(ended_early=state.batch_idx < total, vote=vote)
 
     def _first_batch(self, total: float) -> int:
         """Where this epoch starts in its data: past the batches already trained when it continues one, else 0."""
@@ -343,14 +351,17 @@ class FitLoop:
             restore_rng_states(self._resumed_rng)
             self._resumed_rng = None
 
-    def _end_epoch(self, ended_early: bool = False) -> None:
+    def _end_epoch(self, ended_early: bool = False, vote: StopVote | None = None) -> None:
         """The epoch-end hooks and logs, then the counters move on to the next epoch.
 
         ``ended_early``: the epoch stopped before its last batch; ``batch_idx`` and
         ``order_epoch`` then keep where its data stopped, for the next fit (or one resumed from a
-        checkpoint saved now) to train the rest of it first.
+        checkpoint saved now) to train the rest of it first. ``vote``: the ranks' last stop
+        agreement, still under way, which a wish from the last batch still counts in.
         """
         trainer, state = self.trainer, self.trainer.state
+        if vote is not None and any(vote.finish()):
+            state.should_stop = True
         state.epoch_finished = True
         trainer.train_results.in_batch = False  # also when the epoch ended by a break mid-batch
         last_step = step_views(trainer.train_results)

@@ -210,8 +210,9 @@ def _fit_and_report(rank: int, model_class: type) -> tuple[int, int]:
 
 
 def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_step():
-    # both stop after the batch of step 3; the cut epoch counts as run, as in one process
-    assert spawn(2, _fit_and_report, StopsOnRankOne) == [(3, 1), (3, 1)]
+    # Both stop after the same batch: the one after the wish (the ranks agree while it trains). The cut
+    # epoch counts as run, as in one process.
+    assert spawn(2, _fit_and_report, StopsOnRankOne) == [(4, 1), (4, 1)]
 
 
 class EarlyStopsOnRankOne(Regressor):
@@ -476,3 +477,73 @@ def test_rank_zero_first_and_print(tmp_path, capfd):
                                                                           str(tmp_path / "marker"))
     assert results == [True, True]
     assert capfd.readouterr().out.count("printed by rank") == 1
+
+
+REPL_SESSION = """
+import torch, framework
+from torch.utils.data import DataLoader, TensorDataset
+
+class Tiny(framework.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).square().mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+trainer = framework.Trainer(accelerator="cpu", devices=2, strategy=STRATEGY, max_epochs=1, logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+try:
+    trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(16, 2)), batch_size=4))
+    print("steps", trainer.global_step)
+except framework.MisconfigurationError as error:
+    print("refused:", error)
+"""
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_a_module_typed_into_a_repl_trains_on_two_ranks_or_gets_told_why_not(strategy):
+    done = subprocess.run([sys.executable, "-"], input=REPL_SESSION.replace("STRATEGY", repr(strategy)),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    if strategy == "ddp":  # forks: nothing needs pickling
+        assert "steps 2" in done.stdout
+    else:
+        assert "refused:" in done.stdout and "ddp_fork" in done.stdout
+
+
+def _fit_without_sharding(rank: int) -> tuple[int, list[int]]:
+    seen: list[int] = []
+
+    class Records(Regressor):
+        def training_step(self, batch, batch_idx):
+            seen.extend(int(i) for i in batch[0][:, 0].round())
+            return super().training_step(batch, batch_idx)
+
+    data = TensorDataset(torch.arange(16.0).repeat(FEATURES, 1).T, torch.zeros(16, 1))
+    trainer = quiet_trainer(devices=2, max_epochs=1, use_distributed_sampler=False)
+    trainer.fit(Records(), DataLoader(data, batch_size=4))
+    return trainer.global_step, sorted(seen)
+
+
+def test_use_distributed_sampler_false_leaves_the_loader_whole_on_every_rank():
+    assert spawn(2, _fit_without_sharding) == [(4, list(range(16)))] * 2
+
+
+class PreparesData(Regressor):
+    def __init__(self, folder: str, per_node: bool) -> None:
+        super().__init__()
+        self.folder = folder
+        self.prepare_data_per_node = per_node
+
+    def prepare_data(self):
+        with open(os.path.join(self.folder, f"prepared-by-{self.global_rank}"), "w"):
+            pass
+
+
+@pytest.mark.parametrize("per_node", [True, False])
+def test_prepare_data_runs_once(tmp_path, per_node):
+    quiet_trainer(devices=2, max_steps=1).fit(PreparesData(str(tmp_path), per_node),
+                                              DataLoader(regression_data(16), batch_size=4))
+    assert os.listdir(tmp_path) == ["prepared-by-0"]

@@ -1,0 +1,49 @@
+"""The ranks' agreement on stopping, exchanged while the next batch trains.
+
+``should_stop`` set on one rank (by a hook or a callback) and ``max_time`` passing on one
+rank's clock must stop every rank after the same batch, or the ranks' collectives stop
+matching and training hangs. Agreeing on it after every batch with a blocking all-reduce
+costs a round trip per step (~0.4 ms with gloo on a small CPU machine, 5% of a small step);
+started in the background instead, it travels while the next batch computes, and every
+rank acts on it one batch later, at the same batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class StopVote:
+    """Each rank's stop wishes of one batch; the agreement (any rank's wish) comes back at the next.
+
+    Example::
+
+        vote = StopVote(runtime)
+        stop, time_up = vote.exchange(trainer.should_stop, time_passed)   # the previous batch's agreement
+        ...
+        stop, time_up = vote.finish()   # when the batches end: the last agreement
+    """
+
+    def __init__(self, runtime: Any) -> None:
+        self._strategy = runtime.strategy
+        self._device = runtime.device
+        self._pending: Any = None
+        self._wished = False
+
+    def exchange(self, should_stop: bool, time_passed: bool) -> tuple[bool, bool]:
+        """Send this batch's wishes; returns ``(stop, time_up)`` as all ranks wished them one batch ago."""
+        agreed = self.finish()
+        self._wished = (self._wished or should_stop) and not agreed[0]
+        wishes = torch.tensor([float(self._wished), float(time_passed)], device=self._device)
+        self._pending = self._strategy.start_all_reduce(wishes, "max")
+        return agreed
+
+    def finish(self) -> tuple[bool, bool]:
+        """Wait for the last exchange; ``(stop, time_up)`` as agreed (both False when none is under way)."""
+        if self._pending is None:
+            return False, False
+        stop, time_up = self._pending().tolist()
+        self._pending = None
+        return bool(stop), bool(time_up)
