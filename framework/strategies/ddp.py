@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -87,6 +89,8 @@ class DDPStrategy(Strategy):
             )
         dist.init_process_group(self.backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout)
         self._started_group = True
+        # A rank that leaves with the group alive can abort gloo in a peer still closing it (SIGABRT at exit).
+        atexit.register(self._end_at_exit)
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move ``module`` to the device and wrap it in DistributedDataParallel (when it has trainable parameters)."""
@@ -209,6 +213,14 @@ class DDPStrategy(Strategy):
             self.barrier("end")
             dist.destroy_process_group()
         self._started_group = False
+
+    def _end_at_exit(self) -> None:
+        if getattr(sys, "last_value", None) is not None:
+            return  # this rank dies of an error: the others may never reach a barrier
+        try:
+            self.end_process_group()
+        except RuntimeError:  # another rank is gone already: nothing left to close in order
+            pass
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, rank={self.global_rank})"

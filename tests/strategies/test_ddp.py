@@ -547,3 +547,21 @@ def test_prepare_data_runs_once(tmp_path, per_node):
     quiet_trainer(devices=2, max_steps=1).fit(PreparesData(str(tmp_path), per_node),
                                               DataLoader(regression_data(16), batch_size=4))
     assert os.listdir(tmp_path) == ["prepared-by-0"]
+
+
+def test_two_ranks_resumed_inside_an_epoch_end_as_an_uninterrupted_run(tmp_path):
+    def fit(max_steps: int, ckpt_path: str | None = None) -> dict[str, torch.Tensor]:
+        framework.seed_everything(7, verbose=False)
+        model = Regressor()
+        checkpoint = framework.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_last=True,
+                                                         save_top_k=0)
+        trainer = framework.Trainer(accelerator="cpu", devices=2, max_steps=max_steps, callbacks=[checkpoint],
+                                    logger=False, enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(model, DataLoader(regression_data(), batch_size=4, shuffle=True), ckpt_path=ckpt_path)
+        return model.state_dict()
+
+    uninterrupted = fit(12)
+    fit(5)  # 8 steps per epoch: stops inside the first epoch
+    resumed = fit(12, ckpt_path=str(tmp_path / "last.ckpt"))
+    for name, value in uninterrupted.items():
+        assert torch.equal(value, resumed[name]), name
