@@ -12,9 +12,9 @@ Rows:
 
 Launch-to-first-step is measured from just before ``fit()`` to the end of the first optimizer
 step on rank 0 (one system-wide monotonic clock), with ``torch._dynamo`` imported beforehand in
-both (Lightning imports it with itself; torch imports it in the first optimizer's constructor). The step time is rank 0's mean over the
-steps after ``--warmup``. Each configuration runs in its own process, ``--runs`` times in
-turn; medians are reported.
+both (Lightning imports it with itself; torch imports it in the first optimizer's constructor).
+The step time is rank 0's mean over the steps after ``--warmup``. Each configuration runs in
+its own process, ``--runs`` times in turn; medians are reported.
 
     python benchmarks/ddp.py [--runs 3] [--steps 300]
 """
