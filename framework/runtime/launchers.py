@@ -13,7 +13,6 @@ import os
 import pickle
 import signal
 import socket
-import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from framework.errors import MisconfigurationError
 
 START_METHODS = ("auto", "fork", "spawn")
 # How long stopped workers get to exit on SIGTERM before they are killed.
-_TERMINATE_GRACE_S = 5.0
+TERMINATE_GRACE_S = 5.0
 
 
 class RankExitedError(RuntimeError):
@@ -192,7 +191,7 @@ def _stop(workers: list[Any]) -> None:
     for worker in alive:
         worker.terminate()
     for worker in alive:
-        worker.join(timeout=_TERMINATE_GRACE_S)
+        worker.join(timeout=TERMINATE_GRACE_S)
         if worker.is_alive():
             worker.kill()
             worker.join()
@@ -201,10 +200,7 @@ def _stop(workers: list[Any]) -> None:
 def _run_worker(rank: int, world_size: int, port: int, parent_pid: int, channel: Connection,
                 work: tuple[Callable[..., Any], tuple] | bytes) -> None:
     _die_with_parent(parent_pid)
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0", NODE_RANK="0",
-    )
+    os.environ.update(rank_variables(rank, world_size, port))
     try:
         function, args = _unpickled(work) if isinstance(work, bytes) else work
         message = ("ok", function(*args), "")
@@ -240,65 +236,14 @@ def _pickled(message: tuple[str, Any, str]) -> bytes:
         return pickle.dumps(("error", stand_in, text))
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Make the kernel kill this worker when the process that started it dies (Linux), so none is orphaned."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-    if os.getppid() != parent_pid:  # the parent died before the line above took effect
-        os._exit(1)
-
-
-def relaunch_script(world_size: int) -> None:
-    """Make this process rank 0 and start ranks 1 .. world_size-1 as new runs of the same script.
-
-    For ``runtime.launch()`` without a function: everything after the call runs on every rank.
-    A rank that fails stops the others (this one included); when this one ends, it waits for
-    the others, or stops them if it failed.
-    """
-    command = _script_command()
-    port = free_port()
-    children = []
-    for rank in range(1, world_size):
-        environment = {**os.environ, **_rank_variables(rank, world_size, port)}
-        children.append(subprocess.Popen(command, env=environment, preexec_fn=_child_dies_with_parent))
-    os.environ.update(_rank_variables(0, world_size, port))
-    watcher = _ScriptRanks(children)
-    watcher.start()
-
-
-def _rank_variables(rank: int, world_size: int, port: int) -> dict[str, str]:
+def rank_variables(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """torchrun's environment variables for rank ``rank`` of ranks on this machine meeting at ``port``."""
     return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
             "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "NODE_RANK": "0"}
 
 
-def _script_command() -> list[str]:
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    running = (spec.name if spec is not None else "") or os.path.basename(getattr(main, "__file__", "") or "")
-    if running.startswith(("pytest", "py.test", "_pytest")):
-        raise MisconfigurationError(
-            "runtime.launch() without a function would start the other ranks by running pytest again. In a test, "
-            "call runtime.launch(fn) (fn gets the runtime), or use framework.testing.spawn."
-        )
-    if spec is not None and spec.name and spec.name != "__main__":
-        return [sys.executable, "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
-    path = getattr(main, "__file__", None)
-    if not path or not os.path.exists(path):
-        raise MisconfigurationError(
-            "runtime.launch() without a function starts the other ranks by running this script again, and there "
-            "is no script here (a notebook, a REPL or `python -c`). Put the training in a function and call "
-            "runtime.launch(train), or use a strategy that forks: Runtime(..., strategy='ddp_fork')."
-        )
-    return [sys.executable, os.path.abspath(path), *sys.argv[1:]]
-
-
-def _child_dies_with_parent() -> None:
+def die_with_parent() -> None:
+    """Make the kernel kill this process when the one that started it dies (Linux), so none is orphaned."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -308,71 +253,7 @@ def _child_dies_with_parent() -> None:
             pass
 
 
-class _ScriptRanks:
-    """Watches the ranks a script started: stops everything when one fails; at exit waits for (or stops) them."""
-
-    def __init__(self, children: list[subprocess.Popen]) -> None:
-        self.children = children
-        self.failed = False
-
-    def start(self) -> None:
-        import atexit
-        import threading
-
-        previous_hook = sys.excepthook
-
-        def note_failure(*info: Any) -> None:
-            self.failed = True
-            previous_hook(*info)
-            self._explain()
-
-        sys.excepthook = note_failure
-        atexit.register(self._at_exit)
-        threading.Thread(target=self._watch, name="framework-rank-watcher", daemon=True).start()
-
-    def _watch(self) -> None:
-        import time
-
-        while not self.failed:
-            if self._report_failed_rank():
-                self._stop_children()
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            if all(child.poll() == 0 for child in self.children):
-                return
-            time.sleep(0.2)
-
-    def _report_failed_rank(self) -> bool:
-        for rank, child in enumerate(self.children, start=1):
-            code = child.poll()
-            if code not in (None, 0):
-                print(f"[framework] Rank {rank} of {len(self.children) + 1} exited with code {code} (its error is "
-                      "above); the other ranks were stopped.", file=sys.stderr, flush=True)
-                return True
-        return False
-
-    def _explain(self) -> None:
-        """Rank 0 failed: if that was because another rank died first (a collective lost its peer), say so."""
-        import time
-
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and not self._report_failed_rank():
-            time.sleep(0.1)
-        self._stop_children()
-
-    def _at_exit(self) -> None:
-        if self.failed:
-            self._stop_children()
-            return
-        for child in self.children:
-            child.wait()
-
-    def _stop_children(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.terminate()
-        for child in self.children:
-            try:
-                child.wait(timeout=_TERMINATE_GRACE_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
+def _die_with_parent(parent_pid: int) -> None:
+    die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before the line above took effect
+        os._exit(1)

@@ -18,7 +18,7 @@ from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import compile_module, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import ClusterEnvironment, detect_environment
-from framework.runtime.sharding import ShardedSampler
+from framework.runtime.sharding import shard_loader
 from framework.runtime.transfer import move_to_device
 from framework.runtime.wrappers import (
     RuntimeDataLoader,
@@ -132,7 +132,7 @@ class Runtime:
                         f"({self.strategy.start_method}) or on several nodes. Call runtime.launch(train) with the "
                         "training in a function, or start the script with `framework launch` (or torchrun)."
                     )
-                from framework.runtime.launchers import relaunch_script
+                from framework.runtime.relaunch import relaunch_script
 
                 relaunch_script(self.world_size)
                 self._join_launched()
@@ -274,36 +274,15 @@ class Runtime:
         if not dataloaders:
             raise TypeError("setup_dataloaders needs at least one dataloader.")
         wrapped = tuple(
-            RuntimeDataLoader(self._sharded(loader) if use_distributed_sampler else loader,
+            RuntimeDataLoader(self._sharded(loader) if use_distributed_sampler and self.world_size > 1 else loader,
                               self.device if move_to_device else None, self.to_device)
             for loader in dataloaders
         )
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def _sharded(self, loader: Any) -> Any:
-        from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
-
-        if (self.world_size == 1 or not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset)
-                or isinstance(loader.sampler, DistributedSampler)):
-            return loader
-        if type(loader.batch_sampler).__name__ != "BatchSampler":
-            raise MisconfigurationError(
-                "setup_dataloaders cannot shard a DataLoader with a custom batch_sampler. Shard it yourself "
-                "(runtime.world_size, runtime.global_rank) and pass use_distributed_sampler=False."
-            )
-        if isinstance(loader.sampler, RandomSampler):
-            seed = self.broadcast(int(torch.randint(0, 2**31, ())))
-            sampler: Any = DistributedSampler(loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
-                                              shuffle=True, seed=seed)
-        else:
-            sampler = ShardedSampler(loader.sampler, self.world_size, self.global_rank, contiguous=False, pad=False)
-        settings = {"batch_size": loader.batch_size, "drop_last": loader.drop_last, "num_workers": loader.num_workers,
-                    "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory, "timeout": loader.timeout,
-                    "worker_init_fn": loader.worker_init_fn, "persistent_workers": loader.persistent_workers,
-                    "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator}
-        if loader.num_workers > 0:
-            settings["prefetch_factor"] = loader.prefetch_factor
-        return DataLoader(loader.dataset, sampler=sampler, **settings)
+        return shard_loader(loader, self.world_size, self.global_rank,
+                            lambda: self.broadcast(int(torch.randint(0, 2**31, ()))))
 
     def to_device(self, batch: Any) -> Any:
         """``batch`` (tensors in any nesting, or a module) on this runtime's device, inputs cast for the precision."""

@@ -1,10 +1,21 @@
-"""Splitting a sampler's order over the ranks: padded for training, contiguous and unpadded for evaluation."""
+"""Splitting a sampler's order, or a DataLoader, over the ranks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from torch.utils.data import Sampler, SequentialSampler
+import torch
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
+
+from framework.errors import MisconfigurationError
 
 
 class ShardedSampler(Sampler[int]):
@@ -60,3 +71,42 @@ def contiguous_part(length: int, num_replicas: int, rank: int) -> tuple[int, int
     base, extra = divmod(length, num_replicas)
     start = rank * base + min(rank, extra)
     return start, start + base + (1 if rank < extra else 0)
+
+
+def shard_loader(loader: Any, num_replicas: int, rank: int, shuffle_seed: Callable[[], int]) -> Any:
+    """``loader`` rebuilt to yield rank ``rank``'s part (``Runtime.setup_dataloaders``).
+
+    A shuffling DataLoader gets a ``DistributedSampler`` seeded by ``shuffle_seed()`` (padded:
+    every rank runs as many batches); any other is dealt out in turn without repeats. Iterable
+    datasets and loaders already holding a DistributedSampler are returned as they are.
+    """
+    if (not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset)
+            or isinstance(loader.sampler, DistributedSampler)):
+        return loader
+    if type(loader.batch_sampler).__name__ != "BatchSampler":
+        raise MisconfigurationError(
+            "setup_dataloaders cannot shard a DataLoader with a custom batch_sampler. Shard it yourself "
+            "(runtime.world_size, runtime.global_rank) and pass use_distributed_sampler=False."
+        )
+    if isinstance(loader.sampler, RandomSampler):
+        sampler: Sampler = DistributedSampler(loader.dataset, num_replicas=num_replicas, rank=rank, shuffle=True,
+                                              seed=shuffle_seed())
+    else:
+        sampler = ShardedSampler(loader.sampler, num_replicas, rank, contiguous=False, pad=False)
+    return rebuilt(loader, sampler)
+
+
+def rebuilt(loader: DataLoader, sampler: Sampler, generator: torch.Generator | None = None) -> DataLoader:
+    """A DataLoader like ``loader`` in every setting, but drawing indices from ``sampler``."""
+    settings: dict[str, Any] = dict(
+        batch_size=loader.batch_size, drop_last=loader.drop_last, num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
+        generator=generator if generator is not None else loader.generator,
+        persistent_workers=loader.persistent_workers, pin_memory_device=loader.pin_memory_device,
+    )
+    if loader.num_workers > 0:
+        settings["prefetch_factor"] = loader.prefetch_factor
+    if hasattr(loader, "in_order"):
+        settings["in_order"] = loader.in_order
+    return DataLoader(loader.dataset, sampler=sampler, **settings)

@@ -14,8 +14,9 @@ from torch.utils.data import DataLoader, Dataset, SequentialSampler
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
 from framework.module import Module
+from framework.runtime.sharding import rebuilt
 from framework.seed import seed_worker
-from framework.trainer.sampler import rebuilt, with_eval_shard, with_resumable_sampler
+from framework.trainer.sampler import with_eval_shard, with_resumable_sampler
 
 INFINITE = math.inf
 

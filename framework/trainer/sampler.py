@@ -23,7 +23,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from framework.runtime.sharding import ShardedSampler
+from framework.runtime.sharding import ShardedSampler, rebuilt
 
 # The loader's worker seeds come from a second generator, on a stream apart from the order's.
 _WORKER_STREAM = 2**40
@@ -129,22 +129,6 @@ def with_eval_shard(loader: Any, num_replicas: int, rank: int) -> Any:
     if type(loader.batch_sampler) is not BatchSampler or isinstance(loader.sampler, DistributedSampler):
         return loader
     return rebuilt(loader, ShardedSampler(loader.sampler, num_replicas, rank, contiguous=True))
-
-
-def rebuilt(loader: DataLoader, sampler: Sampler, generator: torch.Generator | None = None) -> DataLoader:
-    """A DataLoader like ``loader`` in every setting, but drawing indices from ``sampler``."""
-    settings: dict[str, Any] = dict(
-        batch_size=loader.batch_size, drop_last=loader.drop_last, num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
-        generator=generator if generator is not None else loader.generator,
-        persistent_workers=loader.persistent_workers, pin_memory_device=loader.pin_memory_device,
-    )
-    if loader.num_workers > 0:
-        settings["prefetch_factor"] = loader.prefetch_factor
-    if hasattr(loader, "in_order"):
-        settings["in_order"] = loader.in_order
-    return DataLoader(loader.dataset, sampler=sampler, **settings)
 
 
 def skip_in_sampler(loader: Any, batches: int) -> bool:

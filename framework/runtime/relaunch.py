@@ -1,0 +1,127 @@
+"""``runtime.launch()`` without a function: this process becomes rank 0 and runs the script again for the others.
+
+This is how a Fabric script with ``fabric.launch()`` starts its ranks. The ranks started here
+are watched: one that fails stops all (this process included, with a message naming it, not
+just the collective error its loss causes here); when this process ends, it waits for them, or
+stops them if it failed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from framework.errors import MisconfigurationError
+from framework.runtime.launchers import TERMINATE_GRACE_S, die_with_parent, free_port, rank_variables
+
+
+def relaunch_script(world_size: int) -> None:
+    """Make this process rank 0 and start ranks 1 .. world_size-1 as new runs of the same script.
+
+    For ``runtime.launch()`` without a function: everything after the call runs on every rank.
+    A rank that fails stops the others (this one included); when this one ends, it waits for
+    the others, or stops them if it failed.
+    """
+    command = _script_command()
+    port = free_port()
+    children = []
+    for rank in range(1, world_size):
+        environment = {**os.environ, **rank_variables(rank, world_size, port)}
+        children.append(subprocess.Popen(command, env=environment, preexec_fn=die_with_parent))
+    os.environ.update(rank_variables(0, world_size, port))
+    watcher = _ScriptRanks(children)
+    watcher.start()
+
+
+def _script_command() -> list[str]:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    running = (spec.name if spec is not None else "") or os.path.basename(getattr(main, "__file__", "") or "")
+    if running.startswith(("pytest", "py.test", "_pytest")):
+        raise MisconfigurationError(
+            "runtime.launch() without a function would start the other ranks by running pytest again. In a test, "
+            "call runtime.launch(fn) (fn gets the runtime), or use framework.testing.spawn."
+        )
+    if spec is not None and spec.name and spec.name != "__main__":
+        return [sys.executable, "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.exists(path):
+        raise MisconfigurationError(
+            "runtime.launch() without a function starts the other ranks by running this script again, and there "
+            "is no script here (a notebook, a REPL or `python -c`). Put the training in a function and call "
+            "runtime.launch(train), or use a strategy that forks: Runtime(..., strategy='ddp_fork')."
+        )
+    return [sys.executable, os.path.abspath(path), *sys.argv[1:]]
+
+
+class _ScriptRanks:
+    """Watches the ranks a script started: stops everything when one fails; at exit waits for (or stops) them."""
+
+    def __init__(self, children: list[subprocess.Popen]) -> None:
+        self.children = children
+        self.failed = False
+
+    def start(self) -> None:
+        import atexit
+        import threading
+
+        previous_hook = sys.excepthook
+
+        def note_failure(*info: Any) -> None:
+            self.failed = True
+            previous_hook(*info)
+            self._explain()
+
+        sys.excepthook = note_failure
+        atexit.register(self._at_exit)
+        threading.Thread(target=self._watch, name="framework-rank-watcher", daemon=True).start()
+
+    def _watch(self) -> None:
+        import time
+
+        while not self.failed:
+            if self._report_failed_rank():
+                self._stop_children()
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            if all(child.poll() == 0 for child in self.children):
+                return
+            time.sleep(0.2)
+
+    def _report_failed_rank(self) -> bool:
+        for rank, child in enumerate(self.children, start=1):
+            code = child.poll()
+            if code not in (None, 0):
+                print(f"[framework] Rank {rank} of {len(self.children) + 1} exited with code {code} (its error is "
+                      "above); the other ranks were stopped.", file=sys.stderr, flush=True)
+                return True
+        return False
+
+    def _explain(self) -> None:
+        """Rank 0 failed: if that was because another rank died first (a collective lost its peer), say so."""
+        import time
+
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not self._report_failed_rank():
+            time.sleep(0.1)
+        self._stop_children()
+
+    def _at_exit(self) -> None:
+        if self.failed:
+            self._stop_children()
+            return
+        for child in self.children:
+            child.wait()
+
+    def _stop_children(self) -> None:
+        for child in self.children:
+            if child.poll() is None:
+                child.terminate()
+        for child in self.children:
+            try:
+                child.wait(timeout=TERMINATE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
