@@ -154,6 +154,13 @@ def shuffle_seed(state: Any, runtime: Any) -> int:
     return state.shuffle_seed
 
 
+def any_rank_has_batches(trainer: Any, counts: list[float]) -> bool:
+    """Whether any rank has a batch to run in ``counts``: a rank whose part is empty still joins the loop's
+    epoch end (its collectives), so an evaluation runs everywhere or nowhere."""
+    mine = any(counts)
+    return trainer.runtime.reduce_boolean_decision(mine, all=False) if trainer.world_size > 1 else mine
+
+
 def sampler_ranks(trainer: Any) -> tuple[int, int]:
     """``(num_replicas, rank)`` to shard loaders by; ``(1, 0)`` with ``use_distributed_sampler=False``."""
     shards = trainer.runtime.strategy.distributed_sampler_kwargs

@@ -58,14 +58,23 @@ class HookRunner:
         caller = self._callers[hook]
         return caller(*args, **kwargs) if caller is not None else None
 
-    def call_epoch_end(self, hook: Hook) -> None:
-        """An epoch-end hook: callbacks that read epoch metrics run after the Module, which may log more."""
+    def call_epoch_end(self, hook: Hook, refresh: Callable[[], None] | None = None) -> None:
+        """An epoch-end hook: callbacks that read epoch metrics run after the Module, which may log more.
+
+        ``refresh`` runs before the callbacks and again after the Module (with several ranks: the
+        epoch values are synced there, on every rank, so what callbacks read is synced and reading
+        runs no collective).
+        """
         readers = [cb for cb in self._overriding(hook) if cb.reads_epoch_metrics]
+        if refresh is not None:
+            refresh()
         for callback in self._overriding(hook):
             if not callback.reads_epoch_metrics:
                 getattr(callback, hook.value)(self.trainer, self.module)
         if overrides(self.module, Module, hook.value):
             getattr(self.module, hook.value)()
+            if refresh is not None:
+                refresh()
         for callback in readers:
             getattr(callback, hook.value)(self.trainer, self.module)
 

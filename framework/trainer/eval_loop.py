@@ -12,7 +12,7 @@ from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.runtime.transfer import move_to_device
 from framework.trainer.checkpoint import restore_for_evaluation
-from framework.trainer.data import eval_data, limited
+from framework.trainer.data import any_rank_has_batches, eval_data, limited
 from framework.trainer.metrics import to_floats
 from framework.trainer.results import Results
 from framework.trainer.signatures import check_dataloader_idx, without_unaccepted_batch_idx
@@ -63,7 +63,7 @@ def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[di
     restore_for_evaluation(trainer, fn, ckpt_path)  # first, so a restored DataModule builds the loaders
     loaders, limits = eval_data(trainer, stage, getattr(trainer, f"limit_{stage}_batches"))
     trainer.eval_loaders[stage], trainer.eval_batches[stage] = loaders, limits
-    if not any(limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
+    if not any_rank_has_batches(trainer, limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
         return []
     trainer.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
     return run_evaluation(trainer, kind, loaders, limits)
@@ -74,7 +74,7 @@ def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
     restore_for_evaluation(trainer, TrainerFn.PREDICTING, ckpt_path)
     loaders, limits = eval_data(trainer, "predict", trainer.limit_predict_batches)
     trainer.eval_loaders["predict"], trainer.eval_batches["predict"] = loaders, limits
-    if not any(limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
+    if not any_rank_has_batches(trainer, limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
         return [] if trainer._keep_predictions else None
     trainer.state.stage = RunningStage.PREDICTING
     predictions = run_evaluation(trainer, "predict", loaders, limits)
@@ -109,9 +109,9 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
             if predicting:
                 hooks.call(names.epoch_end)
             else:
-                trainer.metrics.ending = results
-                hooks.call_epoch_end(names.epoch_end)
-                trainer.metrics.ending = None
+                trainer.metrics.end_epoch_of(results)
+                hooks.call_epoch_end(names.epoch_end, trainer.metrics.refresh_ending)
+                trainer.metrics.end_epoch_of(None)
                 outputs = _finish(trainer, results, len(loaders))
             hooks.call(names.end)
     finally:

@@ -30,6 +30,7 @@ from framework.trainer.checkpoint import (
 )
 from framework.trainer.data import (
     INFINITE,
+    any_rank_has_batches,
     has_loader_source,
     limited,
     load_train_data,
@@ -63,6 +64,7 @@ class FitLoop:
         # The first epoch of a fit goes on where the state says (a checkpoint's, or an earlier fit's on this
         # trainer that was interrupted or cut short: its batch_idx and order_epoch); later ones start afresh.
         self._continuing = True
+        self._stop_agreed = False  # should_stop is True because all ranks agreed (after a validation, a vote)
 
     # -- the whole fit ---
     def fit(self, ckpt_path: Any) -> None:
@@ -217,7 +219,7 @@ class FitLoop:
         trainer.hooks.call(Hook.ON_SANITY_CHECK_START)
         if reload_due(trainer, "val"):
             load_val_data(trainer)
-        if any(trainer.val_batch_counts):
+        if any_rank_has_batches(trainer, trainer.val_batch_counts):
             with isolated_rng():  # a seeded run trains the same with or without the sanity check
                 run_evaluation(trainer, "validate", trainer.val_loaders, trainer.num_sanity_val_batches)
         trainer.hooks.call(Hook.ON_SANITY_CHECK_END)
@@ -260,6 +262,8 @@ class FitLoop:
         watch_time = trainer.max_time is not None
         validates = trainer.validates_in_fit and self._validates_in_epoch()
         vote = StopVote(trainer.runtime) if trainer.world_size > 1 else None
+        # Only the Module's on_train_batch_start can skip the rest of the epoch (by returning -1), as in Lightning.
+        agree_skip = vote is not None and overrides(trainer.module, Module, "on_train_batch_start")
         time_up = False
         plateau_each_step = trainer.has_step_schedulers
         fetch_skipped = bool(first) and not skip_in_sampler(loader, first)  # else the sampler starts past them
@@ -270,7 +274,8 @@ class FitLoop:
             state.is_last_batch = is_last
             batch = transfer(batch, 0)
             results.start_batch(batch)
-            if batch_start is not None and self._agreed(batch_start(batch, batch_idx) == -1):
+            if batch_start is not None and (self._agreed(batch_start(batch, batch_idx) == -1) if agree_skip
+                                            else batch_start(batch, batch_idx) == -1):
                 break
             stepped_before = state.batches_stepped
             output, loss = step(batch, batch_idx, is_last)
@@ -280,7 +285,9 @@ class FitLoop:
                 batch_end(outputs_for_hooks(output, loss), batch, batch_idx)
             results.in_batch = False
             if vote is not None:  # a stop asked for on any rank stops every rank after the same batch
-                state.should_stop, time_up = vote.exchange(state.should_stop, watch_time and self._time_passed())
+                state.should_stop, time_up = vote.exchange(state.should_stop, watch_time and self._time_passed(),
+                                                           already_agreed=self._stop_agreed)
+                self._stop_agreed = state.should_stop
             stepped = state.batches_stepped != stepped_before
             # While should_stop waits for min_epochs/min_steps, every step is logged (as Lightning does).
             if log_every and stepped and (state.batches_stepped % log_every == 0 or state.should_stop):
@@ -325,7 +332,7 @@ class FitLoop:
         trainer = self.trainer
         if reload_due(trainer, "val"):
             load_val_data(trainer)
-        if not any(trainer.val_batch_counts):
+        if not any_rank_has_batches(trainer, trainer.val_batch_counts):
             return
         trainer.state.stage = RunningStage.VALIDATING
         if after_step:
@@ -339,6 +346,8 @@ class FitLoop:
         finally:
             restore_rng_states(self._rng_before_validation)
             self._rng_before_validation = None
+        # A validation hook may have set should_stop on one rank: agreed now, so all stop after this batch.
+        trainer.state.should_stop = self._stop_agreed = self._agreed(trainer.state.should_stop)
         trainer.state.stage = RunningStage.TRAINING
         trainer.module._results = trainer.train_results
 
@@ -367,9 +376,9 @@ class FitLoop:
         last_step = step_views(trainer.train_results)
         trainer.metrics.store(last_step)
         trainer.metrics.logged.update(last_step[0])
-        trainer.metrics.ending = trainer.train_results
-        trainer.hooks.call_epoch_end(Hook.ON_TRAIN_EPOCH_END)
-        trainer.metrics.ending = None
+        trainer.metrics.end_epoch_of(trainer.train_results)
+        trainer.hooks.call_epoch_end(Hook.ON_TRAIN_EPOCH_END, trainer.metrics.refresh_ending)
+        trainer.metrics.end_epoch_of(None)
         trainer.metrics.log_epoch(trainer.train_results, max(state.batches_stepped - 1, 0), state.current_epoch)
         trainer.metrics.live = None
         trainer.train_results.reset()

@@ -78,6 +78,7 @@ class MetricStore:
         self.progress_bar: dict[str, Any] = {}
         self.live: Results | None = None
         self.ending: Results | None = None
+        self._ending_views: Views | None = None
         # Step-level logs of validation/test batches are numbered per dataloader.
         self.eval_steps: dict[int, int] = {}
 
@@ -99,10 +100,21 @@ class MetricStore:
         if self.live is not None:
             view.update(step_views(self.live)[part])
         if self.ending is not None:
-            # Reading must never run a collective (one rank alone may read): these are this rank's
-            # values; the synced ones are stored once every rank logs the epoch.
-            view.update(epoch_views(self.ending, _this_rank_only)[part])
+            # Reading must never run a collective (one rank alone may read): with several ranks the
+            # views synced on every rank by refresh_ending; on one process, computed here.
+            views = self._ending_views if self._ending_views is not None else epoch_views(self.ending, _this_rank_only)
+            view.update(views[part])
         return view
+
+    def end_epoch_of(self, results: Results | None) -> None:
+        """``results`` is the one whose epoch-end hooks run now (None: they are over)."""
+        self.ending = results
+        self._ending_views = None
+
+    def refresh_ending(self) -> None:
+        """With several ranks: sync the ending epoch's values now, on every rank, for callbacks to read."""
+        if self.gather is not None and self.ending is not None:
+            self._ending_views = epoch_views(self.ending, self.sync, self.gather)
 
     def store(self, views: Views) -> dict[str, Any]:
         """Keep ``views`` as the latest values; returns the part meant for loggers."""
@@ -147,7 +159,7 @@ class MetricStore:
         self.logged.clear()
         self.progress_bar.clear()
         self.live = None
-        self.ending = None
+        self.end_epoch_of(None)
         self.eval_steps.clear()
 
 

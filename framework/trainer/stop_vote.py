@@ -32,13 +32,17 @@ class StopVote:
         self._pending: Any = None
         self._wished = False
 
-    def exchange(self, should_stop: bool, time_passed: bool) -> tuple[bool, bool]:
-        """Send this batch's wishes; returns ``(stop, time_up)`` as all ranks wished them one batch ago."""
-        agreed = self.finish()
-        self._wished = (self._wished or should_stop) and not agreed[0]
+    def exchange(self, should_stop: bool, time_passed: bool, already_agreed: bool = False) -> tuple[bool, bool]:
+        """Send this batch's wishes; returns ``(stop, time_up)`` as all ranks wished them one batch ago.
+
+        ``already_agreed``: ``should_stop`` is True on every rank already (agreed after a
+        validation): it is returned at once, not a batch later.
+        """
+        stop, time_up = self.finish()
+        self._wished = (self._wished or should_stop) and not stop
         wishes = torch.tensor([float(self._wished), float(time_passed)], device=self._device)
         self._pending = self._strategy.start_all_reduce(wishes, "max")
-        return agreed
+        return stop or already_agreed, time_up
 
     def finish(self) -> tuple[bool, bool]:
         """Wait for the last exchange; ``(stop, time_up)`` as agreed (both False when none is under way)."""

@@ -565,3 +565,57 @@ def test_two_ranks_resumed_inside_an_epoch_end_as_an_uninterrupted_run(tmp_path)
     resumed = fit(12, ckpt_path=str(tmp_path / "last.ckpt"))
     for name, value in uninterrupted.items():
         assert torch.equal(value, resumed[name]), name
+
+
+# -- what every rank must do alike, even when their data or hooks differ ---------------------------------------
+
+class ValidatesTiny(Regressor):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", torch.nn.functional.mse_loss(self(batch[0]), batch[1]), sync_dist=True)
+
+
+def test_a_rank_without_validation_batches_still_joins_the_epoch_end(tmp_path):
+    one_sample = DataLoader(regression_data(1), batch_size=4)  # rank 1's part is empty
+    trainer = quiet_trainer(devices=2, max_epochs=2, num_sanity_val_steps=2)
+    trainer.fit(ValidatesTiny(), DataLoader(regression_data(16), batch_size=4), one_sample)
+    assert trainer.current_epoch == 2 and "val_loss" in trainer.callback_metrics
+    assert quiet_trainer(devices=2).validate(ValidatesTiny(), one_sample, verbose=False)[0]["val_loss"] > 0
+
+
+class LogsAMetricPerRank(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mean_rank = torchmetrics.MeanMetric()
+
+    def training_step(self, batch, batch_idx):
+        self.mean_rank.update(torch.tensor(float(self.global_rank)))
+        self.log("mean_rank", self.mean_rank, on_step=False, on_epoch=True, prog_bar=True)
+        self.log("synced_rank", float(self.global_rank), on_step=False, on_epoch=True, sync_dist=True)
+        return super().training_step(batch, batch_idx)
+
+
+def test_epoch_end_readers_see_synced_values_and_run_no_collective(tmp_path):
+    checkpoint = framework.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="synced_rank", mode="max")
+    trainer = framework.Trainer(accelerator="cpu", devices=2, max_epochs=1, logger=False, callbacks=[checkpoint],
+                                enable_model_summary=False)  # the progress bar reads on rank 0 only
+    trainer.fit(LogsAMetricPerRank(), DataLoader(regression_data(16), batch_size=4))
+    assert float(trainer.callback_metrics["mean_rank"]) == 0.5
+    assert float(checkpoint.best_model_score) == 0.5  # the synced value, not rank 0's 0.0
+    assert os.path.basename(checkpoint.best_model_path) == "epoch=0-step=2.ckpt"
+
+
+class StopsInValidationOnRankOne(ValidatesTiny):
+    def on_validation_end(self):
+        if self.global_rank == 1 and not self.trainer.sanity_checking:
+            self.trainer.should_stop = True
+
+
+def _fit_stopped_in_validation(rank: int) -> tuple[int, int]:
+    trainer = quiet_trainer(devices=2, max_epochs=5, val_check_interval=2)
+    data = DataLoader(regression_data(32), batch_size=4)
+    trainer.fit(StopsInValidationOnRankOne(), data, data)
+    return trainer.global_step, trainer.current_epoch
+
+
+def test_should_stop_set_in_validation_on_one_rank_stops_all_at_that_batch():
+    assert spawn(2, _fit_stopped_in_validation) == [(2, 1), (2, 1)]
