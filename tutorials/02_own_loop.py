@@ -84,7 +84,8 @@ def main() -> None:
     train_loader = DataLoader(Reviews(2000, seed=1), batch_size=32, shuffle=True, collate_fn=collate)
     val_loader = DataLoader(Reviews(500, seed=2), batch_size=64, collate_fn=collate)
     model, optimizer = runtime.setup(model, optimizer)
-    train_loader, val_loader = runtime.setup_dataloaders(train_loader, val_loader)
+    train_loader = runtime.setup_dataloaders(train_loader)
+    val_loader = runtime.setup_dataloaders(val_loader, even_batches=False)  # each review on one rank only
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
 
     for epoch in range(args.epochs):

@@ -223,7 +223,10 @@ def _unpickled(work: bytes) -> tuple[Callable[..., Any], tuple]:
 
 def _pickled(message: tuple[str, Any, str]) -> bytes:
     try:
-        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        if message[0] == "error":
+            pickle.loads(data)  # an exception whose __init__ takes other arguments pickles but cannot be rebuilt
+        return data
     except Exception as problem:
         outcome, value, text = message
         if outcome == "ok":

@@ -17,6 +17,9 @@ from typing import Any
 from framework.errors import MisconfigurationError
 from framework.runtime.launchers import TERMINATE_GRACE_S, die_with_parent, free_port, rank_variables
 
+# How long rank 0, at its end, waits for the ranks it started to end too.
+_FINISH_GRACE_S = 120.0
+
 
 def relaunch_script(world_size: int) -> None:
     """Make this process rank 0 and start ranks 1 .. world_size-1 as new runs of the same script.
@@ -110,11 +113,13 @@ class _ScriptRanks:
         self._stop_children()
 
     def _at_exit(self) -> None:
-        if self.failed:
-            self._stop_children()
-            return
-        for child in self.children:
-            child.wait()
+        if not self.failed:
+            for child in self.children:
+                try:
+                    child.wait(timeout=_FINISH_GRACE_S)
+                except subprocess.TimeoutExpired:  # rank 0 left early (sys.exit?) while the others wait for it
+                    break
+        self._stop_children()
 
     def _stop_children(self) -> None:
         for child in self.children:

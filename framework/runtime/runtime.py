@@ -12,7 +12,6 @@ from torch import nn
 from torch.optim import Optimizer
 
 from framework.errors import MisconfigurationError, describe
-from framework.io.checkpoint import load_checkpoint
 from framework.nested import map_tensors
 from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import compile_module, compile_options
@@ -256,33 +255,34 @@ class Runtime:
         wrapped = tuple(RuntimeOptimizer(self.setup_optimizer(optimizer), self) for optimizer in optimizers)
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
-    def setup_dataloaders(self, *dataloaders: Any, use_distributed_sampler: bool = True,
-                          move_to_device: bool = True) -> Any:
-        """Each loader sharded over the ranks and moving its batches to the device; one, or a tuple of several.
+    def setup_dataloaders(self, *dataloaders: Any, use_distributed_sampler: bool = True, move_to_device: bool = True,
+                          even_batches: bool = True) -> Any:
+        """Each loader sharded over the ranks and moving its batches to the device; one, or a list of several.
 
-        A shuffling DataLoader gets a ``DistributedSampler``: a new order every pass, the same on
-        every rank, from a seed drawn from torch's generator (so ``seed_everything`` decides it),
-        padded so all ranks run as many batches. Any other DataLoader (evaluation, typically) is
-        dealt out in turn (sample i to rank i % world_size) without repeats, so counts summed over
-        the ranks are exact; a rank may then run one batch fewer, so such a loop must not hold
-        per-batch collectives.
+        As in Fabric, a DataLoader gets a ``DistributedSampler``, padded with repeated samples so all
+        ranks run as many batches; a shuffling one reshuffles every pass, the same way on every
+        rank, from a seed drawn from torch's generator (so ``seed_everything`` decides it).
+        ``even_batches=False`` (Accelerate's name) deals an unshuffled loader out without
+        repeats instead, so counts summed over the ranks are exact (evaluation); a rank may then
+        run one batch fewer, so such a loop must hold no per-batch collective (no DDP training).
 
         Example::
 
-            train, val = runtime.setup_dataloaders(train, val)
+            train = runtime.setup_dataloaders(train)
+            val = runtime.setup_dataloaders(val, even_batches=False)
         """
         if not dataloaders:
             raise TypeError("setup_dataloaders needs at least one dataloader.")
-        wrapped = tuple(
-            RuntimeDataLoader(self._sharded(loader) if use_distributed_sampler and self.world_size > 1 else loader,
-                              self.device if move_to_device else None, self.to_device)
+        wrapped = [
+            RuntimeDataLoader(self._sharded(loader, even_batches) if use_distributed_sampler and self.world_size > 1
+                              else loader, self.device if move_to_device else None, self.to_device)
             for loader in dataloaders
-        )
+        ]
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
-    def _sharded(self, loader: Any) -> Any:
+    def _sharded(self, loader: Any, even_batches: bool) -> Any:
         return shard_loader(loader, self.world_size, self.global_rank,
-                            lambda: self.broadcast(int(torch.randint(0, 2**31, ()))))
+                            lambda: self.broadcast(int(torch.randint(0, 2**31, ()))), even_batches)
 
     def to_device(self, batch: Any) -> Any:
         """``batch`` (tensors in any nesting, or a module) on this runtime's device, inputs cast for the precision."""
@@ -314,14 +314,15 @@ class Runtime:
     ) -> torch.Tensor | None:
         """Clip by value (``clip_val``) or by total norm (``max_norm``); returns the norm when clipping by norm.
 
-        With fp16 the gradients are unscaled first. ``error_if_nonfinite`` is accepted as in
-        Fabric; a non-finite norm is left for the precision to skip the step (fp16) or to show.
+        With fp16 the gradients are unscaled first. ``error_if_nonfinite``, as in
+        Fabric: a total norm that is inf or nan raises (pass False to clip anyway).
         """
         if (clip_val is None) == (max_norm is None):
             raise MisconfigurationError("clip_gradients needs exactly one of clip_val= or max_norm=.")
         module, optimizer = forward_module(module), original_optimizer(optimizer)
         if max_norm is not None:
-            return self.strategy.clip_gradients_norm(module, optimizer, float(max_norm), norm_type)
+            return self.strategy.clip_gradients_norm(module, optimizer, float(max_norm), norm_type,
+                                                     error_if_nonfinite=error_if_nonfinite)
         self.strategy.clip_gradients_value(module, optimizer, float(clip_val))
         return None
 
@@ -397,13 +398,16 @@ class Runtime:
         """
         self.strategy.save_checkpoint(_to_state_dicts(state, self.strategy, filter or {}), os.fspath(path))
 
-    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
+    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True, *,
+             weights_only: bool | None = None) -> dict[str, Any]:
         """Load a checkpoint into ``state``: objects with ``load_state_dict`` in place, plain values replaced in
         ``state``; returns what the checkpoint holds beyond ``state``'s keys (everything without ``state``).
 
         ``strict``: a key of ``state`` missing from the checkpoint, or a module key mismatch, raises.
+        ``weights_only=False`` also unpickles arbitrary objects (only for files you trust).
         """
-        checkpoint = load_checkpoint(path, map_location="cpu")
+        checkpoint = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
+        self.barrier("load")
         if state is None:
             return checkpoint
         missing = [key for key in state if key not in checkpoint]

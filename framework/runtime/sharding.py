@@ -73,12 +73,14 @@ def contiguous_part(length: int, num_replicas: int, rank: int) -> tuple[int, int
     return start, start + base + (1 if rank < extra else 0)
 
 
-def shard_loader(loader: Any, num_replicas: int, rank: int, shuffle_seed: Callable[[], int]) -> Any:
+def shard_loader(loader: Any, num_replicas: int, rank: int, shuffle_seed: Callable[[], int],
+                 even_batches: bool = True) -> Any:
     """``loader`` rebuilt to yield rank ``rank``'s part (``Runtime.setup_dataloaders``).
 
-    A shuffling DataLoader gets a ``DistributedSampler`` seeded by ``shuffle_seed()`` (padded:
-    every rank runs as many batches); any other is dealt out in turn without repeats. Iterable
-    datasets and loaders already holding a DistributedSampler are returned as they are.
+    A ``DistributedSampler`` (a shuffling loader's seeded by ``shuffle_seed()``), padded so every
+    rank runs as many batches; with ``even_batches=False`` an unshuffled loader is dealt out in
+    turn without repeats instead. Iterable datasets and loaders already holding a
+    DistributedSampler are returned as they are.
     """
     if (not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset)
             or isinstance(loader.sampler, DistributedSampler)):
@@ -88,9 +90,10 @@ def shard_loader(loader: Any, num_replicas: int, rank: int, shuffle_seed: Callab
             "setup_dataloaders cannot shard a DataLoader with a custom batch_sampler. Shard it yourself "
             "(runtime.world_size, runtime.global_rank) and pass use_distributed_sampler=False."
         )
-    if isinstance(loader.sampler, RandomSampler):
-        sampler: Sampler = DistributedSampler(loader.dataset, num_replicas=num_replicas, rank=rank, shuffle=True,
-                                              seed=shuffle_seed())
+    shuffle = isinstance(loader.sampler, RandomSampler)
+    if shuffle or even_batches:
+        sampler: Sampler = DistributedSampler(loader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
+                                              seed=shuffle_seed() if shuffle else 0)
     else:
         sampler = ShardedSampler(loader.sampler, num_replicas, rank, contiguous=False, pad=False)
     return rebuilt(loader, sampler)

@@ -65,8 +65,15 @@ class RuntimeModule(nn.Module):
 
     def __getattr__(self, name: str) -> Any:
         if name in self.__dict__["_synced_methods"]:
-            strategy = self.__dict__["_runtime"].strategy
-            return strategy.step_function(self._forward_module, name, synced=True)
+            runtime = self.__dict__["_runtime"]
+            step = runtime.strategy.step_function(self._forward_module, name, synced=True)
+
+            def call(*args: Any, **kwargs: Any) -> Any:  # as forward: inputs converted, under autocast
+                args, kwargs = runtime.precision.convert_input((args, kwargs))
+                with runtime.precision.autocast():
+                    return step(*args, **kwargs)
+
+            return call
         try:
             return super().__getattr__(name)  # _forward_module
         except AttributeError:

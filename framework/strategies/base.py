@@ -122,11 +122,13 @@ class Strategy:
         return self.precision.optimizer_step(optimizer, closure, **kwargs)
 
     def clip_gradients_norm(
-        self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0
+        self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0,
+        error_if_nonfinite: bool = False,
     ) -> torch.Tensor:
         """Unscale, then clip ``optimizer``'s gradients to total norm ``max_norm``; returns the norm they had before."""
         self.precision.unscale(optimizer)
-        return torch.nn.utils.clip_grad_norm_(_parameters_of(optimizer), max_norm, norm_type=norm_type)
+        return torch.nn.utils.clip_grad_norm_(_parameters_of(optimizer), max_norm, norm_type=norm_type,
+                                              error_if_nonfinite=error_if_nonfinite)
 
     def clip_gradients_value(self, module: nn.Module, optimizer: Optimizer, clip_value: float) -> None:
         """Unscale, then clamp each gradient of ``optimizer``'s parameters to ``[-clip_value, clip_value]``."""

@@ -19,6 +19,7 @@ from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import Strategy
 
 _START_METHODS = ("auto", "fork", "spawn")
+_EXIT_BARRIER_TIMEOUT = timedelta(seconds=60)
 _REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 
 
@@ -142,7 +143,7 @@ class DDPStrategy(Strategy):
             return tensor
         mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
         op = dist.ReduceOp.SUM if mean else _reduce_op(reduce_op)
-        result = tensor.detach().clone()
+        result = tensor.detach().to(self.device, copy=True)  # nccl reduces only CUDA tensors
         if mean and not result.is_floating_point():
             result = result.float()
         dist.all_reduce(result, op=op)
@@ -217,10 +218,17 @@ class DDPStrategy(Strategy):
     def _end_at_exit(self) -> None:
         if getattr(sys, "last_value", None) is not None:
             return  # this rank dies of an error: the others may never reach a barrier
+        if not (self._started_group and dist.is_initialized()):
+            return
         try:
-            self.end_process_group()
+            if self.backend == "gloo":  # bounded: a rank that left by sys.exit mid-run never arrives
+                dist.monitored_barrier(timeout=_EXIT_BARRIER_TIMEOUT)
+            else:
+                self.barrier("exit")
+            dist.destroy_process_group()
         except RuntimeError:  # another rank is gone already: nothing left to close in order
             pass
+        self._started_group = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, rank={self.global_rank})"

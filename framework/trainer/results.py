@@ -32,7 +32,7 @@ class LoggedValue:
 
     __slots__ = (
         "name", "suffix", "key", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "reduce_fx", "sync_dist",
-        "step_value", "step_stamp", "pending", "weights", "folded", "folded_weight", "metric", "given",
+        "step_value", "step_stamp", "pending", "weights", "folded", "folded_weight", "metric", "given", "empty_dtype",
     )
 
     def __init__(self, name: str, suffix: str, on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool,
@@ -55,6 +55,7 @@ class LoggedValue:
         self.folded_weight = 0.0
         self.metric: Any = None
         self.given: tuple = ()  # the last self.log arguments checked: a call repeating them skips the check
+        self.empty_dtype = torch.float32  # the dtype the other ranks' values have, where this rank logged none
 
     def add(self, value: Any, weight: float) -> None:
         """Accumulate one batch's ``value`` for the epoch, with ``weight`` (the batch size for means)."""
@@ -101,7 +102,7 @@ class LoggedValue:
             if not self.sync_dist or self.reduce not in _EMPTY:
                 return None
             # logged on other ranks only: join their collectives with a value that changes nothing
-            self.folded = torch.tensor(_EMPTY[self.reduce])
+            self.folded = torch.tensor(_EMPTY[self.reduce], dtype=self.empty_dtype)
         total = self.folded
         if self.reduce == "mean":
             weight = torch.tensor(self.folded_weight, dtype=total.dtype, device=total.device)
@@ -109,6 +110,12 @@ class LoggedValue:
                 total, weight = sync(total, "sum"), sync(weight, "sum")
             return total / weight
         return sync(total, self.reduce) if self.sync_dist else total
+
+    def value_dtype(self) -> torch.dtype | None:
+        """The dtype of this epoch's accumulated values (None when nothing was logged)."""
+        if self.pending:
+            self._fold()
+        return self.folded.dtype if self.folded is not None else None
 
     def reset_epoch(self) -> None:
         """Empty the epoch accumulator (and reset a logged Metric)."""
@@ -260,7 +267,7 @@ class Results:
         skipped the log) gets an empty entry for it, so every rank joins the same collectives.
         """
         groups = (self.batch_entries, self.epoch_entries)
-        described = [[(e.key, e.name, e.suffix, e.on_step, e.prog_bar, e.logger, e.reduce_fx)
+        described = [[(e.key, e.name, e.suffix, e.on_step, e.prog_bar, e.logger, e.reduce_fx, e.value_dtype())
                       for e in group.values() if _synced_by_value(e)] for group in groups]
         everyone = gather(described)
         agreed: list[LoggedValue] = []
@@ -268,11 +275,16 @@ class Results:
             agreed.extend(e for e in group.values() if not _synced_by_value(e))
             seen: set[str] = set()
             for rank_described in everyone:
-                for key, name, suffix, on_step, prog_bar, logger, reduce_fx in rank_described[index]:
-                    if key not in seen:
-                        seen.add(key)
-                        agreed.append(group.get(key) or LoggedValue(name, suffix, on_step, True, prog_bar, logger,
-                                                                    reduce_fx, True))
+                for key, name, suffix, on_step, prog_bar, logger, reduce_fx, dtype in rank_described[index]:
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    entry = group.get(key)
+                    if entry is None:
+                        entry = LoggedValue(name, suffix, on_step, True, prog_bar, logger, reduce_fx, True)
+                    if dtype is not None:
+                        entry.empty_dtype = dtype
+                    agreed.append(entry)
         return agreed
 
     def reset(self) -> None:

@@ -9,6 +9,7 @@ an epoch starts the sampler past the samples already trained on, without loading
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -96,6 +97,13 @@ def with_resumable_sampler(loader: Any, run_seed: Callable[[], int], num_replica
     if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return loader
     if type(loader.batch_sampler) is not BatchSampler:  # a custom batch sampler, or batch_size=None
+        if num_replicas > 1 and loader.batch_sampler is not None:
+            warnings.warn(
+                f"The training DataLoader has a custom batch_sampler ({type(loader.batch_sampler).__name__}), which "
+                f"the framework cannot shard: each of the {num_replicas} ranks trains on all of its batches. "
+                "Shard it by trainer.global_rank / trainer.world_size, and pass use_distributed_sampler=False.",
+                stacklevel=2,
+            )
         return loader
     sampler = loader.sampler
     if num_replicas > 1 and isinstance(sampler, DistributedSampler):

@@ -230,3 +230,35 @@ def test_init_module_creates_parameters_on_the_device_in_the_parameter_dtype(pre
     trainer = framework.Trainer(accelerator="cpu", precision=precision, logger=False)
     with trainer.init_module():
         assert torch.nn.Linear(2, 2).weight.dtype == dtype
+
+
+class _Stepper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.layer(x)
+
+    def training_step(self, x):
+        return self.layer(x)
+
+
+def test_a_marked_method_runs_like_forward_under_the_precision():
+    runtime = Runtime(accelerator="cpu", precision="bf16-mixed")
+    model = runtime.setup(_Stepper())
+    x = torch.ones(2, 4)
+    assert model(x).dtype == torch.bfloat16
+    assert model.training_step(x).dtype == torch.bfloat16  # marked by default, as forward
+    with pytest.raises(AttributeError, match="no method 'nothing'"):
+        model.mark_forward_method("nothing")
+
+
+def test_clip_gradients_refuses_a_nonfinite_norm_unless_told_not_to():
+    runtime = Runtime(accelerator="cpu")
+    model = _Stepper()
+    model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    runtime.backward(model(torch.ones(1, 4)).sum() * float("inf"))
+    with pytest.raises(RuntimeError, match="non-finite"):
+        runtime.clip_gradients(model, optimizer, max_norm=1.0)
+    assert not torch.isfinite(runtime.clip_gradients(model, optimizer, max_norm=1.0, error_if_nonfinite=False))

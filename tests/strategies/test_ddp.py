@@ -619,3 +619,31 @@ def _fit_stopped_in_validation(rank: int) -> tuple[int, int]:
 
 def test_should_stop_set_in_validation_on_one_rank_stops_all_at_that_batch():
     assert spawn(2, _fit_stopped_in_validation) == [(2, 1), (2, 1)]
+
+
+def _unshuffled_parts(runtime: framework.Runtime) -> tuple[list[int], list[int]]:
+    data = TensorDataset(torch.arange(9))
+    even = runtime.setup_dataloaders(DataLoader(data, batch_size=4))
+    exact = runtime.setup_dataloaders(DataLoader(data, batch_size=4), even_batches=False)
+    return [int(i) for (batch,) in even for i in batch], [int(i) for (batch,) in exact for i in batch]
+
+
+def test_setup_dataloaders_pads_like_fabric_unless_even_batches_is_false():
+    (even0, exact0), (even1, exact1) = framework.Runtime(accelerator="cpu", devices=2).run_in_ranks(_unshuffled_parts)
+    assert len(even0) == len(even1) == 5 and sorted(set(even0 + even1)) == list(range(9))  # one sample twice
+    assert sorted(exact0 + exact1) == list(range(9))  # each once: 5 and 4
+
+
+class NeedsTwoArguments(Exception):
+    def __init__(self, what: str, detail: int) -> None:
+        super().__init__(f"{what} ({detail})")
+
+
+def _raises_an_exception_that_pickles_but_cannot_be_rebuilt(rank: int) -> None:
+    raise NeedsTwoArguments("odd failure", 7)
+
+
+def test_an_exception_that_cannot_be_rebuilt_still_reaches_the_caller_with_its_rank():
+    with pytest.raises(RuntimeError, match=r"NeedsTwoArguments: odd failure \(7\)") as info:
+        spawn(2, _raises_an_exception_that_pickles_but_cannot_be_rebuilt)
+    assert "Raised on rank" in "".join(getattr(info.value, "__notes__", []))
