@@ -176,7 +176,7 @@ class FitLoop:
             return f"`max_epochs={trainer.max_epochs!r}` reached."
         if self._time_is_up():
             return f"`max_time={trainer.max_time}` reached."
-        state.should_stop = self._agreed(state.should_stop)
+        state.should_stop = self._stop_agreed = self._agreed(state.should_stop)
         if state.should_stop and self.can_stop_early():
             return _SHOULD_STOP
         return None
@@ -274,9 +274,12 @@ class FitLoop:
             state.is_last_batch = is_last
             batch = transfer(batch, 0)
             results.start_batch(batch)
-            if batch_start is not None and (self._agreed(batch_start(batch, batch_idx) == -1) if agree_skip
-                                            else batch_start(batch, batch_idx) == -1):
-                break
+            if batch_start is not None:
+                skip_rest = batch_start(batch, batch_idx) == -1
+                if agree_skip:
+                    skip_rest = self._agreed(skip_rest)
+                if skip_rest:
+                    break
             stepped_before = state.batches_stepped
             output, loss = step(batch, batch_idx, is_last)
             state.batch_idx = batch_idx + 1

@@ -647,3 +647,24 @@ def test_an_exception_that_cannot_be_rebuilt_still_reaches_the_caller_with_its_r
     with pytest.raises(RuntimeError, match=r"NeedsTwoArguments: odd failure \(7\)") as info:
         spawn(2, _raises_an_exception_that_pickles_but_cannot_be_rebuilt)
     assert "Raised on rank" in "".join(getattr(info.value, "__notes__", []))
+
+
+class StopsAtEpochEndOnRankOne(Regressor):
+    def on_train_epoch_end(self):
+        if self.global_rank == self.stopping_rank:
+            self.trainer.should_stop = True
+
+
+def _fit_held_by_min_steps(rank: int, devices: int) -> int:
+    model = StopsAtEpochEndOnRankOne()
+    model.stopping_rank = devices - 1
+    trainer = quiet_trainer(devices=devices, max_epochs=5, min_steps=9)
+    trainer.fit(model, DataLoader(regression_data(64), batch_size=8 // devices))
+    return trainer.global_step
+
+
+def test_a_stop_held_back_by_min_steps_ends_training_at_the_same_step_as_one_process():
+    # 8 steps an epoch: the stop wished at the end of epoch 0 waits for min_steps=9 and ends training right after
+    # step 9, on two ranks as on one (the agreed wish must not lapse at the next epoch's first batch).
+    assert _fit_held_by_min_steps(0, 1) == 9
+    assert spawn(2, _fit_held_by_min_steps, 2) == [9, 9]
