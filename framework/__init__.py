@@ -24,3 +24,20 @@ __all__ = [
     "Trainer",
     "seed_everything",
 ]
+
+# Lightning's names for what is here under another: a script that kept one gets told which.
+_LIGHTNING_NAMES = {
+    "Fabric": "Runtime",
+    "LightningModule": "Module",
+    "LightningDataModule": "DataModule",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LIGHTNING_NAMES:
+        ours = _LIGHTNING_NAMES[name]
+        raise AttributeError(
+            f"framework has no {name}: Lightning's {name} is framework.{ours} here. Use L.{ours}, or import it "
+            f"under the old name: `from framework import {ours} as {name}`."
+        )
+    raise AttributeError(f"module 'framework' has no attribute {name!r}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def test_import_does_not_load_tensorboard_yaml_or_tqdm():
     # torch itself may import some of these (it imports tqdm through torch.hub): only count
@@ -25,3 +27,15 @@ def test_public_names():
 
     for name in ("Trainer", "Module", "DataModule", "Runtime", "seed_everything", "Callback"):
         assert hasattr(framework, name)
+
+
+def test_a_lightning_name_says_what_it_is_called_here():
+    import framework
+
+    with pytest.raises(AttributeError, match=r"Lightning's Fabric is framework\.Runtime here"):
+        framework.Fabric
+    with pytest.raises(AttributeError, match=r"`from framework import Module as LightningModule`"):
+        framework.LightningModule
+    with pytest.raises(AttributeError, match="has no attribute 'Nonexistent'"):
+        framework.Nonexistent
+    assert not hasattr(framework, "Fabric")  # hasattr and getattr(default) still work

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +19,8 @@ from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import compile_module, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import ClusterEnvironment, detect_environment
+from framework.runtime.reporting import as_list, call_hook, finalize, log_to
+from framework.runtime.saving import load_object, restore_into, state_dicts
 from framework.runtime.sharding import shard_loader
 from framework.runtime.transfer import move_to_device
 from framework.runtime.wrappers import (
@@ -33,17 +37,22 @@ from framework.strategies import Ranks, Strategy, resolve_strategy
 class Runtime:
     """Everything a training loop needs that depends on hardware, precision or distribution.
 
-    The ``Trainer`` is built on it; people who keep their own loop use it directly::
+    The ``Trainer`` is built on it; people who keep their own loop use it directly, with
+    Lightning Fabric's names (``from framework import Runtime as Fabric`` runs a Fabric script)::
 
-        runtime = Runtime(accelerator="cpu", precision="32-true")
+        runtime = Runtime(accelerator="cpu", devices=2, precision="bf16-mixed", loggers=CSVLogger("logs"))
+        runtime.launch()
         model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
-        for batch in loader:
-            x, y = runtime.to_device(batch)
-            with runtime.autocast():
-                loss = torch.nn.functional.mse_loss(model(x), y)
+        loader = runtime.setup_dataloaders(loader)
+        for x, y in loader:                     # on the device; each rank its share of the data
+            loss = torch.nn.functional.mse_loss(model(x), y)   # under autocast, through DDP
             runtime.backward(loss)
-            runtime.optimizer_step(optimizer)
+            optimizer.step()
             optimizer.zero_grad()
+            runtime.log("loss", loss)
+
+    ``callbacks``: objects whose methods ``runtime.call(name, ...)`` calls; ``loggers``:
+    objects with ``log_metrics(metrics, step)`` (``framework.loggers``), written to by rank 0.
     """
 
     def __init__(
@@ -55,6 +64,8 @@ class Runtime:
         num_nodes: int = 1,
         precision: str | int | Precision | None = None,
         plugins: Any = None,
+        callbacks: Any = None,
+        loggers: Any = None,
         compile: bool | dict[str, Any] = False,
     ) -> None:
         if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
@@ -76,6 +87,9 @@ class Runtime:
         self.strategy = resolve_strategy(strategy)
         self.precision = resolve_precision("32-true" if precision is None else precision)
         self.compile_options = compile_options(compile)
+        self.callbacks = as_list(callbacks)
+        self._loggers = as_list(loggers)
+        self._unflushed_logs = False  # log_dict sent something the loggers may still buffer
         if world_size > 1 and not self.strategy.multi_process:
             raise MisconfigurationError(
                 f"devices={devices!r} with num_nodes={num_nodes} needs one process per device, which strategy="
@@ -196,6 +210,12 @@ class Runtime:
         self.strategy.setup_environment()
 
     @contextlib.contextmanager
+    def init_tensor(self) -> Iterator[None]:
+        """Create tensors inside this block on the device, in the precision's parameter dtype ("*-true")."""
+        with torch.device(self.device), self.precision.module_init_context():
+            yield
+
+    @contextlib.contextmanager
     def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
         """Create modules inside this block directly on the device, in the precision's parameter dtype.
 
@@ -221,21 +241,24 @@ class Runtime:
         """``optimizer`` as the strategy needs it (wrapped where it shards optimizer state), without a wrapper."""
         return self.strategy.setup_optimizer(optimizer)
 
-    def setup(self, module: nn.Module, *optimizers: Optimizer, move_to_device: bool = True) -> Any:
-        """Set up ``module`` and ``optimizers``; returns the module, or ``(module, *optimizers)``.
+    def setup(self, module: nn.Module, *optimizers: Optimizer, scheduler: Any = None,
+              move_to_device: bool = True) -> Any:
+        """Set up ``module`` and ``optimizers``; returns the module, or ``(module, *optimizers[, scheduler])``.
 
         The returned module runs forward under the precision's autocast (and through DDP's
         forward); the returned optimizers step through the precision. Both stand in for the
-        originals (``model.module`` and ``optimizer.optimizer`` are the originals).
+        originals (``model.module`` and ``optimizer.optimizer`` are the originals). A
+        ``scheduler`` is handed back as it is, last, as Fabric does.
 
         Example::
 
             model, optimizer = runtime.setup(model, torch.optim.AdamW(model.parameters()))
         """
         module = self.setup_module(module, move_to_device=move_to_device)
-        if not optimizers:
+        if not optimizers and scheduler is None:
             return module
-        return (module, *(RuntimeOptimizer(self.setup_optimizer(optimizer), self) for optimizer in optimizers))
+        wrapped = [RuntimeOptimizer(self.setup_optimizer(optimizer), self) for optimizer in optimizers]
+        return (module, *wrapped) if scheduler is None else (module, *wrapped, scheduler)
 
     def setup_module(self, module: nn.Module, move_to_device: bool = True) -> RuntimeModule:
         """``module`` set up alone (optimizers may come later, from ``setup_optimizers``)."""
@@ -384,6 +407,51 @@ class Runtime:
         if self.local_rank == 0:
             print(*args, **kwargs)
 
+    # -- callbacks and loggers ---
+    @property
+    def loggers(self) -> list[Any]:
+        """The loggers given as ``loggers=``."""
+        return self._loggers
+
+    @property
+    def logger(self) -> Any:
+        """The first logger, or None without loggers."""
+        return self._loggers[0] if self._loggers else None
+
+    def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
+        """Call the method ``hook_name`` of every callback that has one (keyword arguments it does not take left out).
+
+        Example::
+
+            runtime = Runtime(callbacks=[PrintLoss()])
+            runtime.call("on_train_batch_end", loss=loss, batch_idx=index)
+        """
+        call_hook(self.callbacks, hook_name, args, kwargs)
+
+    def log(self, name: str, value: Any, step: int | None = None) -> None:
+        """Send one number (or a one-element tensor) to every logger, on global rank 0."""
+        self.log_dict({name: value}, step=step)
+
+    def log_dict(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Send ``metrics`` (numbers or one-element tensors) to every logger, on global rank 0.
+
+        Loggers write what they buffered when the process (or ``launch``'s function) ends.
+        """
+        if self._loggers and self.is_global_zero:
+            log_to(self._loggers, metrics, step)
+            if not self._unflushed_logs:
+                self._unflushed_logs = True
+                atexit.register(self._finalize_loggers)
+
+    def _finalize_loggers(self, status: str | None = None) -> None:
+        """Let the loggers write what they buffered (Fabric leaves that to the user, and loses it when they forget)."""
+        if not self._unflushed_logs:
+            return
+        self._unflushed_logs = False
+        if status is None:
+            status = "failed" if getattr(sys, "last_value", None) is not None else "success"
+        finalize(self._loggers, status)
+
     @staticmethod
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
         """Seed Python, NumPy and torch (see ``framework.seed_everything``); returns the seed."""
@@ -396,7 +464,7 @@ class Runtime:
         ``filter`` maps a key of ``state`` to ``fn(name, value) -> bool`` choosing which entries of
         that object's state dict are kept (e.g. only the trainable parameters).
         """
-        self.strategy.save_checkpoint(_to_state_dicts(state, self.strategy, filter or {}), os.fspath(path))
+        self.strategy.save_checkpoint(state_dicts(state, self.strategy, filter or {}), os.fspath(path))
 
     def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True, *,
              weights_only: bool | None = None) -> dict[str, Any]:
@@ -408,23 +476,21 @@ class Runtime:
         """
         checkpoint = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
         self.barrier("load")
-        if state is None:
-            return checkpoint
-        missing = [key for key in state if key not in checkpoint]
-        if missing and strict:
-            raise KeyError(f"The checkpoint {os.fspath(path)} has no entries {missing} that state= asks for; "
-                           f"it holds {sorted(checkpoint)}. Pass strict=False to load the rest.")
-        for key, target in state.items():
-            if key not in checkpoint:
-                continue
-            value = checkpoint.pop(key)
-            if isinstance(target, nn.Module):
-                self.strategy.unwrap(forward_module(target)).load_state_dict(value, strict=strict)
-            elif hasattr(target, "load_state_dict"):
-                original_optimizer(target).load_state_dict(value)
-            else:
-                state[key] = value
+        if state is not None:
+            restore_into(state, checkpoint, self.strategy, strict, os.fspath(path))
         return checkpoint
+
+    def load_raw(self, path: str | os.PathLike, obj: nn.Module | Optimizer, strict: bool = True, *,
+                 weights_only: bool | None = None) -> None:
+        """Load a plain state-dict file (``torch.save(model.state_dict(), path)``) into a module or optimizer.
+
+        Example::
+
+            runtime.load_raw("pretrained.pt", model)
+        """
+        state_dict = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
+        self.barrier("load_raw")
+        load_object(obj, state_dict, self.strategy, strict)
 
     def teardown(self) -> None:
         """Undo ``setup_environment`` (end the process group, where there is one)."""
@@ -454,23 +520,14 @@ def _run_as_rank(runtime: Runtime, rng: dict[str, Any], function: Callable[..., 
     runtime._join_launched()
     restore_rng_states(rng)
     runtime.setup_environment()
-    result = function(runtime, *args, **kwargs)
+    try:
+        result = function(runtime, *args, **kwargs)
+    except BaseException:
+        runtime._finalize_loggers("failed")
+        raise
+    runtime._finalize_loggers("success")  # a started rank ends without running atexit handlers
     runtime.strategy.end_process_group()
     return result
-
-
-def _to_state_dicts(state: dict[str, Any], strategy: Strategy, filters: dict[str, Callable]) -> dict[str, Any]:
-    converted = {}
-    for key, value in state.items():
-        if isinstance(value, nn.Module):
-            value = strategy.module_state_dict(forward_module(value))
-        elif hasattr(value, "state_dict") and callable(value.state_dict):
-            value = value.state_dict()
-        if key in filters:
-            keep = filters[key]
-            value = {name: entry for name, entry in value.items() if keep(name, entry)}
-        converted[key] = value
-    return converted
 
 
 def _numbers_as_tensors(data: Any, device: torch.device) -> Any:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -262,3 +264,93 @@ def test_clip_gradients_refuses_a_nonfinite_norm_unless_told_not_to():
     with pytest.raises(RuntimeError, match="non-finite"):
         runtime.clip_gradients(model, optimizer, max_norm=1.0)
     assert not torch.isfinite(runtime.clip_gradients(model, optimizer, max_norm=1.0, error_if_nonfinite=False))
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def on_epoch_end(self, epoch, loss=None):
+        self.calls.append(("on_epoch_end", epoch, loss))
+
+
+class _TakesEverything:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def on_epoch_end(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+
+def test_call_reaches_the_callbacks_that_have_the_hook_with_the_arguments_they_take():
+    recorder, everything = _Recorder(), _TakesEverything()
+    runtime = Runtime(accelerator="cpu", callbacks=[recorder, everything, object()])
+    runtime.call("on_epoch_end", 3, loss=0.5, extra="left out where not taken")
+    runtime.call("on_nothing", 1)
+    assert recorder.calls == [("on_epoch_end", 3, 0.5)]
+    assert everything.calls == [((3,), {"loss": 0.5, "extra": "left out where not taken"})]
+    assert Runtime(accelerator="cpu", callbacks=recorder).callbacks == [recorder]
+
+
+def test_log_and_log_dict_reach_the_loggers_as_numbers(tmp_path):
+    from framework.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="run")
+    runtime = Runtime(accelerator="cpu", loggers=logger)
+    assert runtime.logger is logger and runtime.loggers == [logger]
+    runtime.log("loss", torch.tensor(1.5))
+    runtime.log_dict({"loss": 0.5, "acc": torch.tensor([0.25])}, step=7)
+    with pytest.raises(ValueError, match="'wide' is a tensor of shape \\(2,\\)"):
+        runtime.log("wide", torch.ones(2))
+    runtime._finalize_loggers()  # what the process's end does
+    rows = (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert rows == ["acc,loss,step", ",1.5,0", "0.25,0.5,7"]
+    assert Runtime(accelerator="cpu").logger is None
+
+
+def test_logged_rows_are_written_when_the_script_ends_without_finalize(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import framework\nfrom framework.loggers import CSVLogger\n"
+        f"runtime = framework.Runtime(accelerator='cpu', loggers=CSVLogger({str(tmp_path)!r}, name='run'))\n"
+        "for step in range(3):\n    runtime.log('loss', 1.0 / (step + 1), step=step)\n"
+    )
+    subprocess.run([sys.executable, str(script)], check=True, timeout=120)
+    assert (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines()[1:] == [
+        "1.0,0", "0.5,1", "0.3333333333333333,2"]
+
+
+def test_load_raw_reads_a_plain_state_dict_file_into_a_module_and_an_optimizer(tmp_path):
+    runtime, model, optimizer = _trained_pair()
+    torch.save(model.module.state_dict(), tmp_path / "weights.pt")
+    torch.save(optimizer.optimizer.state_dict(), tmp_path / "optimizer.pt")
+    fresh = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    fresh_model, fresh_optimizer = runtime.setup(fresh, torch.optim.SGD(fresh.parameters(), lr=0.05, momentum=0.9))
+    runtime.load_raw(tmp_path / "weights.pt", fresh_model)
+    runtime.load_raw(tmp_path / "optimizer.pt", fresh_optimizer)
+    _assert_same_weights(fresh, model)
+    assert fresh_optimizer.state_dict()["state"][0]["momentum_buffer"].equal(
+        optimizer.state_dict()["state"][0]["momentum_buffer"])
+    with pytest.raises(RuntimeError, match="Missing key"):
+        runtime.load_raw(tmp_path / "weights.pt", nn.Linear(4, 1))
+    with pytest.raises(TypeError, match="obj must be a torch.nn.Module or an optimizer"):
+        runtime.load_raw(tmp_path / "weights.pt", {"not": "a module"})
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("32-true", torch.float32), ("bf16-true", torch.bfloat16),
+                                                  ("bf16-mixed", torch.float32)])
+def test_init_tensor_creates_tensors_on_the_device_in_the_parameter_dtype(precision, dtype):
+    runtime = Runtime(accelerator="cpu", precision=precision)
+    with runtime.init_tensor():
+        tensor = torch.empty(2)
+    assert tensor.dtype == dtype and tensor.device == runtime.device
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_setup_hands_a_scheduler_back_last():
+    runtime = Runtime(accelerator="cpu")
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    wrapped, wrapped_optimizer, same_scheduler = runtime.setup(model, optimizer, scheduler=scheduler)
+    assert same_scheduler is scheduler and wrapped_optimizer.optimizer is optimizer

@@ -668,3 +668,29 @@ def test_a_stop_held_back_by_min_steps_ends_training_at_the_same_step_as_one_pro
     # step 9, on two ranks as on one (the agreed wish must not lapse at the next epoch's first batch).
     assert _fit_held_by_min_steps(0, 1) == 9
     assert spawn(2, _fit_held_by_min_steps, 2) == [9, 9]
+
+
+class _EpochCounter:
+    def __init__(self) -> None:
+        self.epochs: list[int] = []
+
+    def on_train_epoch_end(self, epoch):
+        self.epochs.append(epoch)
+
+
+def _logs_from_every_rank(runtime: framework.Runtime) -> list[int]:
+    for epoch in range(2):
+        runtime.log("rank", float(runtime.global_rank), step=epoch)
+        runtime.call("on_train_epoch_end", epoch=epoch)
+    return runtime.callbacks[0].epochs
+
+
+def test_runtime_loggers_are_written_by_rank_zero_and_flushed_when_the_function_returns(tmp_path):
+    from framework.loggers import CSVLogger
+
+    runtime = framework.Runtime(accelerator="cpu", devices=2, callbacks=_EpochCounter(),
+                                loggers=CSVLogger(tmp_path, name="run"))
+    assert runtime.run_in_ranks(_logs_from_every_rank) == [[0, 1], [0, 1]]  # callbacks run on every rank
+    assert (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines() == ["rank,step", "0.0,0",
+                                                                                          "0.0,1"]
+    assert sorted(os.listdir(tmp_path / "run")) == ["version_0"]

@@ -1,0 +1,71 @@
+"""A Runtime's callbacks and loggers, as Fabric has them: any objects, called by hook name, logged to on rank 0.
+
+The Runtime does not know the Trainer's ``Callback`` or ``Logger`` classes: a callback is any
+object whose method names match what the loop passes to ``runtime.call``, and a logger is
+any object with ``log_metrics(metrics, step)`` (the classes in ``framework.loggers`` are such).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+def as_list(objects: Any) -> list[Any]:
+    """``None`` as ``[]``, one object as ``[object]``, a list or tuple as a list."""
+    if objects is None:
+        return []
+    return list(objects) if isinstance(objects, (list, tuple)) else [objects]
+
+
+def call_hook(callbacks: list[Any], hook_name: str, args: tuple, kwargs: dict[str, Any]) -> None:
+    """``callback.<hook_name>(*args, **kwargs)`` for each callback that has such a method.
+
+    Keyword arguments a callback's method does not take are left out for that callback, so
+    callbacks may take different subsets of what the loop passes.
+    """
+    for callback in callbacks:
+        method = getattr(callback, hook_name, None)
+        if callable(method):
+            method(*args, **_accepted(method, kwargs))
+
+
+def _accepted(method: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if not kwargs:
+        return kwargs
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: pass everything
+        return kwargs
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return kwargs
+    names = {parameter.name for parameter in parameters}
+    return {key: value for key, value in kwargs.items() if key in names}
+
+
+def log_to(loggers: list[Any], metrics: Mapping[str, Any], step: int | None) -> None:
+    """Each logger's ``log_metrics`` with ``metrics`` as plain numbers (one-element tensors read once)."""
+    plain = {name: _plain(name, value) for name, value in metrics.items()}
+    for logger in loggers:
+        logger.log_metrics(plain, step=step)
+
+
+def _plain(name: str, value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"log: the value of {name!r} is a tensor of shape {tuple(value.shape)}; a logger takes one number. "
+                "Reduce it first (value.mean()) or log its entries under separate names."
+            )
+        return value.item()
+    return value
+
+
+def finalize(loggers: list[Any], status: str) -> None:
+    """Let each logger write what it buffered (``status``: "success", "failed" ...)."""
+    for logger in loggers:
+        if callable(getattr(logger, "finalize", None)):
+            logger.finalize(status)
