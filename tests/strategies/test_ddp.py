@@ -694,3 +694,18 @@ def test_runtime_loggers_are_written_by_rank_zero_and_flushed_when_the_function_
     assert (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines() == ["rank,step", "0.0,0",
                                                                                           "0.0,1"]
     assert sorted(os.listdir(tmp_path / "run")) == ["version_0"]
+
+
+def _rank_one_never_arrives(runtime: framework.Runtime) -> None:
+    if runtime.global_rank == 1:
+        time.sleep(120)
+    runtime.all_reduce(torch.ones(1))
+
+
+def test_a_collective_waiting_longer_than_the_timeout_fails_instead_of_hanging():
+    runtime = framework.Runtime(accelerator="cpu", devices=2, strategy=framework.strategies.DDPStrategy(timeout=2))
+    started = time.monotonic()
+    with pytest.raises(Exception, match="(?i)timed out|timeout") as info:
+        runtime.launch(_rank_one_never_arrives)
+    assert time.monotonic() - started < 30
+    assert "Raised on rank 0 of 2" in "".join(getattr(info.value, "__notes__", []))
