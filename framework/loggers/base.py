@@ -57,6 +57,17 @@ class Logger:
         """The run ended with ``status`` ("success", "failed" or "interrupted")."""
         self.save()
 
+    def run_state(self) -> dict[str, Any]:
+        """What this logger learned while it ran in a rank the Trainer started (its version, what it wrote).
+
+        The calling process's copy takes it in (``load_run_state``), so that the next
+        ``fit``/``validate``/``test`` goes on in the same files instead of starting them again.
+        """
+        return {}
+
+    def load_run_state(self, state: dict[str, Any]) -> None:
+        """Take in what ``run_state`` returned in the rank that ran."""
+
 
 class DummyLogger(Logger):
     """A logger that records nothing; ``fast_dev_run`` puts it in place of the real ones.

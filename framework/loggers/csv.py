@@ -51,6 +51,15 @@ class CSVLogger(DirectoryLogger):
         """``metrics_file``, by the name Lightning's ``logger.experiment`` gives it."""
         return self.metrics_file
 
+    def run_state(self) -> dict[str, Any]:
+        """Also whether ``metrics.csv`` was written and with which columns, so later rows are added to it."""
+        return {**super().run_state(), "written": self._written, "columns": self._columns}
+
+    def load_run_state(self, state: dict[str, Any]) -> None:
+        """Take in what ``run_state`` returned in the rank that ran."""
+        super().load_run_state(state)
+        self._written, self._columns = state["written"], state["columns"]
+
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Buffer one row: ``metrics`` at ``step``."""
         if step is None:

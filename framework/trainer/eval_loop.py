@@ -12,7 +12,7 @@ from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.runtime.transfer import move_to_device
 from framework.trainer.checkpoint import restore_for_evaluation
-from framework.trainer.data import any_rank_has_batches, eval_data, limited
+from framework.trainer.data import INFINITE, any_rank_has_batches, eval_data, limited
 from framework.trainer.metrics import to_floats
 from framework.trainer.results import Results
 from framework.trainer.signatures import check_dataloader_idx, without_unaccepted_batch_idx
@@ -103,8 +103,9 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
             hooks.call(names.start)
             hooks.call(names.epoch_start)
             predicting = kind == "predict"
+            synced = _batches_on_every_rank(trainer, limits) if trainer.world_size > 1 and not predicting else None
             outputs = _run_batches(trainer, names, results, loaders, limits, predicting,
-                                   keep=predicting and trainer._keep_predictions)
+                                   keep=predicting and trainer._keep_predictions, synced_batches=synced)
             results.dataloader_idx = None  # epoch-end logs belong to no single loader
             if predicting:
                 hooks.call(names.epoch_end)
@@ -126,20 +127,35 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
     return outputs
 
 
+def _batches_on_every_rank(trainer: Any, limits: list[float]) -> list[float]:
+    """How many batches of each loader every rank runs (unknown lengths count as none).
+
+    Each rank evaluates its own part of the data, so one rank may run a batch more than
+    another; a step value logged with ``sync_dist`` is reduced across the ranks in the batches
+    all of them run, and stays this rank's own in a batch only some run (a collective there
+    would wait for ranks that never come).
+    """
+    counts = torch.tensor([0.0 if limit == INFINITE else float(limit) for limit in limits])
+    return trainer.runtime.strategy.all_reduce(counts, "min").tolist()
+
+
 def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, limits: list[float],
-                 predicting: bool, keep: bool) -> list[Any]:
+                 predicting: bool, keep: bool, synced_batches: list[float] | None) -> list[Any]:
     hooks = trainer.hooks
     several = len(loaders) > 1
     step = _step_for(trainer, names, several)
     batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
     move = trainer.batch_mover()
     collected: list[list[Any]] = []
+    reduce = trainer.runtime.strategy.all_reduce
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
         extra = (dataloader_idx,) if several else ()
         predictions: list[Any] = []
         for batch_idx, batch in enumerate(limited(loader, limit)):
             batch = move(batch, dataloader_idx)
             results.start_batch(batch, dataloader_idx if several else None)
+            if synced_batches is not None:
+                results.step_sync = reduce if batch_idx < synced_batches[dataloader_idx] else None
             if batch_start is not None:
                 batch_start(batch, batch_idx, *extra)
             with trainer.runtime.autocast():

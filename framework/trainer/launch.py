@@ -43,7 +43,8 @@ def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodu
             state=trainer.state,
             metrics=_on_cpu((metrics.callback, metrics.logged, metrics.progress_bar)),
             callbacks={callback.state_key: _on_cpu(callback.state_dict()) for callback in trainer.callbacks},
-            log_versions=[getattr(logger, "_version", None) for logger in trainer.loggers],
+            loggers=[logger.run_state() for logger in trainer.loggers],
+            ckpt_path=trainer.ckpt_path,
         )
     return report
 
@@ -61,9 +62,9 @@ def _adopt(trainer: Any, report: dict[str, Any]) -> None:
         if getattr(callback, "dirpath", False) is None and "dirpath" in state:
             callback.dirpath = state["dirpath"]  # ModelCheckpoint resolves it in setup, which ran on the ranks
         callback.load_state_dict(state)
-    for logger, version in zip(trainer.loggers, report["log_versions"], strict=True):
-        if version is not None and hasattr(logger, "_version"):
-            logger._version = version
+    for logger, state in zip(trainer.loggers, report["loggers"], strict=True):
+        logger.load_run_state(state)
+    trainer.ckpt_path = report["ckpt_path"]
 
 
 def _predictions_in_order(per_rank: list[Any], loader_count: int) -> Any:

@@ -148,7 +148,8 @@ class Results:
         self.stamp = 0
         self.in_batch = False
         self.dataloader_idx: int | None = None
-        # With several ranks (training only): reduces a sync_dist step value across ranks when logged.
+        # With several ranks: reduces a sync_dist step value across ranks when logged (in evaluation, only in
+        # the batches every rank runs).
         self.step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None
 
     def start_batch(self, batch: Any, dataloader_idx: int | None = None) -> None:

@@ -155,7 +155,7 @@ class Trainer(TrainerProperties):
         self.metrics = MetricStore(self.loggers, self.runtime.strategy.all_reduce,
                                    self.runtime.strategy.all_gather_object if distributed else None)
         self.train_results = Results(training=True)
-        if distributed:  # evaluation's step values stay per rank: the ranks may run different batch counts
+        if distributed:  # evaluation's results get it per batch: the ranks may run different batch counts
             self.train_results.step_sync = self.runtime.strategy.all_reduce
         self.module: Module | None = None
         self.model: torch.nn.Module | None = None

@@ -709,3 +709,36 @@ def test_a_collective_waiting_longer_than_the_timeout_fails_instead_of_hanging()
         runtime.launch(_rank_one_never_arrives)
     assert time.monotonic() - started < 30
     assert "Raised on rank 0 of 2" in "".join(getattr(info.value, "__notes__", []))
+
+
+class LogsRankInValidation(Regressor):
+    def validation_step(self, batch, batch_idx):
+        self.log("rank", float(self.global_rank), on_step=True, on_epoch=False, sync_dist=True)
+
+
+def test_validation_step_values_are_synced_in_the_batches_every_rank_runs(tmp_path):
+    from framework.loggers import CSVLogger
+
+    trainer = quiet_trainer(devices=2, logger=CSVLogger(tmp_path, name="run"))
+    trainer.validate(LogsRankInValidation(), DataLoader(regression_data(10), batch_size=2), verbose=False)
+    # 10 samples: rank 0 runs 3 batches (5 samples), rank 1 runs 3 too: all synced; 9 samples: 3 and 2 batches
+    trainer.validate(LogsRankInValidation(), DataLoader(regression_data(9), batch_size=2), verbose=False)
+    rows = (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert rows == ["rank,step", "0.5,0", "0.5,1", "0.5,2", "0.5,0", "0.5,1", "0.0,2"]  # the last: rank 0 alone
+
+
+def test_runs_after_a_launched_fit_go_on_in_its_log_files_and_name_the_checkpoint_they_loaded(tmp_path):
+    from framework.loggers import CSVLogger
+
+    data = classification_data(20)
+    trainer = framework.Trainer(accelerator="cpu", devices=2, max_epochs=2, logger=CSVLogger(tmp_path, name="run"),
+                                default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False,
+                                log_every_n_steps=1)
+    model = Classifier()
+    trainer.fit(model, DataLoader(data, batch_size=5), DataLoader(data, batch_size=5))
+    trainer.validate(model, DataLoader(data, batch_size=5), ckpt_path="best", verbose=False)
+    assert trainer.ckpt_path == trainer.checkpoint_callback.best_model_path != ""
+    header, *rows = (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines()
+    steps = [row.split(",")[header.split(",").index("step")] for row in rows]
+    assert steps == ["1", "3", "4"]  # the validations in fit (2 steps an epoch), then validate()
+    assert sorted(os.listdir(tmp_path / "run")) == ["version_0"]
