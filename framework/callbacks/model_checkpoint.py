@@ -214,9 +214,11 @@ class ModelCheckpoint(Callback):
             return self._save_on_train_epoch_end
         if trainer.check_val_every_n_epoch != 1:
             return False
-        if not any(trainer.num_val_batches):
+        if trainer.val_check_interval == 1.0:
             return True
-        return trainer.val_check_interval == 1.0
+        # Validating inside the epoch: save after it, unless no rank has validation batches (a rank's own count
+        # may be 0 while the others validate, so it asks them).
+        return not trainer.runtime.reduce_boolean_decision(any(trainer.num_val_batches), all=False)
 
     def _save_due(self, trainer: Any) -> None:
         candidates = self._monitor_candidates(trainer)
@@ -224,11 +226,17 @@ class ModelCheckpoint(Callback):
         self._save_last_checkpoint(trainer, candidates)
 
     def _monitor_candidates(self, trainer: Any) -> dict[str, torch.Tensor]:
-        candidates = {key: value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(value)
+        """The values file names and the top-k ranking use: rank 0's, on every rank.
+
+        Values logged without ``sync_dist`` differ between ranks (a rank without validation
+        batches may have none); decided on each rank's own, the ranks would save and name files
+        differently and wait for each other in different collectives.
+        """
+        candidates = {key: value.detach().cpu().clone() if isinstance(value, torch.Tensor) else torch.tensor(value)
                       for key, value in trainer.callback_metrics.items()}
         candidates.setdefault("epoch", torch.tensor(trainer.current_epoch))
         candidates["step"] = torch.tensor(trainer.global_step)
-        return candidates
+        return trainer.runtime.broadcast(candidates) if trainer.world_size > 1 else candidates
 
     # -- top k ---
     def _save_topk_checkpoint(self, trainer: Any, candidates: dict[str, torch.Tensor]) -> None:
@@ -250,17 +258,16 @@ class ModelCheckpoint(Callback):
                 warnings.warn(message + " No checkpoint was saved by it until the metric appears.", stacklevel=2)
                 self._warned_missing = True
             return
-        if self._better_than_kth(trainer, current):
+        if self._better_than_kth(current):
             self._update_best_and_save(trainer, current, candidates)
         elif self.verbose and trainer.is_global_zero:
             console.info(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: {self.monitor!r} "
                          f"was not in top {self.save_top_k}")
 
-    def _better_than_kth(self, trainer: Any, current: torch.Tensor) -> bool:
+    def _better_than_kth(self, current: torch.Tensor) -> bool:
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
-        better = bool(_MODES[self.mode](current, self.best_k_models[self.kth_best_model_path].to(current.device)))
-        return trainer.runtime.reduce_boolean_decision(better, all=True)
+        return bool(_MODES[self.mode](current, self.best_k_models[self.kth_best_model_path].to(current.device)))
 
     def _update_best_and_save(self, trainer: Any, current: torch.Tensor, candidates: dict[str, torch.Tensor]) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
@@ -433,10 +440,9 @@ class ModelCheckpoint(Callback):
 
 
 def remove_on_rank_zero(trainer: Any, filepath: str) -> None:
-    """Delete a checkpoint file on global rank 0, then let every rank go on."""
+    """Delete a checkpoint file on global rank 0 (the one that writes them)."""
     if trainer.is_global_zero:
         remove(filepath)
-    trainer.runtime.barrier("remove_checkpoint")
 
 
 def _resolved(dirpath: str | os.PathLike) -> str:

@@ -40,10 +40,11 @@ def step_views(results: Results) -> Views:
 
 
 def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tensor],
-                gather: Callable[[Any], list[Any]] | None = None) -> Views:
-    """The same three dicts from the epoch's reduced values (``gather``: several ranks agree on what to sync)."""
+                gather: Callable[[Any], list[Any]] | None = None, module: Any = None) -> Views:
+    """The same three dicts from the epoch's reduced values (``gather``: several ranks agree on what to sync,
+    standing in for a Metric of ``module`` that this rank did not log)."""
     log, bar, callback = {}, {}, {}
-    for entry in results.entries() if gather is None else results.agreed_entries(gather):
+    for entry in results.entries() if gather is None else results.agreed_entries(gather, module):
         key = entry.key
         if not entry.on_epoch:
             continue
@@ -73,6 +74,7 @@ class MetricStore:
         self.loggers = loggers
         self.sync = sync
         self.gather = gather
+        self.module: Any = None  # the Module that logs, whose Metrics a rank that logged none may have to sync
         self.callback: dict[str, Any] = {}
         self.logged: dict[str, Any] = {}
         self.progress_bar: dict[str, Any] = {}
@@ -114,7 +116,7 @@ class MetricStore:
     def refresh_ending(self) -> None:
         """With several ranks: sync the ending epoch's values now, on every rank, for callbacks to read."""
         if self.gather is not None and self.ending is not None:
-            self._ending_views = epoch_views(self.ending, self.sync, self.gather)
+            self._ending_views = epoch_views(self.ending, self.sync, self.gather, self.module)
 
     def store(self, views: Views) -> dict[str, Any]:
         """Keep ``views`` as the latest values; returns the part meant for loggers."""
@@ -133,13 +135,13 @@ class MetricStore:
 
     def log_epoch(self, results: Results, step: int, epoch: int | None) -> dict[str, Any]:
         """Store the epoch values of ``results`` and hand them to the loggers; returns the logger part."""
-        log = self.store(epoch_views(results, self.sync, self.gather))
+        log = self.store(epoch_views(results, self.sync, self.gather, self.module))
         self.send(log, step, epoch)
         return log
 
     def keep_epoch(self, results: Results) -> None:
         """Store the epoch values of ``results`` in every metric dict without sending them to loggers."""
-        self.logged.update(self.store(epoch_views(results, self.sync, self.gather)))
+        self.logged.update(self.store(epoch_views(results, self.sync, self.gather, self.module)))
 
     def send(self, metrics: dict[str, Any], step: int, epoch: int | None, to_loggers: bool = True) -> None:
         """Loggers get floats, with the epoch under "epoch" (None: step values of evaluation, as Lightning)."""

@@ -7,6 +7,7 @@ the trainer hands them to loggers (every ``log_every_n_steps``) or an epoch ends
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ REDUCTIONS = ("mean", "sum", "max", "min")
 # list append costs far less than a tensor operation on every step.
 _FOLD_EVERY = 1024
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
+# The path standing for a logged Metric that is no submodule of the Module.
+_UNREACHABLE = "<not an attribute of the Module>"
 # What a rank that logged nothing adds to a synced epoch value (a mean syncs its total and weight).
 _EMPTY = {"mean": 0.0, "sum": 0.0, "max": -math.inf, "min": math.inf}
 _TORCH_REDUCTIONS = {
@@ -33,6 +36,7 @@ class LoggedValue:
     __slots__ = (
         "name", "suffix", "key", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "reduce_fx", "sync_dist",
         "step_value", "step_stamp", "pending", "weights", "folded", "folded_weight", "metric", "given", "empty_dtype",
+        "standing_in",
     )
 
     def __init__(self, name: str, suffix: str, on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool,
@@ -56,6 +60,7 @@ class LoggedValue:
         self.metric: Any = None
         self.given: tuple = ()  # the last self.log arguments checked: a call repeating them skips the check
         self.empty_dtype = torch.float32  # the dtype the other ranks' values have, where this rank logged none
+        self.standing_in = False  # this rank logged nothing under the name: the entry joins the others' sync
 
     def add(self, value: Any, weight: float) -> None:
         """Accumulate one batch's ``value`` for the epoch, with ``weight`` (the batch size for means)."""
@@ -91,7 +96,11 @@ class LoggedValue:
     def epoch_value(self, sync: Callable[[torch.Tensor, str], torch.Tensor]) -> torch.Tensor | None:
         """The epoch's reduced value (synced across ranks when ``sync_dist``), or None if nothing was logged."""
         if self.metric is not None:
-            return self.metric.compute()
+            if not self.standing_in:
+                return self.metric.compute()
+            with warnings.catch_warnings():  # torchmetrics warns of a compute before any update: expected here
+                warnings.simplefilter("ignore", UserWarning)
+                return self.metric.compute()
         if self.reduce == "callable":
             if not self.pending:
                 return None
@@ -261,30 +270,34 @@ class Results:
         """Every entry: the batch-time ones, then the epoch hooks' (so theirs win where names clash)."""
         return [*self.batch_entries.values(), *self.epoch_entries.values()]
 
-    def agreed_entries(self, gather: Callable[[Any], list[Any]]) -> list[LoggedValue]:
-        """``entries()``, with the synced ones the same, in the same order, on every rank.
+    def agreed_entries(self, gather: Callable[[Any], list[Any]], module: Any) -> list[LoggedValue]:
+        """``entries()``, with those whose epoch value syncs the same, in the same order, on every rank.
 
-        A rank that logged a synced name in no batch (it had no evaluation batches, or a branch
-        skipped the log) gets an empty entry for it, so every rank joins the same collectives.
+        A rank that logged such a name in no batch (it had no evaluation batches, or a branch
+        skipped the log) gets a stand-in entry for it, so every rank joins the same collectives:
+        an empty value for a ``sync_dist`` number, the Module's own Metric (found by its
+        attribute path in ``module``) for a torchmetrics Metric, whose ``compute`` syncs.
         """
         groups = (self.batch_entries, self.epoch_entries)
-        described = [[(e.key, e.name, e.suffix, e.on_step, e.prog_bar, e.logger, e.reduce_fx, e.value_dtype())
-                      for e in group.values() if _synced_by_value(e)] for group in groups]
+        described = [[_describe(e, module) for e in group.values() if _syncs_epoch_value(e)] for group in groups]
         everyone = gather(described)
         agreed: list[LoggedValue] = []
         for index, group in enumerate(groups):
-            agreed.extend(e for e in group.values() if not _synced_by_value(e))
+            agreed.extend(e for e in group.values() if not _syncs_epoch_value(e))
             seen: set[str] = set()
             for rank_described in everyone:
-                for key, name, suffix, on_step, prog_bar, logger, reduce_fx, dtype in rank_described[index]:
+                for description in rank_described[index]:
+                    key = description["key"]
                     if key in seen:
                         continue
                     seen.add(key)
+                    if description["metric_path"] == _UNREACHABLE:
+                        _check_every_rank_logged(key, [by_rank[index] for by_rank in everyone])
                     entry = group.get(key)
-                    if entry is None:
-                        entry = LoggedValue(name, suffix, on_step, True, prog_bar, logger, reduce_fx, True)
-                    if dtype is not None:
-                        entry.empty_dtype = dtype
+                    if entry is None:  # kept, so reset() resets a Metric whose compute() cached its value
+                        entry = group[key] = _stand_in(description, module)
+                    if description["dtype"] is not None:
+                        entry.empty_dtype = description["dtype"]
                     agreed.append(entry)
         return agreed
 
@@ -316,8 +329,41 @@ def _reduction(key: str, reduce_fx: Any) -> str | Callable:
     )
 
 
-def _synced_by_value(entry: LoggedValue) -> bool:
-    return entry.sync_dist and entry.on_epoch and entry.metric is None and entry.reduce in _EMPTY
+def _syncs_epoch_value(entry: LoggedValue) -> bool:
+    """Whether computing the entry's epoch value runs a collective (a ``sync_dist`` number, or a Metric's compute)."""
+    if not entry.on_epoch:
+        return False
+    return entry.metric is not None or (entry.sync_dist and entry.reduce in _EMPTY)
+
+
+def _describe(entry: LoggedValue, module: Any) -> dict[str, Any]:
+    """What another rank needs to stand in for ``entry``: its settings, its value's dtype, a Metric's path."""
+    metric_path = None
+    if entry.metric is not None:
+        metric_path = next((name for name, sub in module.named_modules() if sub is entry.metric), _UNREACHABLE)
+    return {"key": entry.key, "name": entry.name, "suffix": entry.suffix, "on_step": entry.on_step,
+            "prog_bar": entry.prog_bar, "logger": entry.logger, "reduce": entry.reduce,
+            "dtype": entry.value_dtype() if entry.metric is None else None, "metric_path": metric_path}
+
+
+def _check_every_rank_logged(key: str, described_by_rank: list[list[dict[str, Any]]]) -> None:
+    """A Metric the Module does not hold: every rank must have logged it, or the others' compute() would wait."""
+    if any(all(other["key"] != key for other in descriptions) for descriptions in described_by_rank):
+        raise MisconfigurationError(
+            f"self.log({key!r}, metric) got a torchmetrics Metric that is not an attribute of the Module, and a "
+            "rank that had no batch to log it in cannot join its sync. Make the Metric an attribute of the "
+            "Module (self.metric = Metric() in __init__)."
+        )
+
+
+def _stand_in(description: dict[str, Any], module: Any) -> LoggedValue:
+    d = description
+    entry = LoggedValue(d["name"], d["suffix"], d["on_step"], True, d["prog_bar"], d["logger"], d["reduce"],
+                        sync_dist=d["metric_path"] is None)
+    if d["metric_path"] is not None:
+        entry.metric = module.get_submodule(d["metric_path"])
+    entry.standing_in = True
+    return entry
 
 
 def _same_code(a: Any, b: Any) -> bool:

@@ -365,6 +365,7 @@ class Trainer(TrainerProperties):
         )
         # Loggers write on global rank 0 only; every rank checks the hyperparameters (so all fail alike).
         self.metrics.loggers = self.loggers if self.is_global_zero else []
+        self.metrics.module = module
         log_hyperparams(self.metrics.loggers, module, self.datamodule)
         for logger in self.metrics.loggers:
             logger.log_graph(module)

@@ -582,6 +582,54 @@ def test_a_rank_without_validation_batches_still_joins_the_epoch_end(tmp_path):
     assert quiet_trainer(devices=2).validate(ValidatesTiny(), one_sample, verbose=False)[0]["val_loss"] > 0
 
 
+class ValidatesTinyUnsynced(Regressor):
+    """Logs its validation loss without sync_dist, and as a torchmetrics Metric."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.val_mse = torchmetrics.MeanSquaredError()
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self(x), y))
+        self.val_mse(self(x), y)
+        self.log("val_mse", self.val_mse)
+
+
+def test_callbacks_monitoring_a_value_that_a_rank_without_validation_batches_lacks_do_not_hang(tmp_path):
+    # Rank 1 has no validation batch: it has no val_loss, and its Metric was never updated. Within the timeout
+    # every rank must still reach the same collectives: the Metric's sync, EarlyStopping's vote, and
+    # ModelCheckpoint's choice of when (val_check_interval=0.5) and under which name to save.
+    checkpoint = framework.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_last=True,
+                                                     filename="{epoch}-{val_loss:.3f}")
+    stopping = framework.callbacks.EarlyStopping("val_loss", patience=100, strict=True)
+    trainer = quiet_trainer(devices=2, max_epochs=2, val_check_interval=0.5, enable_checkpointing=True,
+                            callbacks=[checkpoint, stopping], strategy=framework.strategies.DDPStrategy(timeout=20))
+    one_sample = DataLoader(regression_data(1), batch_size=4)
+    trainer.fit(ValidatesTinyUnsynced(), DataLoader(regression_data(16), batch_size=4), one_sample)
+    assert trainer.global_step == 4
+    assert float(trainer.callback_metrics["val_mse"]) == pytest.approx(float(trainer.callback_metrics["val_loss"]))
+    assert len([name for name in os.listdir(tmp_path) if name.startswith("epoch=")]) == 1
+    assert os.path.exists(tmp_path / "last.ckpt")
+    results = quiet_trainer(devices=2, strategy=framework.strategies.DDPStrategy(timeout=20)).validate(
+        ValidatesTinyUnsynced(), one_sample, verbose=False)
+    assert results[0]["val_mse"] == pytest.approx(results[0]["val_loss"])
+
+
+class TagsCheckpointsPerRank(Regressor):
+    def training_step(self, batch, batch_idx):
+        self.log("tag", 1.0 if self.global_rank == 0 else float(batch_idx))  # not synced: differs by rank
+        return super().training_step(batch, batch_idx)
+
+
+def test_checkpoint_names_from_values_that_differ_by_rank_are_rank_zeros(tmp_path):
+    checkpoint = framework.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, filename="{tag:.0f}")
+    trainer = quiet_trainer(devices=2, max_epochs=1, enable_checkpointing=True, callbacks=[checkpoint],
+                            strategy=framework.strategies.DDPStrategy(timeout=20))
+    trainer.fit(TagsCheckpointsPerRank(), DataLoader(regression_data(32), batch_size=4))
+    assert sorted(os.listdir(tmp_path)) == ["tag=1.ckpt"]
+
+
 class LogsAMetricPerRank(Regressor):
     def __init__(self) -> None:
         super().__init__()
