@@ -164,6 +164,10 @@ class Strategy:
         """The same decision on every rank: all ranks agree (``all``) or any rank wants it."""
         return decision
 
+    def without_collectives(self) -> contextlib.AbstractContextManager:
+        """Inside it, collectives return this rank's own values at once (a rank handling its own failure)."""
+        return contextlib.nullcontext()
+
     # -- checkpoints ---
     def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """The ``state_dict()`` of the user's module inside any wrapper, as checkpoints hold it."""

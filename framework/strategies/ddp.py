@@ -6,7 +6,7 @@ import atexit
 import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -64,6 +64,7 @@ class DDPStrategy(Strategy):
         self.process_group_backend = process_group_backend
         self.ddp_kwargs = ddp_kwargs
         self._started_group = False
+        self._alone = False  # inside without_collectives()
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int] | None:
@@ -204,8 +205,17 @@ class DDPStrategy(Strategy):
         votes = int(count.item())
         return votes == self.world_size if all else votes > 0
 
+    @contextlib.contextmanager
+    def without_collectives(self) -> Iterator[None]:
+        """Inside it, collectives return this rank's own values at once (a rank handling its own failure)."""
+        alone, self._alone = self._alone, True
+        try:
+            yield
+        finally:
+            self._alone = alone
+
     def _in_group(self) -> bool:
-        return self.world_size > 1 and dist.is_initialized()
+        return self.world_size > 1 and not self._alone and dist.is_initialized()
 
     # -- end ---
     def end_process_group(self) -> None:

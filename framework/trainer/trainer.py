@@ -288,6 +288,8 @@ class Trainer(TrainerProperties):
             self.state.status = TrainerStatus.INTERRUPTED
             self._on_exception(interruption)
             self._finalize_loggers("interrupted")
+            if self.world_size > 1:
+                raise  # the others wait for this rank in a collective: its launcher must stop them all
             warnings.warn("Detected KeyboardInterrupt: the run was stopped (trainer.state.status is 'interrupted').",
                           stacklevel=3)
             return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
@@ -383,7 +385,11 @@ class Trainer(TrainerProperties):
         self.hooks.call(Hook.TEARDOWN, stage=stage)
 
     def _on_exception(self, error: BaseException) -> None:
-        if self.hooks is not None:
+        if self.hooks is None:
+            return
+        # The other ranks are not where this one is (they may wait in a collective of the step it left): what
+        # on_exception does (ModelCheckpoint's save) runs on this rank alone.
+        with self.runtime.strategy.without_collectives():
             self.hooks.call(Hook.ON_EXCEPTION, error)
 
     def _finalize_loggers(self, status: str) -> None:

@@ -284,6 +284,38 @@ def test_a_failing_rank_stops_the_others_and_its_error_reaches_the_caller(model_
         assert "training_step" in str(info.value.__cause__)  # the rank's own traceback
 
 
+class FailsAtBatchTwo(Regressor):
+    def __init__(self, failing_rank: int, error: type[BaseException]) -> None:
+        super().__init__()
+        self.failing_rank, self.error = failing_rank, error
+
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == self.failing_rank and batch_idx == 2:
+            raise self.error("stopped here")
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("failing_rank", [0, 1])
+def test_save_on_exception_saves_what_the_failing_rank_can_without_waiting_for_the_others(tmp_path, failing_rank):
+    checkpoint = framework.callbacks.ModelCheckpoint(dirpath=tmp_path, save_on_exception=True)
+    trainer = quiet_trainer(devices=2, max_epochs=1, enable_checkpointing=True, callbacks=[checkpoint],
+                            strategy=framework.strategies.DDPStrategy(timeout=30))
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="stopped here"):  # the rank's own error, not a collective's timeout
+        trainer.fit(FailsAtBatchTwo(failing_rank, ValueError), DataLoader(regression_data(64), batch_size=4))
+    assert time.monotonic() - started < 20
+    # rank 0 writes the files: it saves when it is the one failing; a failure elsewhere finds it inside a step
+    assert os.listdir(tmp_path) == (["epoch=0-step=2.ckpt"] if failing_rank == 0 else [])
+
+
+def test_a_keyboard_interrupt_on_one_rank_stops_all_and_fit_returns_interrupted():
+    trainer = quiet_trainer(devices=2, max_epochs=1, strategy=framework.strategies.DDPStrategy(timeout=30))
+    started = time.monotonic()
+    with pytest.warns(UserWarning, match="KeyboardInterrupt"):
+        trainer.fit(FailsAtBatchTwo(1, KeyboardInterrupt), DataLoader(regression_data(64), batch_size=4))
+    assert time.monotonic() - started < 20 and trainer.interrupted
+
+
 def test_ddp_spawn_trains_like_fork():
     def train(strategy: str) -> dict[str, torch.Tensor]:
         torch.manual_seed(2)
