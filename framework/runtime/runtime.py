@@ -501,6 +501,9 @@ class Runtime:
 
 
 def _ranks_of(environment: ClusterEnvironment) -> Ranks:
+    # torch's process group finds rank 0 through these; torchrun sets them, SLURM does not
+    os.environ.setdefault("MASTER_ADDR", environment.main_address)
+    os.environ.setdefault("MASTER_PORT", str(environment.main_port))
     return Ranks(world_size=environment.world_size, global_rank=environment.global_rank,
                   local_rank=environment.local_rank, node_rank=environment.node_rank,
                   local_world_size=environment.local_world_size)

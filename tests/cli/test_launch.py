@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import random
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +86,32 @@ def test_usage():
     assert done.returncode == 2 and "framework launch --nproc-per-node" in done.stdout
     done = subprocess.run([sys.executable, "-m", "framework", "fly"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown command 'fly'" in done.stderr
+
+
+def _free_port_in_slurms_range() -> int:
+    """A free port the ranks of a SLURM job derive from its id (15000 + id % 5000)."""
+    for port in random.sample(range(15000, 20000), 200):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise RuntimeError("no free port between 15000 and 20000")
+
+
+def test_tasks_started_by_slurm_find_each_other_without_master_addr(tmp_path):
+    # What `srun --ntasks=2 python launched_run.py ...` gives each task: SLURM's variables, no MASTER_ADDR/PORT.
+    environment = {key: value for key, value in _environment().items()
+                   if not key.startswith(("MASTER_", "SLURM_")) and key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    slurm = {"SLURM_NTASKS": "2", "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1",
+             "SLURM_JOB_ID": str(_free_port_in_slurms_range() - 15000), "SLURM_JOB_NAME": "train"}
+    script = [sys.executable, str(ROOT / "tests" / "strategies" / "launched_run.py"), str(tmp_path), "2", "1"]
+    tasks = [subprocess.Popen(script, cwd=ROOT, env={**environment, **slurm, "SLURM_PROCID": str(rank),
+                                                      "SLURM_LOCALID": str(rank)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outputs = [task.communicate(timeout=240)[0] for task in tasks]
+    assert [task.returncode for task in tasks] == [0, 0], outputs
+    reference = _reference()
+    for rank in (0, 1):
+        seen = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        assert (seen["world_size"], seen["local_rank"], seen["global_step"]) == (2, rank, 16)
+        for name, value in seen["weights"].items():
+            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
