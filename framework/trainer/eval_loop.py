@@ -91,7 +91,7 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
     hooks, module, metrics = trainer.hooks, trainer.module, trainer.metrics
     modes = {sub: sub.training for sub in module.modules()}
     hooks.call(names.model_eval)
-    results = Results(training=False)
+    results = Results(training=False, distributed=trainer.world_size > 1)
     module._results = results
     training_results, metrics.live = metrics.live, results
     outputs: list[Any] = []

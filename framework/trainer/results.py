@@ -148,8 +148,9 @@ class Results:
     epoch hook's wins.
     """
 
-    def __init__(self, training: bool) -> None:
+    def __init__(self, training: bool, distributed: bool = False) -> None:
         self.training = training
+        self.distributed = distributed  # several ranks: sync_dist means a collective
         self.batch_entries: dict[str, LoggedValue] = {}
         self.epoch_entries: dict[str, LoggedValue] = {}
         self.batch: Any = None
@@ -220,6 +221,12 @@ class Results:
             raise MisconfigurationError(f"self.log(name=...) needs a non-empty string; got {describe(name)}.")
         prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist = self._resolve(name + suffix, given)
         entry = LoggedValue(name, suffix, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
+        if self.distributed and sync_dist and entry.reduce == "callable" and not _is_metric(value):
+            raise MisconfigurationError(
+                f"self.log({name + suffix!r}, ..., reduce_fx={describe(reduce_fx)}, sync_dist=True): a reduce_fx of "
+                f"your own cannot be applied across ranks. Use one of {', '.join(map(repr, REDUCTIONS))}, or log a "
+                "torchmetrics Metric, which syncs itself."
+            )
         entry.given = given
         if _is_metric(value):
             entry.metric = value

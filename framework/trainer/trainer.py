@@ -154,7 +154,7 @@ class Trainer(TrainerProperties):
         distributed = self.runtime.world_size > 1
         self.metrics = MetricStore(self.loggers, self.runtime.strategy.all_reduce,
                                    self.runtime.strategy.all_gather_object if distributed else None)
-        self.train_results = Results(training=True)
+        self.train_results = Results(training=True, distributed=distributed)
         if distributed:  # evaluation's results get it per batch: the ranks may run different batch counts
             self.train_results.step_sync = self.runtime.strategy.all_reduce
         self.module: Module | None = None

@@ -197,6 +197,21 @@ def test_sync_dist_reduces_step_and_epoch_values_across_ranks():
     assert metrics["rank_local"] == 0.0  # not synced: rank 0's own
 
 
+class LogsWithItsOwnReduction(Regressor):
+    def training_step(self, batch, batch_idx):
+        self.log("rank", float(self.global_rank), reduce_fx=lambda values: values.max(), sync_dist=True)
+        return super().training_step(batch, batch_idx)
+
+
+def test_sync_dist_with_a_reduce_fx_of_ones_own_says_it_cannot_be_synced():
+    # one process: nothing to sync, the callable reduces the epoch; several: an error, not an unsynced value
+    trainer = quiet_trainer(devices=1, max_epochs=1)
+    trainer.fit(LogsWithItsOwnReduction(), DataLoader(regression_data(16), batch_size=4))
+    assert float(trainer.callback_metrics["rank"]) == 0.0
+    with pytest.raises(framework.MisconfigurationError, match=r"reduce_fx=.*sync_dist=True.*cannot be applied"):
+        quiet_trainer(devices=2, max_epochs=1).fit(LogsWithItsOwnReduction(), DataLoader(regression_data(16), 4))
+
+
 class StopsOnRankOne(Regressor):
     def on_train_batch_end(self, outputs, batch, batch_idx):
         if self.global_rank == 1 and self.trainer.global_step == 3:
