@@ -202,12 +202,16 @@ class Runtime:
     # -- set-up --------------------------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Let the strategy set up its environment (start the process group, where there is one)."""
+        self._check_launched("setup")
+        self.strategy.setup_environment()
+
+    def _check_launched(self, method: str) -> None:
         if self.needs_launch:
             raise MisconfigurationError(
-                f"This Runtime runs {self.world_size} processes, which have not been started: call "
-                "runtime.launch(function) first, or start the script with `framework launch` or torchrun."
+                f"runtime.{method}() before the {self.world_size} processes of this Runtime were started: call "
+                "runtime.launch() (or runtime.launch(function)) first, or start the script with `framework "
+                "launch` or torchrun."
             )
-        self.strategy.setup_environment()
 
     @contextlib.contextmanager
     def init_tensor(self) -> Iterator[None]:
@@ -296,6 +300,7 @@ class Runtime:
         """
         if not dataloaders:
             raise TypeError("setup_dataloaders needs at least one dataloader.")
+        self._check_launched("setup_dataloaders")
         wrapped = [
             RuntimeDataLoader(self._sharded(loader, even_batches) if use_distributed_sampler and self.world_size > 1
                               else loader, self.device if move_to_device else None, self.to_device)
@@ -534,9 +539,13 @@ def _run_as_rank(runtime: Runtime, rng: dict[str, Any], function: Callable[..., 
 
 
 def _numbers_as_tensors(data: Any, device: torch.device) -> Any:
-    if isinstance(data, (int, float)) and not isinstance(data, bool):
-        return torch.tensor(data, device=device)
-    return data
+    """``data`` with every Python number in it (at any depth) made a tensor on ``device``, as Fabric's collectives
+    take them."""
+    def as_tensor(value: Any) -> Any:
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return torch.tensor(value, device=device) if is_number else value
+
+    return map_tensors(as_tensor(data), lambda tensor: tensor, other=as_tensor)
 
 
 def _only_default_group(group: Any) -> None:

@@ -79,8 +79,9 @@ def shard_loader(loader: Any, num_replicas: int, rank: int, shuffle_seed: Callab
 
     A ``DistributedSampler`` (a shuffling loader's seeded by ``shuffle_seed()``), padded so every
     rank runs as many batches; with ``even_batches=False`` an unshuffled loader is dealt out in
-    turn without repeats instead. Iterable datasets and loaders already holding a
-    DistributedSampler are returned as they are.
+    turn without repeats instead. Another sampler (a subset, weights, replacement) keeps its
+    order, dealt out in turn. Iterable datasets and loaders already holding a DistributedSampler
+    are returned as they are.
     """
     if (not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset)
             or isinstance(loader.sampler, DistributedSampler)):
@@ -90,13 +91,14 @@ def shard_loader(loader: Any, num_replicas: int, rank: int, shuffle_seed: Callab
             "setup_dataloaders cannot shard a DataLoader with a custom batch_sampler. Shard it yourself "
             "(runtime.world_size, runtime.global_rank) and pass use_distributed_sampler=False."
         )
-    shuffle = isinstance(loader.sampler, RandomSampler)
-    if shuffle or even_batches:
-        sampler: Sampler = DistributedSampler(loader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
-                                              seed=shuffle_seed() if shuffle else 0)
-    else:
-        sampler = ShardedSampler(loader.sampler, num_replicas, rank, contiguous=False, pad=False)
-    return rebuilt(loader, sampler)
+    sampler = loader.sampler
+    shuffle = (type(sampler) is RandomSampler and not sampler.replacement
+               and sampler.num_samples == len(sampler.data_source))
+    if shuffle or (type(sampler) is SequentialSampler and even_batches):
+        return rebuilt(loader, DistributedSampler(loader.dataset, num_replicas=num_replicas, rank=rank,
+                                                  shuffle=shuffle, seed=shuffle_seed() if shuffle else 0))
+    # unpadded, or the user's own order (a subset, weights, replacement): that order, dealt out in turn
+    return rebuilt(loader, ShardedSampler(sampler, num_replicas, rank, contiguous=False, pad=even_batches))
 
 
 def rebuilt(loader: DataLoader, sampler: Sampler, generator: torch.Generator | None = None) -> DataLoader:

@@ -424,8 +424,33 @@ def test_runtime_without_started_ranks_says_how_to_start_them():
     forking = framework.Runtime(accelerator="cpu", devices=2, strategy="ddp_fork")
     with pytest.raises(framework.MisconfigurationError, match=r"runtime.launch\(train\)"):
         forking.launch()
-    with pytest.raises(framework.MisconfigurationError, match="have not been started"):
+    with pytest.raises(framework.MisconfigurationError, match="before the 2 processes of this Runtime were started"):
         runtime.setup(torch.nn.Linear(2, 2))
+    with pytest.raises(framework.MisconfigurationError, match=r"runtime.setup_dataloaders\(\) before"):
+        runtime.setup_dataloaders(DataLoader(regression_data(8), batch_size=2))
+
+
+def _nested_numbers(runtime: framework.Runtime) -> tuple:
+    rank = runtime.global_rank
+    reduced = runtime.all_reduce({"acc": float(rank), "seen": [rank + 1, torch.tensor(2.0)]}, reduce_op="sum")
+    gathered = runtime.all_gather({"n": rank + 1})
+    return float(reduced["acc"]), [float(v) for v in reduced["seen"]], gathered["n"].tolist()
+
+
+def test_collectives_take_numbers_at_any_depth_of_a_collection():
+    results = framework.Runtime(accelerator="cpu", devices=2).run_in_ranks(_nested_numbers)
+    assert results == [(1.0, [3.0, 4.0], [1, 2])] * 2
+
+
+def _custom_order_shares(runtime: framework.Runtime) -> list[int]:
+    subset = torch.utils.data.SubsetRandomSampler([0, 1, 2, 3], generator=torch.Generator().manual_seed(0))
+    loader = runtime.setup_dataloaders(DataLoader(TensorDataset(torch.arange(10)), batch_size=1, sampler=subset))
+    return sorted(int(index) for (batch,) in loader for index in batch)
+
+
+def test_setup_dataloaders_keeps_a_custom_samplers_order_and_deals_it_out():
+    shares = framework.Runtime(accelerator="cpu", devices=2).run_in_ranks(_custom_order_shares)
+    assert sorted(shares[0] + shares[1]) == [0, 1, 2, 3] and len(shares[0]) == len(shares[1]) == 2
 
 
 def test_ddp_options_are_checked_and_passed_to_ddp():
