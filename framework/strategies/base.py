@@ -164,6 +164,9 @@ class Strategy:
         """The same decision on every rank: all ranks agree (``all``) or any rank wants it."""
         return decision
 
+    def broadcast_buffers(self, module: nn.Module) -> None:
+        """Give every rank rank 0's buffers (BatchNorm statistics) of the set-up ``module``; nothing on one process."""
+
     def without_collectives(self) -> contextlib.AbstractContextManager:
         """Inside it, collectives return this rank's own values at once (a rank handling its own failure)."""
         return contextlib.nullcontext()

@@ -171,6 +171,23 @@ class DDPStrategy(Strategy):
         dist.all_gather(gathered, tensor)
         return torch.stack(gathered)
 
+    def broadcast_buffers(self, module: nn.Module) -> None:
+        """Give every rank rank 0's buffers (BatchNorm statistics), as DDP's forward does before each training step.
+
+        Evaluation bypasses DDP's forward; without this each rank would evaluate with the
+        statistics its own last batch left, and the synced metrics would mix models.
+        """
+        if not self._in_group() or not isinstance(module, DistributedDataParallel) or not module.broadcast_buffers:
+            return
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for buffer in module.module.buffers():
+            by_dtype.setdefault(buffer.dtype, []).append(buffer)
+        for buffers in by_dtype.values():  # one collective per dtype, not one per buffer
+            flat = torch.cat([buffer.reshape(-1) for buffer in buffers])
+            dist.broadcast(flat, src=0)
+            for buffer, value in zip(buffers, flat.split([buffer.numel() for buffer in buffers]), strict=True):
+                buffer.copy_(value.view_as(buffer))
+
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         """``obj`` as rank ``src`` has it (any picklable object), on every rank."""
         if not self._in_group():

@@ -90,6 +90,7 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
     names = _LOOPS[kind]
     hooks, module, metrics = trainer.hooks, trainer.module, trainer.metrics
     modes = {sub: sub.training for sub in module.modules()}
+    trainer.runtime.strategy.broadcast_buffers(trainer.model)  # every rank evaluates the model rank 0 saves
     hooks.call(names.model_eval)
     results = Results(training=False, distributed=trainer.world_size > 1)
     module._results = results

@@ -702,6 +702,29 @@ def test_checkpoint_names_from_values_that_differ_by_rank_are_rank_zeros(tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["tag=1.ckpt"]
 
 
+class WithBatchNorm(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh(),
+                                       torch.nn.Linear(8, 1))
+
+    def validation_step(self, batch, batch_idx):
+        self.statistics_seen = self.net[1].running_mean.clone()
+
+
+def _statistics_validation_sees(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    model = WithBatchNorm()
+    trainer = quiet_trainer(devices=2, max_epochs=1, num_sanity_val_steps=0)
+    trainer.fit(model, DataLoader(regression_data(32), batch_size=4, shuffle=True), DataLoader(regression_data(8), 4))
+    return model.statistics_seen, model.net[1].running_mean.clone()
+
+
+def test_every_rank_validates_with_rank_zeros_batch_norm_statistics():
+    (seen0, kept0), (seen1, kept1) = spawn(2, _statistics_validation_sees)
+    assert torch.equal(seen0, seen1) and torch.equal(seen0, kept0)  # the statistics rank 0 checkpoints
+    assert torch.equal(kept0, kept1)
+
+
 class LogsAMetricPerRank(Regressor):
     def __init__(self) -> None:
         super().__init__()
