@@ -130,9 +130,8 @@ def load_train_data(trainer: Any) -> None:
     loader = seed_workers_if_asked(loaders[0])
     if trainer.overfit_batches:
         loader = with_sequential_order(loader)
-    else:
-        replicas, rank = sampler_ranks(trainer)
-        loader = with_resumable_sampler(loader, lambda: shuffle_seed(trainer.state, trainer.runtime), replicas, rank)
+    replicas, rank = sampler_ranks(trainer)
+    loader = with_resumable_sampler(loader, lambda: shuffle_seed(trainer.state, trainer.runtime), replicas, rank)
     available = batch_count(loader)
     if available == 0:
         raise MisconfigurationError(

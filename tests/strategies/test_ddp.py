@@ -599,6 +599,25 @@ def _fit_without_sharding(rank: int) -> tuple[int, list[int]]:
     return trainer.global_step, sorted(seen)
 
 
+class RecordsSamples(Regressor):
+    def training_step(self, batch, batch_idx):
+        self.seen = [*getattr(self, "seen", []), batch[0][:, 0].tolist()]
+        return super().training_step(batch, batch_idx)
+
+
+def _overfitted_batches(rank: int) -> list:
+    model = RecordsSamples()
+    trainer = quiet_trainer(devices=2, max_epochs=2, overfit_batches=2)
+    trainer.fit(model, DataLoader(regression_data(32), batch_size=2, shuffle=True))
+    return model.seen
+
+
+def test_overfit_batches_shards_the_same_first_batches_over_the_ranks():
+    rank0, rank1 = spawn(2, _overfitted_batches)
+    first = regression_data(32).tensors[0][:8, 0].tolist()
+    assert rank0 == [first[0:4:2], first[4:8:2]] * 2 and rank1 == [first[1:4:2], first[5:8:2]] * 2
+
+
 def test_use_distributed_sampler_false_leaves_the_loader_whole_on_every_rank():
     assert spawn(2, _fit_without_sharding) == [(4, list(range(16)))] * 2
 
