@@ -139,9 +139,12 @@ def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
         state.load_state_dict(lightning_progress(checkpoint))
 
 
-def restore_for_evaluation(trainer: Any, fn: Any, ckpt_path: Any) -> None:
-    """Load ``ckpt_path`` before validate/test/predict; without a model or a path, the best checkpoint
-    of the last fit, as in Lightning."""
+def evaluation_ckpt_path(trainer: Any, fn: Any, ckpt_path: Any) -> Any:
+    """validate/test/predict's ``ckpt_path`` with "best" made the file's path, before the run starts.
+
+    Without a model or a path, the best checkpoint of the last fit, as in Lightning. Resolved
+    before the run's ``configure_callbacks`` may replace the ModelCheckpoint that knows it.
+    """
     if ckpt_path is None and not trainer._model_given:
         best = getattr(trainer.checkpoint_callback, "best_model_path", None)
         if best:
@@ -149,9 +152,14 @@ def restore_for_evaluation(trainer: Any, fn: Any, ckpt_path: Any) -> None:
                 f"trainer.{fn.value}() was called without a model, so the best checkpoint of the last fit is "
                 f"loaded ({best}), as Lightning does. Pass ckpt_path='best' to say so and silence this, or "
                 "ckpt_path='last', a path, or the model to use its current weights.",
-                stacklevel=6,
+                stacklevel=4,
             )
             ckpt_path = "best"
+    return resolve_ckpt_path(trainer, ckpt_path) if ckpt_path == "best" else ckpt_path
+
+
+def restore_for_evaluation(trainer: Any, ckpt_path: Any) -> None:
+    """Load ``ckpt_path`` (see ``evaluation_ckpt_path``) before validate/test/predict, if there is one."""
     checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None
     if checkpoint is not None:
         restore_checkpoint(trainer, checkpoint)

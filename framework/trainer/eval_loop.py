@@ -60,7 +60,7 @@ def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[di
     module = trainer.module
     if not overrides(module, Module, step_name):
         raise MisconfigurationError(f"trainer.{fn.value}() needs {type(module).__qualname__}.{step_name}.")
-    restore_for_evaluation(trainer, fn, ckpt_path)  # first, so a restored DataModule builds the loaders
+    restore_for_evaluation(trainer, ckpt_path)  # first, so a restored DataModule builds the loaders
     loaders, limits = eval_data(trainer, stage, getattr(trainer, f"limit_{stage}_batches"))
     trainer.eval_loaders[stage], trainer.eval_batches[stage] = loaders, limits
     if not any_rank_has_batches(trainer, limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
@@ -71,7 +71,7 @@ def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[di
 
 def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
     """``trainer.predict`` once set up: restore, ask for the loaders, run the loop, keep what was asked for."""
-    restore_for_evaluation(trainer, TrainerFn.PREDICTING, ckpt_path)
+    restore_for_evaluation(trainer, ckpt_path)
     loaders, limits = eval_data(trainer, "predict", trainer.limit_predict_batches)
     trainer.eval_loaders["predict"], trainer.eval_batches["predict"] = loaders, limits
     if not any_rank_has_batches(trainer, limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning

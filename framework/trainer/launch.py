@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from framework.nested import map_tensors
+from framework.trainer.dispatch import merge_module_callbacks
 from framework.trainer.state import TrainerFn
 
 
@@ -51,10 +52,14 @@ def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodu
 
 def _adopt(trainer: Any, report: dict[str, Any]) -> None:
     module = trainer.module
+    if set(report["weights"]) - set(module.state_dict()):
+        module.configure_model()  # the layers it builds were built on the ranks only (it must be idempotent)
     module.load_state_dict(report["weights"])
     trainer.model = module
     trainer.state = report["state"]
     trainer.metrics.callback, trainer.metrics.logged, trainer.metrics.progress_bar = report["metrics"]
+    # as on the ranks: the Module's configure_callbacks replace the Trainer's of the same type
+    trainer.callbacks = merge_module_callbacks(trainer.callbacks, module.configure_callbacks())
     for callback in trainer.callbacks:
         state = report["callbacks"].get(callback.state_key)
         if not state:

@@ -22,7 +22,7 @@ from framework.precision import Precision
 from framework.runtime import Runtime
 from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
-from framework.trainer.checkpoint import dump_checkpoint
+from framework.trainer.checkpoint import dump_checkpoint, evaluation_ckpt_path
 from framework.trainer.data import INFINITE, forget_fit_data
 from framework.trainer.defaults import default_loggers, with_default_callbacks
 from framework.trainer.dispatch import HookRunner, merge_module_callbacks
@@ -272,6 +272,8 @@ class Trainer(TrainerProperties):
             forget_fit_data(self)
         stage = "fit" if fn == TrainerFn.FITTING else fn.value
         try:
+            if fn != TrainerFn.FITTING:
+                ckpt_path = evaluation_ckpt_path(self, fn, ckpt_path)
             self._setup(stage)
             if fn == TrainerFn.FITTING:
                 self.fit_loop = FitLoop(self)

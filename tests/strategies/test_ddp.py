@@ -177,6 +177,50 @@ def test_after_fit_the_caller_holds_metrics_state_checkpoint_and_log_version(tmp
     assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0"]
 
 
+class BuildsItsLayersLate(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        del self.net
+        self.net = None
+
+    def configure_model(self):
+        if self.net is None:
+            self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def test_layers_built_in_configure_model_on_the_ranks_come_back_to_the_callers_module():
+    def train(devices: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = BuildsItsLayersLate()
+        quiet_trainer(devices=devices, max_epochs=1).fit(model, DataLoader(regression_data(32), 8 // devices))
+        return model.state_dict()
+
+    two_ranks, one = train(2), train(1)
+    assert set(two_ranks) == set(one) == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"}
+    for name, value in two_ranks.items():
+        torch.testing.assert_close(value, one[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+class ChoosesItsCheckpointing(Classifier):
+    test_step = Classifier.validation_step
+
+    def configure_callbacks(self):
+        return [framework.callbacks.ModelCheckpoint(dirpath=self.checkpoint_dir, monitor="val_acc", mode="max")]
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_checkpoint_callback_from_configure_callbacks_serves_test_with_the_best_checkpoint(tmp_path, devices):
+    model = ChoosesItsCheckpointing()
+    model.checkpoint_dir = str(tmp_path)
+    trainer = quiet_trainer(devices=devices, max_epochs=2, enable_checkpointing=True)
+    data = DataLoader(classification_data(20), batch_size=5)
+    trainer.fit(model, data, data)
+    best = trainer.checkpoint_callback.best_model_path
+    assert os.path.dirname(best) == str(tmp_path)  # the Module's callback, not the Trainer's default one
+    assert trainer.test(model, data, ckpt_path="best", verbose=False)[0]["val_seen"] == 20
+    assert trainer.ckpt_path == best
+
+
 class LogsPerRank(Regressor):
     def training_step(self, batch, batch_idx):
         rank = float(self.global_rank)
