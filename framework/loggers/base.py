@@ -58,15 +58,16 @@ class Logger:
         self.save()
 
     def run_state(self) -> dict[str, Any]:
-        """What this logger learned while it ran in a rank the Trainer started (its version, what it wrote).
+        """Which run this logger writes and what it wrote so far (plain data), for its copies in other processes.
 
-        The calling process's copy takes it in (``load_run_state``), so that the next
-        ``fit``/``validate``/``test`` goes on in the same files instead of starting them again.
+        Rank 0's goes to the other ranks when a run starts (so ``trainer.log_dir`` is the same
+        everywhere), and back to the calling process after ranks the Trainer started (so the
+        next ``fit``/``validate``/``test`` goes on in the same files instead of starting them again).
         """
         return {}
 
     def load_run_state(self, state: dict[str, Any]) -> None:
-        """Take in what ``run_state`` returned in the rank that ran."""
+        """Take in what ``run_state`` returned in another process."""
 
 
 class DummyLogger(Logger):

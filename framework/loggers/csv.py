@@ -56,7 +56,7 @@ class CSVLogger(DirectoryLogger):
         return {**super().run_state(), "written": self._written, "columns": self._columns}
 
     def load_run_state(self, state: dict[str, Any]) -> None:
-        """Take in what ``run_state`` returned in the rank that ran."""
+        """Take in what ``run_state`` returned in another process."""
         super().load_run_state(state)
         self._written, self._columns = state["written"], state["columns"]
 

@@ -72,16 +72,12 @@ class DirectoryLogger(Logger):
         return max(numbers) + 1 if numbers else 0
 
     def run_state(self) -> dict[str, Any]:
-        """The version and the hyperparameters, as logged and as written to ``hparams.yaml``."""
-        return {"version": self._version, "hparams": self.hparams, "hparams_logged": self.hparams_logged,
-                "hparams_written": self._hparams_written}
+        """The run's version (decided now if it was not yet). Hyperparameters are logged again by every run."""
+        return {"version": self.version}
 
     def load_run_state(self, state: dict[str, Any]) -> None:
-        """Take in what ``run_state`` returned in the rank that ran."""
+        """Take in what ``run_state`` returned in another process."""
         self._version = state["version"]
-        self.hparams = state["hparams"]
-        self.hparams_logged = state["hparams_logged"]
-        self._hparams_written = state["hparams_written"]
 
     def with_prefix(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """``metrics`` with ``prefix-`` before each name when a prefix was given."""

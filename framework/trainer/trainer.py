@@ -354,6 +354,10 @@ class Trainer(TrainerProperties):
             Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER
         )
         self.runtime.setup_environment()
+        if self.world_size > 1:  # every rank's loggers name rank 0's run (trainer.log_dir, checkpoint dirs)
+            states = self.runtime.broadcast([logger.run_state() for logger in self.loggers])
+            for logger, state in zip(self.loggers, states, strict=True):
+                logger.load_run_state(state)
         if self._prepares_data():
             self.hooks.call(Hook.PREPARE_DATA)
         self.runtime.barrier("prepare_data")

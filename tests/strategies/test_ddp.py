@@ -221,6 +221,18 @@ def test_a_checkpoint_callback_from_configure_callbacks_serves_test_with_the_bes
     assert trainer.ckpt_path == best
 
 
+def _log_dir_of_each_rank(rank: int, root: str) -> str:
+    trainer = framework.Trainer(accelerator="cpu", devices=2, max_epochs=1, default_root_dir=root,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Regressor(), DataLoader(regression_data(16), batch_size=4))
+    return trainer.log_dir
+
+
+def test_every_rank_names_the_same_log_dir(tmp_path):
+    os.makedirs(tmp_path / "lightning_logs" / "version_0")  # an earlier run's
+    assert spawn(2, _log_dir_of_each_rank, str(tmp_path)) == [str(tmp_path / "lightning_logs" / "version_1")] * 2
+
+
 class LogsPerRank(Regressor):
     def training_step(self, batch, batch_idx):
         rank = float(self.global_rank)
