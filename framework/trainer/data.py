@@ -67,8 +67,12 @@ def batch_count(loader: Iterable) -> float:
         return INFINITE
 
 
-def apply_limit(name: str, available: float, limit: int | float) -> float:
-    """How many batches to run given ``limit`` (a count, or a fraction of ``available``)."""
+def apply_limit(name: str, available: float, limit: int | float, whole: float | None = None) -> float:
+    """How many batches to run given ``limit`` (a count, or a fraction of ``available``).
+
+    ``whole``: the batches of the whole loader when ``available`` is one rank's part of it; a
+    fraction must leave some of the whole, though one rank's small part may round down to none.
+    """
     if isinstance(limit, float):
         if limit == 1.0:
             return available
@@ -78,13 +82,12 @@ def apply_limit(name: str, available: float, limit: int | float) -> float:
             raise MisconfigurationError(
                 f"{name}={limit} is a fraction, but the loader has no length; give an int number of batches instead."
             )
-        count = int(available * limit)
-        if count == 0 and limit > 0:
+        whole = available if whole is None else whole
+        if int(whole * limit) == 0 and limit > 0:
             raise MisconfigurationError(
-                f"{name}={limit} of {int(available)} batches rounds down to 0; "
-                f"raise it to at least {1 / available:.3g}."
+                f"{name}={limit} of {int(whole)} batches rounds down to 0; raise it to at least {1 / whole:.3g}."
             )
-        return count
+        return int(available * limit)
     return min(available, limit)
 
 
@@ -206,9 +209,7 @@ def load_val_data(trainer: Any) -> None:
     """Ask for fit's validation loaders and count their batches (sets ``val_loaders``, ``val_batch_counts``)."""
     loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
     name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
-    trainer.val_loaders = [for_this_rank(trainer, val) for val in loaders]
-    trainer.val_batch_counts = [apply_limit(name, batch_count(val), getattr(trainer, name))
-                                for val in trainer.val_loaders]
+    trainer.val_loaders, trainer.val_batch_counts = rank_parts(trainer, loaders, name, getattr(trainer, name))
     trainer.loaded_at["val"] = trainer.state.current_epoch
 
 
@@ -262,9 +263,15 @@ def eval_data(trainer: Any, stage: str, limit: int | float) -> tuple[list[Iterab
         )
     if all(batch_count(loader) == 0 for loader in loaders) and limit != 0:
         raise MisconfigurationError(f"The {stage} dataloader is empty (0 batches).")
-    loaders = [for_this_rank(trainer, loader) for loader in loaders]
-    limits = [apply_limit(f"limit_{stage}_batches", batch_count(loader), limit) for loader in loaders]
-    return loaders, limits
+    return rank_parts(trainer, loaders, f"limit_{stage}_batches", limit)
+
+
+def rank_parts(trainer: Any, loaders: list[Iterable], name: str, limit: int | float) -> tuple[list, list[float]]:
+    """This rank's part of each evaluation loader, and how many of its batches to run under ``limit`` (``name``)."""
+    parts = [for_this_rank(trainer, loader) for loader in loaders]
+    counts = [apply_limit(name, batch_count(part), limit, whole=batch_count(loader))
+              for part, loader in zip(parts, loaders, strict=True)]
+    return parts, counts
 
 
 def seed_workers_if_asked(loader: Iterable) -> Iterable:

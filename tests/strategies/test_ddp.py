@@ -147,6 +147,16 @@ def test_validation_over_an_uneven_split_counts_every_sample_once():
     assert 0.0 < results["val_acc"] < 1.0  # a value that could have come out otherwise
 
 
+def test_a_fraction_of_validation_batches_is_taken_of_each_ranks_part():
+    # 5 samples in batches of 2: rank 0's part has 2 batches (half: 1), rank 1's one (half: none); the fraction
+    # is checked against the whole loader's 3 batches, so it does not fail on rank 1
+    data = DataLoader(classification_data(5), batch_size=2)
+    results = quiet_trainer(devices=2, limit_val_batches=0.5).validate(Classifier(), data, verbose=False)
+    assert results[0]["val_seen"] == 2
+    with pytest.raises(framework.MisconfigurationError, match="0.2 of 3 batches rounds down to 0"):
+        quiet_trainer(devices=2, limit_val_batches=0.2).validate(Classifier(), data, verbose=False)
+
+
 def test_predictions_of_all_ranks_come_back_in_dataset_order():
     data = classification_data(23)
     model = Classifier()
