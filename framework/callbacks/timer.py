@@ -123,8 +123,9 @@ class Timer(Callback):
             self._check(trainer)
 
     def _check(self, trainer: Any) -> None:
-        # rank 0's clock decides, or the ranks could disagree and one would wait for the others forever
-        up = trainer.runtime.broadcast(self.time_elapsed("train") >= self._duration)
+        # each rank's own clock: a stop wished on any rank is agreed by all before it takes effect (no collective
+        # here, which would cost a round trip every batch)
+        up = self.time_elapsed("train") >= self._duration
         if up and not trainer.should_stop:
             trainer.should_stop = True
             if self._verbose and trainer.is_global_zero:

@@ -169,10 +169,17 @@ def _collect(workers: list[Any], channels: list[Connection]) -> list[Any]:
     return results
 
 
+_SIGNAL_HINTS = {
+    signal.SIGKILL: " (SIGKILL often means the machine ran out of memory)",
+    signal.SIGABRT: (" (gloo aborts a rank whose collective does not match the other ranks': did they take different "
+                     "paths, one skipping a step or logging with sync_dist where the others did not?)"),
+}
+
+
 def _exited(rank: int, world_size: int, exitcode: int | None) -> RankExitedError:
     if exitcode is not None and exitcode < 0:
         how = f"was killed by {signal.Signals(-exitcode).name}"
-        hint = " (SIGKILL often means the machine ran out of memory)" if exitcode == -signal.SIGKILL else ""
+        hint = _SIGNAL_HINTS.get(-exitcode, "")
     else:
         how, hint = f"exited with code {exitcode} before returning", ""
     return RankExitedError(f"Rank {rank} of {world_size} {how}{hint}; the other ranks were stopped.")

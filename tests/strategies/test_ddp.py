@@ -296,6 +296,19 @@ def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_step():
     assert spawn(2, _fit_and_report, StopsOnRankOne) == [(4, 1), (4, 1)]
 
 
+def _fit_with_a_timer_only_rank_one_runs_out_of(rank: int) -> tuple[int, int]:
+    from datetime import timedelta
+
+    timer = framework.callbacks.Timer(duration=timedelta(microseconds=1 if rank == 1 else 10**10), interval="step")
+    trainer = quiet_trainer(devices=2, max_epochs=5, callbacks=[timer])
+    trainer.fit(Regressor(), DataLoader(regression_data(64), batch_size=4))
+    return trainer.global_step, trainer.current_epoch
+
+
+def test_a_timer_running_out_on_one_rank_stops_every_rank_at_the_same_step():
+    assert spawn(2, _fit_with_a_timer_only_rank_one_runs_out_of) == [(2, 1), (2, 1)]
+
+
 class EarlyStopsOnRankOne(Regressor):
     def validation_step(self, batch, batch_idx):
         # rank 1 sees its loss rise every epoch, rank 0 sees it fall: only rank 1 wants to stop
