@@ -240,7 +240,13 @@ class Trainer(TrainerProperties):
                 return_predictions: bool | None = None, ckpt_path: str | None = None,
                 weights_only: bool | None = None) -> list[Any] | None:
         """Run ``predict_step`` over the data; returns the predictions, moved to the CPU, in order (a list
-        per loader if several), or None with ``return_predictions=False`` (nothing is kept then)."""
+        per loader if several), or None with ``return_predictions=False`` (nothing is kept then).
+
+        With ranks the Trainer started itself, each rank predicts a contiguous part of the data and
+        the caller gets every rank's predictions joined in dataset order (a DistributedSampler of
+        your own keeps its own order; its parts are joined rank by rank). Where a launcher started
+        the ranks (torchrun, SLURM), each rank returns its own part, as in Lightning.
+        """
         datamodule, dataloaders = _datamodule_or_loaders("predict", datamodule, dataloaders)
         self._keep_predictions = return_predictions is not False
         return self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only)
