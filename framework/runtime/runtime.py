@@ -103,7 +103,7 @@ class Runtime:
                 "or make the Trainer/Runtime arguments match."
             )
         if launched:
-            ranks = _ranks_of(self.environment)
+            ranks = _attached_ranks(self.environment)
         else:
             self.environment = None
             ranks = Ranks(world_size=world_size, local_world_size=len(self.device_ids))
@@ -169,7 +169,7 @@ class Runtime:
     def _join_launched(self) -> None:
         """In a process the launcher started: take up this rank's device and share the machine's cores."""
         self.environment = detect_environment()
-        ranks = _ranks_of(self.environment)
+        ranks = _attached_ranks(self.environment)
         self._connect(ranks)
         _share_cores(ranks.local_world_size)
 
@@ -505,8 +505,9 @@ class Runtime:
         return f"Runtime(device={self.device}, strategy={self.strategy!r}, precision={self.precision!r})"
 
 
-def _ranks_of(environment: ClusterEnvironment) -> Ranks:
-    # torch's process group finds rank 0 through these; torchrun sets them, SLURM does not
+def _attached_ranks(environment: ClusterEnvironment) -> Ranks:
+    """The ranks a launcher set up, with rank 0's address exported where torch's process group reads it
+    (torchrun sets MASTER_ADDR/MASTER_PORT, SLURM does not)."""
     os.environ.setdefault("MASTER_ADDR", environment.main_address)
     os.environ.setdefault("MASTER_PORT", str(environment.main_port))
     return Ranks(world_size=environment.world_size, global_rank=environment.global_rank,
