@@ -8,7 +8,7 @@ any object with ``log_metrics(metrics, step)`` (the classes in ``framework.logge
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -62,6 +62,19 @@ def _plain(name: str, value: Any) -> Any:
             )
         return value.item()
     return value
+
+
+def agree_on_runs(loggers: list[Any], broadcast: Callable[[Any], Any]) -> None:
+    """Every rank's copy of each logger takes rank 0's run (its version directory ...), where it tells one."""
+    states = broadcast([_run_state(logger) for logger in loggers])
+    for logger, state in zip(loggers, states, strict=True):
+        if state is not None:
+            logger.load_run_state(state)
+
+
+def _run_state(logger: Any) -> dict[str, Any] | None:
+    run_state = getattr(logger, "run_state", None)  # a logger of the user's own may not have one
+    return run_state() if callable(run_state) else None
 
 
 def finalize(loggers: list[Any], status: str) -> None:

@@ -19,7 +19,7 @@ from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import compile_module, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import ClusterEnvironment, detect_environment
-from framework.runtime.reporting import as_list, call_hook, finalize, log_to
+from framework.runtime.reporting import agree_on_runs, as_list, call_hook, finalize, log_to
 from framework.runtime.saving import load_object, restore_into, state_dicts
 from framework.runtime.sharding import shard_loader
 from framework.runtime.transfer import move_to_device
@@ -90,6 +90,7 @@ class Runtime:
         self.callbacks = as_list(callbacks)
         self._loggers = as_list(loggers)
         self._unflushed_logs = False  # log_dict sent something the loggers may still buffer
+        self._loggers_agreed = False  # every rank's loggers name rank 0's run
         if world_size > 1 and not self.strategy.multi_process:
             raise MisconfigurationError(
                 f"devices={devices!r} with num_nodes={num_nodes} needs one process per device, which strategy="
@@ -204,6 +205,9 @@ class Runtime:
         """Let the strategy set up its environment (start the process group, where there is one)."""
         self._check_launched("setup")
         self.strategy.setup_environment()
+        if self._loggers and self.world_size > 1 and not self._loggers_agreed:
+            self._loggers_agreed = True
+            agree_on_runs(self._loggers, self.broadcast)
 
     def _check_launched(self, method: str) -> None:
         if self.needs_launch:

@@ -20,6 +20,7 @@ from framework.loggers.base import DummyLogger, Logger
 from framework.module import Module
 from framework.precision import Precision
 from framework.runtime import Runtime
+from framework.runtime.reporting import agree_on_runs
 from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
 from framework.trainer.checkpoint import dump_checkpoint, evaluation_ckpt_path
@@ -361,9 +362,7 @@ class Trainer(TrainerProperties):
         )
         self.runtime.setup_environment()
         if self.world_size > 1:  # every rank's loggers name rank 0's run (trainer.log_dir, checkpoint dirs)
-            states = self.runtime.broadcast([logger.run_state() for logger in self.loggers])
-            for logger, state in zip(self.loggers, states, strict=True):
-                logger.load_run_state(state)
+            agree_on_runs(self.loggers, self.runtime.broadcast)
         if self._prepares_data():
             self.hooks.call(Hook.PREPARE_DATA)
         self.runtime.barrier("prepare_data")

@@ -919,11 +919,14 @@ class _EpochCounter:
         self.epochs.append(epoch)
 
 
-def _logs_from_every_rank(runtime: framework.Runtime) -> list[int]:
+def _logs_from_every_rank(runtime: framework.Runtime) -> tuple[list[int], str]:
     for epoch in range(2):
         runtime.log("rank", float(runtime.global_rank), step=epoch)
         runtime.call("on_train_epoch_end", epoch=epoch)
-    return runtime.callbacks[0].epochs
+    if runtime.is_global_zero:
+        os.makedirs(runtime.logger.log_dir, exist_ok=True)  # rank 0's run directory exists now ...
+    runtime.barrier()
+    return runtime.callbacks[0].epochs, runtime.logger.log_dir  # ... and rank 1 still names it, not the next one
 
 
 def test_runtime_loggers_are_written_by_rank_zero_and_flushed_when_the_function_returns(tmp_path):
@@ -931,7 +934,8 @@ def test_runtime_loggers_are_written_by_rank_zero_and_flushed_when_the_function_
 
     runtime = framework.Runtime(accelerator="cpu", devices=2, callbacks=_EpochCounter(),
                                 loggers=CSVLogger(tmp_path, name="run"))
-    assert runtime.run_in_ranks(_logs_from_every_rank) == [[0, 1], [0, 1]]  # callbacks run on every rank
+    log_dir = str(tmp_path / "run" / "version_0")
+    assert runtime.run_in_ranks(_logs_from_every_rank) == [([0, 1], log_dir)] * 2  # callbacks run on every rank
     assert (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines() == ["rank,step", "0.0,0",
                                                                                           "0.0,1"]
     assert sorted(os.listdir(tmp_path / "run")) == ["version_0"]
