@@ -34,3 +34,15 @@ if LOGGER.level == logging.NOTSET:
 def info(message: str) -> None:
     """Tell the user ``message`` (callers in distributed runs call this on global rank 0 only)."""
     LOGGER.info(message)
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` shown at the first line outside the framework (the user's call), however deep it is."""
+    import os
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level + 1)

@@ -116,9 +116,14 @@ class EarlyStopping(Callback):
     def _check(self, trainer: Any) -> None:
         metrics = trainer.callback_metrics
         current = metrics.get(self.monitor)
-        # A rank without validation batches may lack a value logged without sync_dist that the others have: it
-        # follows their decision (every rank must reach the same collectives); missing everywhere is the error.
-        if not trainer.runtime.reduce_boolean_decision(current is not None, all=False):
+        kind, reason = None, None
+        if current is not None:
+            kind, reason = self._evaluate(torch.as_tensor(current).detach().squeeze().cpu())
+        # One vote of every rank: has the value, wants to stop. A rank without validation batches may lack a value
+        # logged without sync_dist that the others have: it follows them; missing everywhere is the error.
+        has_value, should_stop = (bool(vote) for vote in trainer.runtime.all_reduce(
+            torch.tensor([current is not None, kind is not None], dtype=torch.float32), reduce_op="max"))
+        if not has_value:
             message = (f"EarlyStopping(monitor={self.monitor!r}) found no {self.monitor!r} in the logged metrics: "
                        f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value), or change monitor=")
             if self.strict:
@@ -126,10 +131,6 @@ class EarlyStopping(Callback):
             if self.verbose:
                 warnings.warn(message + ".", RuntimeWarning, stacklevel=2)
             return
-        kind, reason = None, None
-        if current is not None:
-            kind, reason = self._evaluate(torch.as_tensor(current).detach().squeeze().cpu())
-        should_stop = trainer.runtime.reduce_boolean_decision(kind is not None, all=False)
         trainer.should_stop = trainer.should_stop or should_stop
         if should_stop:
             self.stopped_epoch = trainer.current_epoch

@@ -236,7 +236,7 @@ class ModelCheckpoint(Callback):
                       for key, value in trainer.callback_metrics.items()}
         candidates.setdefault("epoch", torch.tensor(trainer.current_epoch))
         candidates["step"] = torch.tensor(trainer.global_step)
-        return trainer.runtime.broadcast(candidates) if trainer.world_size > 1 else candidates
+        return trainer.runtime.broadcast(candidates)
 
     # -- top k ---
     def _save_topk_checkpoint(self, trainer: Any, candidates: dict[str, torch.Tensor]) -> None:

@@ -72,14 +72,14 @@ def _slurm(environ: Mapping[str, str]) -> ClusterEnvironment:
 
 
 def first_host(nodelist: str) -> str:
-    """The first host name of a SLURM node list such as ``"gpu[003-005,009],cpu01"`` (here ``"gpu003"``)."""
-    first = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    """The first host name of a SLURM node list such as ``"gpu[003-005,009]-ib,cpu01"`` (here ``"gpu003-ib"``)."""
+    first = re.match(r"([^,\[]+)(?:\[([^\]]+)\]([^,]*))?", nodelist.strip())
     if first is None:
         raise MisconfigurationError(f"SLURM_NODELIST={nodelist!r} is not a node list this framework can read.")
-    prefix, ranges = first.group(1), first.group(2)
+    prefix, ranges, suffix = first.group(1), first.group(2), first.group(3)
     if ranges is None:
         return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
 
 
 def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int:

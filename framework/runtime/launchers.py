@@ -14,6 +14,7 @@ import pickle
 import signal
 import socket
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -209,12 +210,40 @@ def _run_worker(rank: int, world_size: int, port: int, parent_pid: int, channel:
     _die_with_parent(parent_pid)
     os.environ.update(rank_variables(rank, world_size, port))
     try:
-        function, args = _unpickled(work) if isinstance(work, bytes) else work
-        message = ("ok", function(*args), "")
+        if isinstance(work, bytes):
+            function, args = _unpickled(work)
+            message = ("ok", function(*args), "")
+        else:
+            message = ("ok", _in_new_thread(*work), "")
     except BaseException as error:  # also SystemExit and KeyboardInterrupt: the caller must hear of them
         message = ("error", error, traceback.format_exc())
     channel.send_bytes(_pickled(message))
     channel.close()
+
+
+def _in_new_thread(function: Callable[..., Any], args: tuple) -> Any:
+    """``function(*args)`` in a thread of its own, its exception re-raised here.
+
+    A forked process inherits the OpenMP thread pool of the thread that forked, without its
+    threads: when the calling process had run a parallel operation (a large matmul ...), any
+    parallel operation in the fork's main thread waits for them forever. A new thread starts
+    a pool of its own, so a forked rank can use several cores.
+    """
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, function(*args)))
+        except BaseException as error:  # handed to the main thread, which raises it
+            outcome.append((False, error))
+
+    worker = threading.Thread(target=run, name="framework-rank")
+    worker.start()
+    worker.join()
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return value
 
 
 def _unpickled(work: bytes) -> tuple[Callable[..., Any], tuple]:

@@ -7,6 +7,7 @@ any object with ``log_metrics(metrics, step)`` (the classes in ``framework.logge
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -36,14 +37,24 @@ def call_hook(callbacks: list[Any], hook_name: str, args: tuple, kwargs: dict[st
 def _accepted(method: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     if not kwargs:
         return kwargs
+    function = getattr(method, "__func__", method)
     try:
-        parameters = inspect.signature(method).parameters.values()
+        names = _keyword_names(function)
+    except TypeError:  # an unhashable callable object: not cached
+        names = _keyword_names.__wrapped__(function)
+    return kwargs if names is None else {key: value for key, value in kwargs.items() if key in names}
+
+
+@functools.lru_cache(maxsize=1024)
+def _keyword_names(function: Any) -> frozenset[str] | None:
+    """The names ``function`` takes by keyword, or None when it takes any (``**kwargs``, or no signature)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: pass everything
-        return kwargs
+        return None
     if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
-        return kwargs
-    names = {parameter.name for parameter in parameters}
-    return {key: value for key, value in kwargs.items() if key in names}
+        return None
+    return frozenset(parameter.name for parameter in parameters)
 
 
 def log_to(loggers: list[Any], metrics: Mapping[str, Any], step: int | None) -> None:

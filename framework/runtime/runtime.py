@@ -497,6 +497,8 @@ class Runtime:
 
             runtime.load_raw("pretrained.pt", model)
         """
+        if not isinstance(obj, nn.Module) and not callable(getattr(obj, "load_state_dict", None)):
+            raise TypeError(f"load_raw(obj={describe(obj)}): obj must be a torch.nn.Module or an optimizer.")
         state_dict = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
         self.barrier("load_raw")
         load_object(obj, state_dict, self.strategy, strict)
@@ -550,7 +552,7 @@ def _numbers_as_tensors(data: Any, device: torch.device) -> Any:
         is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
         return torch.tensor(value, device=device) if is_number else value
 
-    return map_tensors(as_tensor(data), lambda tensor: tensor, other=as_tensor)
+    return map_tensors(data, lambda tensor: tensor, other=as_tensor)
 
 
 def _only_default_group(group: Any) -> None:

@@ -54,7 +54,5 @@ def load_object(target: Any, state_dict: dict[str, Any], strategy: Any, strict: 
     """Load ``state_dict`` into a module (``strict`` key matching) or an optimizer, in place."""
     if isinstance(target, nn.Module):
         strategy.unwrap(forward_module(target)).load_state_dict(state_dict, strict=strict)
-    elif callable(getattr(target, "load_state_dict", None)):
-        original_optimizer(target).load_state_dict(state_dict)
     else:
-        raise TypeError(f"load_raw(obj={type(target).__name__}): obj must be a torch.nn.Module or an optimizer.")
+        original_optimizer(target).load_state_dict(state_dict)

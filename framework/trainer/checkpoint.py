@@ -6,6 +6,7 @@ import os
 import warnings
 from typing import Any
 
+from framework import console
 from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.errors import MisconfigurationError, describe
 from framework.hparams import checkpoint_safe
@@ -148,11 +149,10 @@ def evaluation_ckpt_path(trainer: Any, fn: Any, ckpt_path: Any) -> Any:
     if ckpt_path is None and not trainer._model_given:
         best = getattr(trainer.checkpoint_callback, "best_model_path", None)
         if best:
-            warnings.warn(
+            console.warn_user(
                 f"trainer.{fn.value}() was called without a model, so the best checkpoint of the last fit is "
                 f"loaded ({best}), as Lightning does. Pass ckpt_path='best' to say so and silence this, or "
-                "ckpt_path='last', a path, or the model to use its current weights.",
-                stacklevel=4,
+                "ckpt_path='last', a path, or the model to use its current weights."
             )
             ckpt_path = "best"
     return resolve_ckpt_path(trainer, ckpt_path) if ckpt_path == "best" else ckpt_path

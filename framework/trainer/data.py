@@ -70,8 +70,9 @@ def batch_count(loader: Iterable) -> float:
 def apply_limit(name: str, available: float, limit: int | float, whole: float | None = None) -> float:
     """How many batches to run given ``limit`` (a count, or a fraction of ``available``).
 
-    ``whole``: the batches of the whole loader when ``available`` is one rank's part of it; a
-    fraction must leave some of the whole, though one rank's small part may round down to none.
+    ``whole``: the batches of the whole loader when ``available`` is one rank's part of it. A
+    fraction must leave at least one batch of the whole; then every rank with batches runs at
+    least one (one process runs ``int(whole * limit)``, the ranks about as many together).
     """
     if isinstance(limit, float):
         if limit == 1.0:
@@ -87,7 +88,7 @@ def apply_limit(name: str, available: float, limit: int | float, whole: float | 
             raise MisconfigurationError(
                 f"{name}={limit} of {int(whole)} batches rounds down to 0; raise it to at least {1 / whole:.3g}."
             )
-        return int(available * limit)
+        return max(int(available * limit), min(available, 1)) if limit > 0 else 0
     return min(available, limit)
 
 
@@ -130,9 +131,8 @@ def load_train_data(trainer: Any) -> None:
         raise no_training_data()
     if len(loaders) != 1:
         raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
-    loader = seed_workers_if_asked(loaders[0])
-    if trainer.overfit_batches:
-        loader = with_sequential_order(loader)
+    given = seed_workers_if_asked(loaders[0])
+    loader = with_sequential_order(given) if trainer.overfit_batches else given
     replicas, rank = sampler_ranks(trainer)
     loader = with_resumable_sampler(loader, lambda: shuffle_seed(trainer.state, trainer.runtime), replicas, rank)
     available = batch_count(loader)
@@ -142,7 +142,7 @@ def load_train_data(trainer: Any) -> None:
         )
     name = "overfit_batches" if trainer.overfit_batches else "limit_train_batches"
     trainer.train_loader = loader
-    trainer.num_training_batches = apply_limit(name, available, getattr(trainer, name))
+    trainer.num_training_batches = apply_limit(name, available, getattr(trainer, name), whole=batch_count(given))
     trainer.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
                                               trainer.num_training_batches)
     trainer.loaded_at["train"] = trainer.state.current_epoch

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils.data import IterableDataset
 
 from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
@@ -104,7 +105,7 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
             hooks.call(names.start)
             hooks.call(names.epoch_start)
             predicting = kind == "predict"
-            synced = _batches_on_every_rank(trainer, limits) if trainer.world_size > 1 and not predicting else None
+            synced = None if predicting else _batches_on_every_rank(trainer, loaders, limits)
             outputs = _run_batches(trainer, names, results, loaders, limits, predicting,
                                    keep=predicting and trainer._keep_predictions, synced_batches=synced)
             results.dataloader_idx = None  # epoch-end logs belong to no single loader
@@ -128,15 +129,19 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
     return outputs
 
 
-def _batches_on_every_rank(trainer: Any, limits: list[float]) -> list[float]:
-    """How many batches of each loader every rank runs (unknown lengths count as none).
+def _batches_on_every_rank(trainer: Any, loaders: list, limits: list[float]) -> list[float] | None:
+    """How many batches of each loader every rank runs (unknown lengths count as none, and so do an iterable
+    dataset's: its ``__len__`` may promise batches a rank's own part of the stream does not have).
 
     Each rank evaluates its own part of the data, so one rank may run a batch more than
     another; a step value logged with ``sync_dist`` is reduced across the ranks in the batches
     all of them run, and stays this rank's own in a batch only some run (a collective there
     would wait for ranks that never come).
     """
-    counts = torch.tensor([0.0 if limit == INFINITE else float(limit) for limit in limits])
+    if trainer.world_size == 1:
+        return None  # nothing to sync
+    counts = torch.tensor([0.0 if limit == INFINITE or isinstance(getattr(loader, "dataset", None), IterableDataset)
+                           else float(limit) for loader, limit in zip(loaders, limits, strict=True)])
     return trainer.runtime.strategy.all_reduce(counts, "min").tolist()
 
 

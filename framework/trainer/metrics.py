@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from framework.errors import MisconfigurationError
+from framework.trainer.agreement import agreed_entries
 from framework.trainer.results import Results
 
 Views = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
@@ -44,7 +45,7 @@ def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tens
     """The same three dicts from the epoch's reduced values (``gather``: several ranks agree on what to sync,
     standing in for a Metric of ``module`` that this rank did not log)."""
     log, bar, callback = {}, {}, {}
-    for entry in results.entries() if gather is None else results.agreed_entries(gather, module):
+    for entry in results.entries() if gather is None else agreed_entries(results, gather, module):
         key = entry.key
         if not entry.on_epoch:
             continue

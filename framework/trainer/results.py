@@ -21,10 +21,8 @@ REDUCTIONS = ("mean", "sum", "max", "min")
 # list append costs far less than a tensor operation on every step.
 _FOLD_EVERY = 1024
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
-# The path standing for a logged Metric that is no submodule of the Module.
-_UNREACHABLE = "<not an attribute of the Module>"
 # What a rank that logged nothing adds to a synced epoch value (a mean syncs its total and weight).
-_EMPTY = {"mean": 0.0, "sum": 0.0, "max": -math.inf, "min": math.inf}
+EMPTY = {"mean": 0.0, "sum": 0.0, "max": -math.inf, "min": math.inf}
 _TORCH_REDUCTIONS = {
     torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", max: "max", min: "min", sum: "sum",
 }
@@ -108,10 +106,10 @@ class LoggedValue:
         if self.pending:
             self._fold()
         if self.folded is None:
-            if not self.sync_dist or self.reduce not in _EMPTY:
+            if not self.sync_dist or self.reduce not in EMPTY:
                 return None
             # logged on other ranks only: join their collectives with a value that changes nothing
-            self.folded = torch.tensor(_EMPTY[self.reduce], dtype=self.empty_dtype)
+            self.folded = torch.tensor(EMPTY[self.reduce], dtype=self.empty_dtype)
         total = self.folded
         if self.reduce == "mean":
             weight = torch.tensor(self.folded_weight, dtype=total.dtype, device=total.device)
@@ -221,14 +219,14 @@ class Results:
             raise MisconfigurationError(f"self.log(name=...) needs a non-empty string; got {describe(name)}.")
         prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist = self._resolve(name + suffix, given)
         entry = LoggedValue(name, suffix, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
-        if self.distributed and sync_dist and entry.reduce == "callable" and not _is_metric(value):
+        if self.distributed and sync_dist and entry.reduce == "callable" and not is_metric(value):
             raise MisconfigurationError(
                 f"self.log({name + suffix!r}, ..., reduce_fx={describe(reduce_fx)}, sync_dist=True): a reduce_fx of "
                 f"your own cannot be applied across ranks. Use one of {', '.join(map(repr, REDUCTIONS))}, or log a "
                 "torchmetrics Metric, which syncs itself."
             )
         entry.given = given
-        if _is_metric(value):
+        if is_metric(value):
             entry.metric = value
         return entry
 
@@ -277,37 +275,6 @@ class Results:
         """Every entry: the batch-time ones, then the epoch hooks' (so theirs win where names clash)."""
         return [*self.batch_entries.values(), *self.epoch_entries.values()]
 
-    def agreed_entries(self, gather: Callable[[Any], list[Any]], module: Any) -> list[LoggedValue]:
-        """``entries()``, with those whose epoch value syncs the same, in the same order, on every rank.
-
-        A rank that logged such a name in no batch (it had no evaluation batches, or a branch
-        skipped the log) gets a stand-in entry for it, so every rank joins the same collectives:
-        an empty value for a ``sync_dist`` number, the Module's own Metric (found by its
-        attribute path in ``module``) for a torchmetrics Metric, whose ``compute`` syncs.
-        """
-        groups = (self.batch_entries, self.epoch_entries)
-        described = [[_describe(e, module) for e in group.values() if _syncs_epoch_value(e)] for group in groups]
-        everyone = gather(described)
-        agreed: list[LoggedValue] = []
-        for index, group in enumerate(groups):
-            agreed.extend(e for e in group.values() if not _syncs_epoch_value(e))
-            seen: set[str] = set()
-            for rank_described in everyone:
-                for description in rank_described[index]:
-                    key = description["key"]
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    if description["metric_path"] == _UNREACHABLE:
-                        _check_every_rank_logged(key, [by_rank[index] for by_rank in everyone])
-                    entry = group.get(key)
-                    if entry is None:  # kept, so reset() resets a Metric whose compute() cached its value
-                        entry = group[key] = _stand_in(description, module)
-                    if description["dtype"] is not None:
-                        entry.empty_dtype = description["dtype"]
-                    agreed.append(entry)
-        return agreed
-
     def reset(self) -> None:
         """Forget every entry (resetting logged Metrics), so the next epoch starts empty."""
         for entry in self.entries():
@@ -336,47 +303,11 @@ def _reduction(key: str, reduce_fx: Any) -> str | Callable:
     )
 
 
-def _syncs_epoch_value(entry: LoggedValue) -> bool:
-    """Whether computing the entry's epoch value runs a collective (a ``sync_dist`` number, or a Metric's compute)."""
-    if not entry.on_epoch:
-        return False
-    return entry.metric is not None or (entry.sync_dist and entry.reduce in _EMPTY)
-
-
-def _describe(entry: LoggedValue, module: Any) -> dict[str, Any]:
-    """What another rank needs to stand in for ``entry``: its settings, its value's dtype, a Metric's path."""
-    metric_path = None
-    if entry.metric is not None:
-        metric_path = next((name for name, sub in module.named_modules() if sub is entry.metric), _UNREACHABLE)
-    return {"key": entry.key, "name": entry.name, "suffix": entry.suffix, "on_step": entry.on_step,
-            "prog_bar": entry.prog_bar, "logger": entry.logger, "reduce": entry.reduce,
-            "dtype": entry.value_dtype() if entry.metric is None else None, "metric_path": metric_path}
-
-
-def _check_every_rank_logged(key: str, described_by_rank: list[list[dict[str, Any]]]) -> None:
-    """A Metric the Module does not hold: every rank must have logged it, or the others' compute() would wait."""
-    if any(all(other["key"] != key for other in descriptions) for descriptions in described_by_rank):
-        raise MisconfigurationError(
-            f"self.log({key!r}, metric) got a torchmetrics Metric that is not an attribute of the Module, and a "
-            "rank that had no batch to log it in cannot join its sync. Make the Metric an attribute of the "
-            "Module (self.metric = Metric() in __init__)."
-        )
-
-
-def _stand_in(description: dict[str, Any], module: Any) -> LoggedValue:
-    d = description
-    entry = LoggedValue(d["name"], d["suffix"], d["on_step"], True, d["prog_bar"], d["logger"], d["reduce"],
-                        sync_dist=d["metric_path"] is None)
-    if d["metric_path"] is not None:
-        entry.metric = module.get_submodule(d["metric_path"])
-    entry.standing_in = True
-    return entry
-
-
 def _same_code(a: Any, b: Any) -> bool:
     """Two reductions written as the same function (a lambda in training_step is a new object each call)."""
     return callable(a) and callable(b) and getattr(a, "__code__", a) is getattr(b, "__code__", b)
 
 
-def _is_metric(value: Any) -> bool:
+def is_metric(value: Any) -> bool:
+    """Whether ``value`` is a torchmetrics Metric (or quacks like one), without importing torchmetrics."""
     return hasattr(value, "compute") and hasattr(value, "update") and hasattr(value, "reset")

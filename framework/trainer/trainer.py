@@ -20,7 +20,7 @@ from framework.loggers.base import DummyLogger, Logger
 from framework.module import Module
 from framework.precision import Precision
 from framework.runtime import Runtime
-from framework.runtime.reporting import agree_on_runs
+from framework.runtime.reporting import agree_on_runs, finalize
 from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
 from framework.trainer.checkpoint import dump_checkpoint, evaluation_ckpt_path
@@ -265,9 +265,11 @@ class Trainer(TrainerProperties):
     def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
              ckpt_path: Any, weights_only: bool | None) -> Any:
         module = self._attach(fn, model, datamodule)
+        self._model_given = model is not None
+        if fn != TrainerFn.FITTING:  # here, once, not on each rank the Trainer may start
+            ckpt_path = evaluation_ckpt_path(self, fn, ckpt_path)
         if self.runtime.needs_launch:
             return self._run_launched(fn, model, datamodule, loaders, ckpt_path, weights_only)
-        self._model_given = model is not None
         self.given_loaders = loaders
         self._weights_only = weights_only
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
@@ -279,8 +281,6 @@ class Trainer(TrainerProperties):
             forget_fit_data(self)
         stage = "fit" if fn == TrainerFn.FITTING else fn.value
         try:
-            if fn != TrainerFn.FITTING:
-                ckpt_path = evaluation_ckpt_path(self, fn, ckpt_path)
             self._setup(stage)
             if fn == TrainerFn.FITTING:
                 self.fit_loop = FitLoop(self)
@@ -404,8 +404,7 @@ class Trainer(TrainerProperties):
             self.hooks.call(Hook.ON_EXCEPTION, error)
 
     def _finalize_loggers(self, status: str) -> None:
-        for logger in self.metrics.loggers:
-            logger.finalize(status)
+        finalize(self.metrics.loggers, status)
 
     # -- services the loops and the Module call ------------------------------------------------------------------------
     def batch_mover(self) -> Callable[[Any, int], Any]:

@@ -36,7 +36,8 @@ def test_an_interactive_slurm_shell_is_not_a_launch():
 
 
 @pytest.mark.parametrize(("nodelist", "host"), [("node7", "node7"), ("gpu[003-005,009],cpu01", "gpu003"),
-                                                ("a[1,4]", "a1"), ("host-1,host-2", "host-1")])
+                                                ("a[1,4]", "a1"), ("host-1,host-2", "host-1"),
+                                                ("node[1-2]-ib,login", "node1-ib")])
 def test_first_host_of_a_slurm_node_list(nodelist, host):
     assert first_host(nodelist) == host
 

@@ -148,11 +148,12 @@ def test_validation_over_an_uneven_split_counts_every_sample_once():
 
 
 def test_a_fraction_of_validation_batches_is_taken_of_each_ranks_part():
-    # 5 samples in batches of 2: rank 0's part has 2 batches (half: 1), rank 1's one (half: none); the fraction
-    # is checked against the whole loader's 3 batches, so it does not fail on rank 1
+    # 5 samples in batches of 2: rank 0's part (3 samples) has 2 batches, half of them 1; rank 1's part (2 samples)
+    # has 1, half of which would be none: the fraction is checked against the whole loader's 3 batches and every
+    # rank with batches runs at least one, so nothing fails or is skipped
     data = DataLoader(classification_data(5), batch_size=2)
     results = quiet_trainer(devices=2, limit_val_batches=0.5).validate(Classifier(), data, verbose=False)
-    assert results[0]["val_seen"] == 2
+    assert results[0]["val_seen"] == 4
     with pytest.raises(framework.MisconfigurationError, match="0.2 of 3 batches rounds down to 0"):
         quiet_trainer(devices=2, limit_val_batches=0.2).validate(Classifier(), data, verbose=False)
 
@@ -564,6 +565,29 @@ def test_testing_spawn_joins_a_gloo_group_and_reraises():
         spawn(2, fails)
 
 
+def _parallel_matmul(rank: int, a: torch.Tensor) -> float:
+    import faulthandler
+
+    faulthandler.dump_traceback_later(30, exit=True)  # a hang fails the test instead of blocking it
+    torch.set_num_threads(2)
+    result = float((a @ a).sum())
+    faulthandler.cancel_dump_traceback_later()
+    return result
+
+
+def test_forked_ranks_run_parallel_operations_after_the_caller_did():
+    # The caller's OpenMP thread pool is copied into a fork without its threads: a parallel operation in the fork's
+    # main thread would wait for them forever.
+    a = torch.randn(1000, 1000)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        expected = float((a @ a).sum())
+        assert spawn(2, _parallel_matmul, a) == [pytest.approx(expected)] * 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _fabric_style_loop(runtime: framework.Runtime, accumulate: int, path: str) -> dict[str, torch.Tensor]:
     """The loop of a Fabric script: setup, setup_dataloaders, backward, optimizer.step, no_backward_sync, save."""
     torch.manual_seed(0)
@@ -684,6 +708,12 @@ class RecordsSamples(Regressor):
         return super().training_step(batch, batch_idx)
 
 
+def test_a_fraction_of_overfit_batches_is_taken_of_the_whole_loader():
+    trainer = quiet_trainer(devices=2, max_epochs=1, overfit_batches=0.1)  # 10 batches: 1, sharded over 2 ranks
+    trainer.fit(Regressor(), DataLoader(regression_data(40), batch_size=4))
+    assert trainer.global_step == 1
+
+
 def _overfitted_batches(rank: int) -> list:
     model = RecordsSamples()
     trainer = quiet_trainer(devices=2, max_epochs=2, overfit_batches=2)
@@ -784,6 +814,36 @@ def test_callbacks_monitoring_a_value_that_a_rank_without_validation_batches_lac
     results = quiet_trainer(devices=2, strategy=framework.strategies.DDPStrategy(timeout=20)).validate(
         ValidatesTinyUnsynced(), one_sample, verbose=False)
     assert results[0]["val_mse"] == pytest.approx(results[0]["val_loss"])
+
+
+class KeepsPredictionsInMetrics(Regressor):
+    """Metrics whose states are lists (of 2-d float and of integer tensors), and one that does not sync."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.auroc = torchmetrics.classification.MulticlassAUROC(num_classes=2, thresholds=None)
+        self.local_max = torchmetrics.MaxMetric(sync_on_compute=False)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        prediction = self(x)
+        self.auroc.update(torch.cat([prediction, -prediction], dim=1).softmax(dim=1), (y.squeeze(1) > 0).long())
+        self.local_max.update(prediction.max())
+        self.log("auroc", self.auroc)
+        self.log("local_max", self.local_max)
+
+
+def test_metrics_keeping_lists_sync_even_with_a_rank_that_had_no_batch():
+    torch.manual_seed(0)
+    model = KeepsPredictionsInMetrics()
+    data = DataLoader(regression_data(2, seed=1), batch_size=8)  # one sample of each class
+    expected = quiet_trainer(devices=1).validate(model, data, verbose=False)[0]
+    # 3 ranks, 2 samples: rank 2 has no batch, and its stand-ins must join the AUROC's gathers of a 2-d float and
+    # an integer list state; the MaxMetric does not sync, so no stand-in is made for it
+    results = quiet_trainer(devices=3, strategy=framework.strategies.DDPStrategy(timeout=20)).validate(
+        model, data, verbose=False)[0]
+    assert results["auroc"] == pytest.approx(expected["auroc"])
+    assert "local_max" in results
 
 
 class TagsCheckpointsPerRank(Regressor):
