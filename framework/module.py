@@ -188,10 +188,15 @@ class Module(ModuleHooks, nn.Module):
                  enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
                  add_dataloader_idx: bool = True, batch_size: int | None = None,
                  rank_zero_only: bool = False) -> None:
-        """``self.log`` for every item of ``dictionary`` with the same settings."""
-        if not isinstance(dictionary, Mapping):
-            raise MisconfigurationError(f"log_dict(dictionary=...) needs a mapping; got {describe(dictionary)}.")
-        for name, value in dictionary.items():
+        """``self.log`` for every item of ``dictionary`` (a mapping, or a torchmetrics ``MetricCollection``: each
+        of its metrics under its name) with the same settings."""
+        items = dictionary.items() if isinstance(dictionary, Mapping) else _collection_items(dictionary)
+        if items is None:
+            raise MisconfigurationError(
+                f"log_dict(dictionary=...) needs a mapping or a torchmetrics MetricCollection; got "
+                f"{describe(dictionary)}."
+            )
+        for name, value in items:
             self.log(name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
                      reduce_fx=reduce_fx, sync_dist=sync_dist, add_dataloader_idx=add_dataloader_idx,
                      batch_size=batch_size)
@@ -363,3 +368,12 @@ class Module(ModuleHooks, nn.Module):
     def to_onnx(self, file_path: str | os.PathLike, input_sample: Any = None, **kwargs: Any) -> Any:
         """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``)."""
         return export.to_onnx(self, file_path, input_sample, **kwargs)
+
+
+def _collection_items(value: Any) -> Any:
+    """A torchmetrics MetricCollection's (name, metric) pairs, as Lightning logs them; None for anything else."""
+    if not hasattr(value, "compute"):  # torchmetrics is imported only for what could be a collection
+        return None
+    from torchmetrics import MetricCollection
+
+    return value.items(keep_base=False, copy_state=False) if isinstance(value, MetricCollection) else None

@@ -436,3 +436,28 @@ def test_the_same_settings_spelled_differently_are_accepted():
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=3)
     trainer.fit(Spellings(), loader())
     assert {"mean_value_epoch", "avg_value_epoch", "max_value_epoch", "shown"} <= set(trainer.callback_metrics)
+
+
+class LogsACollection(Regressor):
+    def __init__(self):
+        super().__init__()
+        self.errors = torchmetrics.MetricCollection(
+            {"mse": torchmetrics.MeanSquaredError(), "mae": torchmetrics.MeanAbsoluteError()}, prefix="val_")
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.errors.update(self(x), y)
+        self.log_dict(self.errors)
+
+
+def test_log_dict_takes_a_metric_collection_and_logs_each_metric_by_its_name():
+    model = LogsACollection()
+    data = _uneven_loader()
+    results = quiet_trainer().validate(model, data, verbose=False)[0]
+    x, y = data.dataset.tensors
+    with torch.no_grad():
+        predicted = model(x)
+    assert results == pytest.approx({"val_mse": float(((predicted - y) ** 2).mean()),
+                                     "val_mae": float((predicted - y).abs().mean())})
+    with pytest.raises(framework.MisconfigurationError, match="needs a mapping or a torchmetrics MetricCollection"):
+        model.log_dict([("a", 1.0)])
