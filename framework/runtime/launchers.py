@@ -237,7 +237,8 @@ def _in_new_thread(function: Callable[..., Any], args: tuple) -> Any:
         except BaseException as error:  # handed to the main thread, which raises it
             outcome.append((False, error))
 
-    worker = threading.Thread(target=run, name="framework-rank")
+    # a daemon: if this thread is interrupted (SIGINT) while the rank goes on, the process exits without it
+    worker = threading.Thread(target=run, name="framework-rank", daemon=True)
     worker.start()
     worker.join()
     succeeded, value = outcome[0]
