@@ -8,6 +8,7 @@ of the CPU cores instead of torchrun's 1.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Sequence
 
@@ -25,10 +26,11 @@ def launch(argv: Sequence[str]) -> int:
     from torch.distributed.run import get_args_parser, run
 
     argv = list(argv)
-    options = _options_before_script(argv)
+    parser = get_args_parser()
+    options = _options_before_script(argv, _flags_of(parser))
     if not any(option.split("=")[0] in _RENDEZVOUS_OPTIONS for option in options) and _nodes(options) == "1":
         argv.insert(0, "--standalone")
-    parsed = get_args_parser().parse_args(argv)
+    parsed = parser.parse_args(argv)
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(_threads_per_rank(parsed.nproc_per_node))
     try:
@@ -40,14 +42,18 @@ def launch(argv: Sequence[str]) -> int:
     return 0
 
 
-def _options_before_script(argv: list[str]) -> list[str]:
+def _flags_of(parser: argparse.ArgumentParser) -> set[str]:
+    """The options of torchrun's parser that take no value (``--standalone``, ``-m`` ...), whatever its version."""
+    return {option for action in parser._actions if action.nargs == 0 for option in action.option_strings}
+
+
+def _options_before_script(argv: list[str], flags: set[str]) -> list[str]:
     """The launcher's own options: everything before the script (the first argument not an option or its value)."""
     options: list[str] = []
     index = 0
     while index < len(argv) and argv[index].startswith("-"):
         options.append(argv[index])
-        takes_value = "=" not in argv[index] and argv[index] not in ("--standalone", "--no-python", "--no_python",
-                                                                     "-m", "--module", "--run-path", "--run_path")
+        takes_value = "=" not in argv[index] and argv[index] not in flags
         if takes_value and index + 1 < len(argv):
             options.append(argv[index + 1])
             index += 1

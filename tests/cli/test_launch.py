@@ -115,3 +115,14 @@ def test_tasks_started_by_slurm_find_each_other_without_master_addr(tmp_path):
         assert (seen["world_size"], seen["local_rank"], seen["global_step"]) == (2, rank, 16)
         for name, value in seen["weights"].items():
             torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_the_launchers_own_options_end_at_the_script_whatever_flags_torchrun_has():
+    from torch.distributed.run import get_args_parser
+
+    from framework.cli.launch import _flags_of, _options_before_script
+
+    flags = _flags_of(get_args_parser())
+    argv = ["--virtual-local-rank", "--nproc-per-node", "2", "--max-restarts=1", "train.py", "--epochs", "3"]
+    assert _options_before_script(argv, flags) == ["--virtual-local-rank", "--nproc-per-node", "2", "--max-restarts=1"]
+    assert _options_before_script(["-m", "package.train", "--lr", "1"], flags) == ["-m"]
