@@ -30,6 +30,20 @@ def _reference() -> dict[str, torch.Tensor]:
     return plain_pytorch_weights(Regressor(), regression_data(), batch_size=8, epochs=2)
 
 
+def _what_the_ranks_saw(processes: list[subprocess.Popen], out: Path) -> list[dict]:
+    """Each rank's record from launched_run.py, once all ended well and trained as one process with the doubled
+    batch (16 steps, the plain loop's weights)."""
+    outputs = [process.communicate(timeout=240)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    reference = _reference()
+    seen = [torch.load(out / f"rank{rank}.pt", weights_only=True) for rank in range(len(processes))]
+    for record in seen:
+        assert record["global_step"] == 16
+        for name, value in record["weights"].items():
+            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+    return seen
+
+
 def test_two_nodes_on_one_machine_train_as_one_process_with_the_doubled_batch(tmp_path):
     port = str(free_port())
     script = [str(ROOT / "tests" / "strategies" / "launched_run.py"), str(tmp_path), "1", "2"]
@@ -39,15 +53,8 @@ def test_two_nodes_on_one_machine_train_as_one_process_with_the_doubled_batch(tm
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for rank in (0, 1)
     ]
-    outputs = [node.communicate(timeout=240)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs
-    reference = _reference()
-    for rank in (0, 1):
-        seen = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+    for rank, seen in enumerate(_what_the_ranks_saw(nodes, tmp_path)):
         assert (seen["world_size"], seen["node_rank"], seen["local_rank"]) == (2, rank, 0)
-        assert seen["global_step"] == 16
-        for name, value in seen["weights"].items():
-            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_launch_runs_the_tutorial_unchanged_on_two_ranks():
@@ -107,14 +114,8 @@ def test_tasks_started_by_slurm_find_each_other_without_master_addr(tmp_path):
     tasks = [subprocess.Popen(script, cwd=ROOT, env={**environment, **slurm, "SLURM_PROCID": str(rank),
                                                       "SLURM_LOCALID": str(rank)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
-    outputs = [task.communicate(timeout=240)[0] for task in tasks]
-    assert [task.returncode for task in tasks] == [0, 0], outputs
-    reference = _reference()
-    for rank in (0, 1):
-        seen = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
-        assert (seen["world_size"], seen["local_rank"], seen["global_step"]) == (2, rank, 16)
-        for name, value in seen["weights"].items():
-            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+    for rank, seen in enumerate(_what_the_ranks_saw(tasks, tmp_path)):
+        assert (seen["world_size"], seen["local_rank"]) == (2, rank)
 
 
 def test_the_launchers_own_options_end_at_the_script_whatever_flags_torchrun_has():
