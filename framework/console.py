@@ -8,7 +8,9 @@ Lightning does; once it has, they reach its handlers instead, and ``caplog`` see
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import warnings
 
 LOGGER = logging.getLogger("framework")
 
@@ -38,9 +40,6 @@ def info(message: str) -> None:
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn`` shown at the first line outside the framework (the user's call), however deep it is."""
-    import os
-    import warnings
-
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     frame, level = sys._getframe(1), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
