@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,27 +12,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from framework.errors import MisconfigurationError, describe
-from framework.strategies.base import Strategy
-
-_START_METHODS = ("auto", "fork", "spawn")
-_EXIT_BARRIER_TIMEOUT = timedelta(seconds=60)
-_REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
+from framework.strategies.parallel import ParallelStrategy, StepRouter, routed
 
 
-class _StepRouter(nn.Module):
-    """Lets DDP's forward run the user's ``training_step``: DDP syncs gradients only of what its forward ran."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-        self.__dict__["method"] = module.forward
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.__dict__["method"](*args, **kwargs)
-
-
-class DDPStrategy(Strategy):
+class DDPStrategy(ParallelStrategy):
     """One process per device, each with the whole model; gradients all-reduced during ``backward``.
 
     ``gloo`` on CPU, ``nccl`` on CUDA (``process_group_backend`` chooses another). When no
@@ -50,63 +30,26 @@ class DDPStrategy(Strategy):
     """
 
     name = "ddp"
-    multi_process = True
 
     def __init__(self, start_method: str = "auto", timeout: timedelta | float | None = None,
                  process_group_backend: str | None = None, **ddp_kwargs: Any) -> None:
-        super().__init__()
-        if start_method not in _START_METHODS:
-            raise MisconfigurationError(
-                f"DDPStrategy(start_method={describe(start_method)}): accepted {', '.join(map(repr, _START_METHODS))}."
-            )
-        self.start_method = start_method
-        self.timeout = _as_timeout(timeout)
-        self.process_group_backend = process_group_backend
+        super().__init__(start_method, timeout, process_group_backend)
         self.ddp_kwargs = ddp_kwargs
-        self._started_group = False
-        self._alone = False  # inside without_collectives()
-
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
-        """``num_replicas`` (the world size) and ``rank`` (this process's global rank)."""
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
-
-    @property
-    def backend(self) -> str:
-        """The process group backend: the one asked for, else nccl on CUDA and gloo elsewhere."""
-        return self.process_group_backend or ("nccl" if self.device.type == "cuda" else "gloo")
 
     # -- set-up ---
-    def setup_environment(self) -> None:
-        """Start the default process group (once per process; later runs reuse it)."""
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if self.world_size == 1 or dist.is_initialized():
-            return
-        if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
-            raise MisconfigurationError(
-                f"{type(self).__name__} is asked to join {self.world_size} processes, but no launcher set "
-                "MASTER_ADDR/MASTER_PORT. Let the Trainer or runtime.launch() start the processes, or use "
-                "`framework launch` / torchrun."
-            )
-        dist.init_process_group(self.backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout)
-        self._started_group = True
-        # A rank that leaves with the group alive can abort gloo in a peer still closing it (SIGABRT at exit).
-        atexit.register(self._end_at_exit)
-
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move ``module`` to the device and wrap it in DistributedDataParallel (when it has trainable parameters)."""
         module = module.to(self.device)
         if self.world_size == 1 or not any(p.requires_grad for p in module.parameters()):
             return module
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(_StepRouter(module), device_ids=device_ids, **self.ddp_kwargs)
+        return DistributedDataParallel(StepRouter(module), device_ids=device_ids, **self.ddp_kwargs)
 
     def unwrap(self, module: nn.Module) -> nn.Module:
         """The user's module inside the DistributedDataParallel wrapper."""
         if isinstance(module, DistributedDataParallel):
             module = module.module
-        return module.module if isinstance(module, _StepRouter) else module
+        return module.module if isinstance(module, StepRouter) else module
 
     # -- the step ---
     def step_function(self, model: nn.Module, name: str, synced: bool | None = None) -> Callable[..., Any]:
@@ -118,58 +61,13 @@ class DDPStrategy(Strategy):
         synced = name == "training_step" if synced is None else synced
         if not synced or not isinstance(model, DistributedDataParallel):
             return getattr(self.unwrap(model), name)
-        router = model.module
-        step = getattr(router.module, name)
-        forward = router.module.forward
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            router.__dict__["method"] = step
-            try:
-                return model(*args, **kwargs)
-            finally:
-                router.__dict__["method"] = forward
-
-        return call
+        return routed(model, model.module, name)
 
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
         """DDP's ``no_sync()``: gradients accumulate locally until a backward outside it."""
         if enabled and isinstance(module, DistributedDataParallel):
             return module.no_sync()
         return contextlib.nullcontext()
-
-    # -- collectives ---
-    def all_reduce(self, tensor: torch.Tensor, reduce_op: Any = "mean") -> torch.Tensor:
-        """A new tensor: ``tensor`` reduced over all ranks by ``reduce_op`` ("mean", "sum", "max", "min")."""
-        if not self._in_group():
-            return tensor
-        mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
-        op = dist.ReduceOp.SUM if mean else _reduce_op(reduce_op)
-        result = tensor.detach().to(self.device, copy=True)  # nccl reduces only CUDA tensors
-        if mean and not result.is_floating_point():
-            result = result.float()
-        dist.all_reduce(result, op=op)
-        return result / self.world_size if mean else result
-
-    def start_all_reduce(self, tensor: torch.Tensor, reduce_op: str = "sum") -> Callable[[], torch.Tensor]:
-        """Start reducing ``tensor`` in place (``reduce_op``: "sum", "max", "min"); the returned function waits."""
-        if not self._in_group():
-            return lambda: tensor
-        work = dist.all_reduce(tensor, op=_reduce_op(reduce_op), async_op=True)
-
-        def wait() -> torch.Tensor:
-            work.wait()
-            return tensor
-
-        return wait
-
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` from every rank (all of one shape), stacked along a new first dimension."""
-        if not self._in_group():
-            return tensor.unsqueeze(0)
-        tensor = tensor.contiguous()
-        gathered = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(gathered, tensor)
-        return torch.stack(gathered)
 
     def broadcast_buffers(self, module: nn.Module) -> None:
         """Give every rank rank 0's buffers (BatchNorm statistics), as DDP's forward does before each training step.
@@ -187,98 +85,3 @@ class DDPStrategy(Strategy):
             dist.broadcast(flat, src=0)
             for buffer, value in zip(buffers, flat.split([buffer.numel() for buffer in buffers]), strict=True):
                 buffer.copy_(value.view_as(buffer))
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        """``obj`` as rank ``src`` has it (any picklable object), on every rank."""
-        if not self._in_group():
-            return obj
-        holder = [obj]
-        dist.broadcast_object_list(holder, src=src)
-        return holder[0]
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj`` (any picklable object), in rank order."""
-        if not self._in_group():
-            return [obj]
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj)
-        return gathered
-
-    def barrier(self, name: str | None = None) -> None:
-        """Wait until every rank reaches this point."""
-        if not self._in_group():
-            return
-        if self.backend == "nccl":
-            dist.barrier(device_ids=[self.device.index])
-        else:
-            dist.barrier()
-
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
-        """True on every rank when every rank (``all``) or any rank decided True."""
-        if not self._in_group():
-            return decision
-        count = torch.tensor(int(bool(decision)), device=self.device)
-        dist.all_reduce(count, op=dist.ReduceOp.SUM)
-        votes = int(count.item())
-        return votes == self.world_size if all else votes > 0
-
-    @contextlib.contextmanager
-    def without_collectives(self) -> Iterator[None]:
-        """Inside it, collectives return this rank's own values at once (a rank handling its own failure)."""
-        alone, self._alone = self._alone, True
-        try:
-            yield
-        finally:
-            self._alone = alone
-
-    def _in_group(self) -> bool:
-        return self.world_size > 1 and not self._alone and dist.is_initialized()
-
-    # -- end ---
-    def end_process_group(self) -> None:
-        """A barrier, then destroy the process group if this strategy started it."""
-        if self._started_group and dist.is_initialized():
-            self.barrier("end")
-            dist.destroy_process_group()
-        self._started_group = False
-
-    def _end_at_exit(self) -> None:
-        if getattr(sys, "last_value", None) is not None:
-            return  # this rank dies of an error: the others may never reach a barrier
-        if not (self._started_group and dist.is_initialized()):
-            return
-        try:
-            if self.backend == "gloo":  # bounded: a rank that left by sys.exit mid-run never arrives
-                dist.monitored_barrier(timeout=_EXIT_BARRIER_TIMEOUT)
-            else:
-                self.barrier("exit")
-            dist.destroy_process_group()
-        except RuntimeError:  # another rank is gone already: nothing left to close in order
-            pass
-        self._started_group = False
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, rank={self.global_rank})"
-
-
-def _reduce_op(reduce_op: Any) -> Any:
-    if isinstance(reduce_op, str) and reduce_op.lower() in _REDUCE_OPS:
-        return getattr(dist.ReduceOp, _REDUCE_OPS[reduce_op.lower()])
-    if isinstance(reduce_op, dist.ReduceOp) or type(reduce_op).__name__ == "RedOpType":
-        return reduce_op
-    raise MisconfigurationError(
-        f"reduce_op={describe(reduce_op)} is not supported. Accepted: 'mean', 'sum', 'max', 'min', 'product' "
-        "or a torch.distributed.ReduceOp."
-    )
-
-
-def _as_timeout(timeout: timedelta | float | None) -> timedelta:
-    if timeout is None:
-        return timedelta(minutes=30)  # torch's own default for gloo and nccl
-    if isinstance(timeout, timedelta):
-        return timeout
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
-        return timedelta(seconds=timeout)
-    raise MisconfigurationError(
-        f"timeout={describe(timeout)} is not accepted. Use a datetime.timedelta or a number of seconds above 0."
-    )
