@@ -32,9 +32,16 @@ def load_checkpoint(
     """Read a checkpoint written by ``save_checkpoint`` (or by Lightning) without unpickling code.
 
     ``weights_only=False`` unpickles whatever the file holds, which can run code: only for
-    files you trust (None and True load tensors and plain data only).
+    files you trust (None and True load tensors and plain data only). A sharded checkpoint
+    (a directory written by the ZeRO-2/3 strategies) is read whole, on this process alone.
     """
     fs, inner = filesystem(path)
+    if fs.isdir(inner):
+        from framework.io.sharded import is_sharded_checkpoint, load_sharded
+
+        if is_sharded_checkpoint(path):
+            return load_sharded(path)
+        raise CheckpointError(f"Checkpoint {os.fspath(path)!r} is a directory, but not a sharded checkpoint.")
     try:
         file = fs.open(inner, "rb")
     except FileNotFoundError:

@@ -53,10 +53,12 @@ def make_dirs(path: str | os.PathLike) -> None:
 
 
 def remove(path: str | os.PathLike) -> None:
-    """Delete the file at ``path`` if it exists (any fsspec path)."""
+    """Delete the file (or directory: a sharded checkpoint) at ``path`` if it exists (any fsspec path)."""
     fs, inner = filesystem(path)
-    if fs.exists(inner):
-        fs.rm(inner)
+    if _is_local(fs) and os.path.islink(inner):
+        os.remove(inner)  # the link, not what it points at
+    elif fs.exists(inner):
+        fs.rm(inner, recursive=fs.isdir(inner))
 
 
 def append_text(path: str | os.PathLike, text: str) -> None:

@@ -262,9 +262,11 @@ class Runtime:
 
             model, optimizer = runtime.setup(model, torch.optim.AdamW(model.parameters()))
         """
+        names = {parameter: name for name, parameter in module.named_parameters()}
         module = self.setup_module(module, move_to_device=move_to_device)
         if not optimizers and scheduler is None:
             return module
+        _use_set_up_parameters(optimizers, names, self.strategy.unwrap(module.module), self.strategy.name)
         wrapped = [RuntimeOptimizer(self.setup_optimizer(optimizer), self) for optimizer in optimizers]
         return (module, *wrapped) if scheduler is None else (module, *wrapped, scheduler)
 
@@ -543,6 +545,25 @@ def _run_as_rank(runtime: Runtime, rng: dict[str, Any], function: Callable[..., 
     runtime._finalize_loggers("success")  # a started rank ends without running atexit handlers
     runtime.strategy.end_process_group()
     return result
+
+
+def _use_set_up_parameters(optimizers: tuple[Optimizer, ...], names: dict[nn.Parameter, str],
+                           module: nn.Module, strategy: str) -> None:
+    """Point optimizers made before ``setup`` at the parameters the strategy put in their place (fully_shard
+    replaces each parameter with a sharded one), so ``runtime.setup(model, optimizer)`` works for every
+    strategy; Fabric makes FSDP users set up the module first."""
+    current = dict(module.named_parameters())
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            replaced = [current.get(names.get(parameter, ""), parameter) for parameter in group["params"]]
+            if any(new is not old for new, old in zip(replaced, group["params"], strict=True)):
+                if optimizer.state:
+                    raise MisconfigurationError(
+                        f"runtime.setup got a {type(optimizer).__name__} that has stepped already, and strategy="
+                        f"{strategy!r} replaces the parameters it holds. Create the optimizer before its "
+                        "first step, or set the module up first and build the optimizer from its parameters."
+                    )
+                group["params"] = replaced
 
 
 def _numbers_as_tensors(data: Any, device: torch.device) -> Any:

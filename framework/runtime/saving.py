@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torch import nn
+from torch.optim import Optimizer
 
 from framework.runtime.wrappers import forward_module, original_optimizer
 
@@ -21,6 +22,8 @@ def state_dicts(state: dict[str, Any], strategy: Any, filters: dict[str, Callabl
     for key, value in state.items():
         if isinstance(value, nn.Module):
             value = strategy.module_state_dict(forward_module(value))
+        elif isinstance(value, Optimizer):
+            value = strategy.optimizer_state(original_optimizer(value))
         elif callable(getattr(value, "state_dict", None)):
             value = value.state_dict()
         if key in filters:
@@ -53,6 +56,8 @@ def restore_into(state: dict[str, Any], checkpoint: dict[str, Any], strategy: An
 def load_object(target: Any, state_dict: dict[str, Any], strategy: Any, strict: bool) -> None:
     """Load ``state_dict`` into a module (``strict`` key matching) or an optimizer, in place."""
     if isinstance(target, nn.Module):
-        strategy.unwrap(forward_module(target)).load_state_dict(state_dict, strict=strict)
+        strategy.load_module_state(forward_module(target), state_dict, strict=strict)
+    elif isinstance(target, Optimizer):
+        strategy.load_optimizer_state(original_optimizer(target), state_dict)
     else:
-        original_optimizer(target).load_state_dict(state_dict)
+        target.load_state_dict(state_dict)

@@ -176,6 +176,26 @@ class Strategy:
         """The ``state_dict()`` of the user's module inside any wrapper, as checkpoints hold it."""
         return self.unwrap(module).state_dict()
 
+    def full_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """``module_state_dict`` with every tensor whole, as one process holds it (every rank calls)."""
+        return self.module_state_dict(module)
+
+    def evaluating(self, model: nn.Module, every_rank_same_batches: bool) -> contextlib.AbstractContextManager:
+        """The context evaluation runs in; ``every_rank_same_batches``: whether all ranks run as many batches."""
+        return contextlib.nullcontext()
+
+    def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        """``optimizer``'s ``state_dict()`` as checkpoints hold it (ZeRO-1 gathers it on rank 0; every rank calls)."""
+        return optimizer.state_dict()
+
+    def load_module_state(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """Load a checkpoint's ``state_dict`` into the user's module inside the set-up ``module``."""
+        return self.unwrap(module).load_state_dict(state_dict, strict=strict)
+
+    def load_optimizer_state(self, optimizer: Optimizer, state: dict[str, Any]) -> None:
+        """Load a checkpoint's optimizer ``state`` (as ``optimizer_state`` gave it) into ``optimizer``."""
+        optimizer.load_state_dict(state)
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str,
                         storage_options: dict[str, Any] | None = None) -> None:
         """Write ``checkpoint`` to ``path`` (one file here; rank 0 only when distributed)."""

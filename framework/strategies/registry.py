@@ -7,6 +7,8 @@ from collections.abc import Callable
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import Strategy
 from framework.strategies.ddp import DDPStrategy
+from framework.strategies.fsdp import FSDPStrategy
+from framework.strategies.sharded import ShardedStrategy
 from framework.strategies.single import SingleDeviceStrategy
 
 _BUILDERS: dict[str, Callable[[], Strategy]] = {
@@ -14,9 +16,28 @@ _BUILDERS: dict[str, Callable[[], Strategy]] = {
     "ddp": DDPStrategy,
     "ddp_spawn": lambda: DDPStrategy(start_method="spawn"),
     "ddp_fork": lambda: DDPStrategy(start_method="fork"),
+    "sharded": ShardedStrategy,
+    "zero2": lambda: FSDPStrategy(sharding_strategy="SHARD_GRAD_OP"),
+    "zero2_offload": lambda: FSDPStrategy(sharding_strategy="SHARD_GRAD_OP", cpu_offload=True),
+    "zero3": lambda: FSDPStrategy(sharding_strategy="FULL_SHARD"),
+    "zero3_offload": lambda: FSDPStrategy(sharding_strategy="FULL_SHARD", cpu_offload=True),
 }
 # "auto" is decided by the Runtime, which knows how many devices there are.
-_ALIASES: dict[str, str] = {"single_device": "single", "ddp_notebook": "ddp_fork"}
+_ALIASES: dict[str, str] = {
+    "single_device": "single",
+    "ddp_notebook": "ddp_fork",
+    "zero1": "sharded",
+    "ddp_sharded": "sharded",
+    "deepspeed_stage_2": "zero2",
+    "fsdp_shard_grad_op": "zero2",
+    "deepspeed_stage_2_offload": "zero2_offload",
+    "fsdp_shard_grad_op_offload": "zero2_offload",
+    "fsdp": "zero3",
+    "deepspeed_stage_3": "zero3",
+    "fsdp_offload": "zero3_offload",
+    "fsdp_cpu_offload": "zero3_offload",
+    "deepspeed_stage_3_offload": "zero3_offload",
+}
 
 
 def register_strategy(name: str, builder: Callable[[], Strategy], aliases: tuple[str, ...] = ()) -> None:

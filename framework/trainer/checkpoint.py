@@ -37,7 +37,8 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
         "state_dict": trainer.runtime.strategy.module_state_dict(trainer.model),
     }
     if not weights_only:
-        checkpoint["optimizer_states"] = [optimizer.state_dict() for optimizer in trainer.optimizers]
+        strategy = trainer.runtime.strategy
+        checkpoint["optimizer_states"] = [strategy.optimizer_state(optimizer) for optimizer in trainer.optimizers]
         checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs]
         checkpoint["precision"] = trainer.runtime.precision.state_dict()
         checkpoint["callbacks"] = callback_states(trainer.callbacks)
@@ -84,9 +85,8 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
     trainer.module.on_load_checkpoint(checkpoint)
     if "state_dict" not in checkpoint:
         raise MisconfigurationError("The checkpoint has no 'state_dict' entry; it was not written by a Trainer.")
-    trainer.runtime.strategy.unwrap(trainer.model).load_state_dict(
-        checkpoint["state_dict"], strict=trainer.module.strict_loading
-    )
+    trainer.runtime.strategy.load_module_state(trainer.model, checkpoint["state_dict"],
+                                               strict=trainer.module.strict_loading)
     if trainer.datamodule is not None and "datamodule" in checkpoint:
         trainer.datamodule.load_state_dict(checkpoint["datamodule"])
     for callback in trainer.callbacks:
@@ -111,7 +111,7 @@ def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     _check_count("optimizer", trainer.optimizers, checkpoint["optimizer_states"])
     _check_count("LR scheduler", trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []))
     for optimizer, saved in zip(trainer.optimizers, checkpoint["optimizer_states"], strict=True):
-        optimizer.load_state_dict(saved)
+        trainer.runtime.strategy.load_optimizer_state(optimizer, saved)
     for config, saved in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=True):
         config.scheduler.load_state_dict(saved)
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))

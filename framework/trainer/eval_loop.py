@@ -105,9 +105,11 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
             hooks.call(names.start)
             hooks.call(names.epoch_start)
             predicting = kind == "predict"
-            synced = None if predicting else _batches_on_every_rank(trainer, loaders, limits)
-            outputs = _run_batches(trainer, names, results, loaders, limits, predicting,
-                                   keep=predicting and trainer._keep_predictions, synced_batches=synced)
+            fewest, same = _batches_on_every_rank(trainer, loaders, limits)
+            with trainer.runtime.strategy.evaluating(trainer.model, every_rank_same_batches=same):
+                outputs = _run_batches(trainer, names, results, loaders, limits, predicting,
+                                       keep=predicting and trainer._keep_predictions,
+                                       synced_batches=None if predicting else fewest)
             results.dataloader_idx = None  # epoch-end logs belong to no single loader
             if predicting:
                 hooks.call(names.epoch_end)
@@ -129,9 +131,10 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
     return outputs
 
 
-def _batches_on_every_rank(trainer: Any, loaders: list, limits: list[float]) -> list[float] | None:
+def _batches_on_every_rank(trainer: Any, loaders: list, limits: list[float]) -> tuple[list[float] | None, bool]:
     """How many batches of each loader every rank runs (unknown lengths count as none, and so do an iterable
-    dataset's: its ``__len__`` may promise batches a rank's own part of the stream does not have).
+    dataset's: its ``__len__`` may promise batches a rank's own part of the stream does not have), and
+    whether every rank runs as many as the others (known lengths only).
 
     Each rank evaluates its own part of the data, so one rank may run a batch more than
     another; a step value logged with ``sync_dist`` is reduced across the ranks in the batches
@@ -139,10 +142,12 @@ def _batches_on_every_rank(trainer: Any, loaders: list, limits: list[float]) -> 
     would wait for ranks that never come).
     """
     if trainer.world_size == 1:
-        return None  # nothing to sync
-    counts = torch.tensor([0.0 if limit == INFINITE or isinstance(getattr(loader, "dataset", None), IterableDataset)
+        return None, True  # nothing to sync
+    counts = torch.tensor([-1.0 if limit == INFINITE or isinstance(getattr(loader, "dataset", None), IterableDataset)
                            else float(limit) for loader, limit in zip(loaders, limits, strict=True)])
-    return trainer.runtime.strategy.all_reduce(counts, "min").tolist()
+    bounds = trainer.runtime.strategy.all_reduce(torch.cat([counts, -counts]), "min").tolist()  # one collective
+    fewest, most = bounds[:len(counts)], [-value for value in bounds[len(counts):]]
+    return [max(0.0, value) for value in fewest], fewest == most and min(fewest, default=0.0) >= 0
 
 
 def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, limits: list[float],

@@ -35,12 +35,13 @@ def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodu
                  ckpt_path: Any, weights_only: bool | None) -> dict[str, Any]:
     outcome = trainer._run(fn, model, datamodule, loaders, ckpt_path, weights_only)
     report: dict[str, Any] = {"outcome": _on_cpu(outcome), "loaders": len(trainer.eval_loaders["predict"])}
+    weights = runtime.strategy.full_module_state_dict(trainer.model)  # on every rank: sharded parts are gathered
     if fn != TrainerFn.PREDICTING and not trainer.is_global_zero:
         report["outcome"] = None  # rank 0's is the one returned
     if trainer.is_global_zero:
         metrics = trainer.metrics
         report.update(
-            weights=_on_cpu(runtime.strategy.module_state_dict(trainer.model)),
+            weights=_on_cpu(weights),
             state=trainer.state,
             metrics=_on_cpu((metrics.callback, metrics.logged, metrics.progress_bar)),
             callbacks={callback.state_key: _on_cpu(callback.state_dict()) for callback in trainer.callbacks},

@@ -1,0 +1,181 @@
+"""Sharded checkpoints: a directory in which every rank writes its own part of the tensors.
+
+The tensors go through ``torch.distributed.checkpoint`` (DCP), which records each tensor's
+global shape and which rank holds which part, so a checkpoint saved by N ranks loads into
+M ranks (or into one process, whole). The rest of the checkpoint dict (counters, callback
+states, hyperparameters) is written by rank 0 to ``meta.pt`` in the same directory, with
+each tensor replaced by a marker naming it; it loads with ``torch.load(weights_only=True)``
+(DCP's own way of storing non-tensor values unpickles them, which can run code).
+
+Example::
+
+    save_sharded(checkpoint, "epoch=3.ckpt", is_writer=rank == 0, barrier=dist.barrier)  # on every rank
+    checkpoint = load_sharded("epoch=3.ckpt")                                            # anywhere, whole
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from framework.errors import CheckpointError
+from framework.io.fs import filesystem, write_atomic
+
+META_FILE = "meta.pt"
+_DCP_METADATA_FILE = ".metadata"
+_MARKER = "__sharded_tensor__"
+
+# Given a saved tensor's global shape and dtype, the (sharded) tensor to load it into.
+ShardFactory = Callable[[torch.Size, torch.dtype], torch.Tensor]
+
+
+def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a directory written by ``save_sharded``."""
+    fs, inner = filesystem(path)
+    return fs.isdir(inner) and fs.exists(f"{inner}/{META_FILE}") and fs.exists(f"{inner}/{_DCP_METADATA_FILE}")
+
+
+def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer: bool,
+                 barrier: Callable[[], None]) -> None:
+    """Write ``checkpoint`` as the directory ``path``; every rank calls it, with the same structure.
+
+    DTensors are written by the ranks holding their parts; plain tensors once. The directory
+    is filled under a temporary name and renamed into place once complete, so a run killed
+    while saving leaves any earlier checkpoint at ``path`` whole.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    path = os.fspath(path).rstrip("/")
+    skeleton, tensors = split_tensors(checkpoint)
+    # The same name on every rank without a collective: from the path (a killed save's leftover is removed first).
+    temporary = f"{path}.tmp-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+    fs, inner_temporary = filesystem(temporary)
+    if is_writer and fs.exists(inner_temporary):
+        fs.rm(inner_temporary, recursive=True)
+    barrier()
+    dcp.save(tensors, storage_writer=_writer(temporary))
+    if is_writer:
+        write_atomic(f"{temporary}/{META_FILE}", lambda file: torch.save(skeleton, file))
+        _move_into_place(temporary, path)
+    barrier()
+
+
+def load_sharded(path: str | os.PathLike, shard: ShardFactory | None = None) -> dict[str, Any]:
+    """The checkpoint dict in the directory ``path``.
+
+    Called on every rank of a process group, each reads its part: a tensor that was saved in
+    several parts is loaded into ``shard(shape, dtype)`` (a DTensor laid out as the ranks hold
+    it now), any other tensor whole. Without ``shard``, or without a process group, every tensor
+    is read whole (on one process: ``framework consolidate``).
+    """
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    path = os.fspath(path).rstrip("/")
+    if not is_sharded_checkpoint(path):
+        raise CheckpointError(f"{path!r} is not a sharded checkpoint directory (it needs {META_FILE} and "
+                              f"{_DCP_METADATA_FILE}).")
+    skeleton = _load_meta(path)
+    reader = _reader(path)
+    targets: dict[str, torch.Tensor] = {}
+    for key, saved in reader.read_metadata().state_dict_metadata.items():
+        size, dtype = saved.size, saved.properties.dtype
+        in_parts = shard is not None and len(saved.chunks) > 1
+        targets[key] = shard(size, dtype) if in_parts else torch.empty(size, dtype=dtype)
+    together = shard is not None and dist.is_available() and dist.is_initialized()
+    dcp.load(targets, storage_reader=reader, no_dist=not together)
+    return join_tensors(skeleton, targets)
+
+
+def consolidate(checkpoint_dir: str | os.PathLike, output_file: str | os.PathLike) -> None:
+    """Write the sharded checkpoint ``checkpoint_dir`` as one file, readable on one process without
+    torch.distributed (``torch.load(weights_only=True)``, ``Module.load_from_checkpoint``, a resume).
+
+    Example::
+
+        consolidate("checkpoints/last.ckpt", "last-full.ckpt")
+    """
+    from framework.io.checkpoint import save_checkpoint
+
+    save_checkpoint(load_sharded(checkpoint_dir), output_file)
+
+
+# -- the checkpoint dict without its tensors, and back ---
+def split_tensors(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``checkpoint`` with each tensor replaced by a marker, and the tensors by the markers' names."""
+    tensors: dict[str, torch.Tensor] = {}
+
+    def walk(value: Any, names: tuple[str, ...]) -> Any:
+        if isinstance(value, torch.Tensor):
+            key = "/".join(names)
+            if key in tensors:
+                raise CheckpointError(f"Two entries of the checkpoint are both named {key!r} once their keys are "
+                                      "made strings; rename one of them.")
+            tensors[key] = value
+            return {_MARKER: key}
+        if isinstance(value, dict):
+            return {name: walk(entry, (*names, str(name))) for name, entry in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(walk(entry, (*names, str(index))) for index, entry in enumerate(value))
+        return value
+
+    return walk(checkpoint, ()), tensors
+
+
+def join_tensors(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The inverse of ``split_tensors``: every marker in ``skeleton`` replaced by its tensor."""
+    if isinstance(skeleton, dict):
+        if len(skeleton) == 1 and _MARKER in skeleton:
+            return tensors[skeleton[_MARKER]]
+        return {name: join_tensors(entry, tensors) for name, entry in skeleton.items()}
+    if isinstance(skeleton, (list, tuple)):
+        return type(skeleton)(join_tensors(entry, tensors) for entry in skeleton)
+    return skeleton
+
+
+# -- storage ---
+def _load_meta(path: str) -> dict[str, Any]:
+    from framework.io.checkpoint import load_checkpoint
+
+    return load_checkpoint(f"{path}/{META_FILE}", map_location="cpu")
+
+
+def _move_into_place(temporary: str, path: str) -> None:
+    """Rename the finished directory ``temporary`` to ``path``, replacing what is there."""
+    fs, inner = filesystem(path)
+    _, inner_temporary = filesystem(temporary)
+    if fs.exists(inner):
+        old = f"{inner}.old-{os.getpid()}"
+        fs.mv(inner, old, recursive=True)
+        fs.mv(inner_temporary, inner, recursive=True)
+        fs.rm(old, recursive=True)
+    else:
+        fs.mv(inner_temporary, inner, recursive=True)
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _writer(path: str) -> Any:
+    if _is_local(path):
+        from torch.distributed.checkpoint import FileSystemWriter
+
+        return FileSystemWriter(path.removeprefix("file://"))
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    return FsspecWriter(path)
+
+
+def _reader(path: str) -> Any:
+    if _is_local(path):
+        from torch.distributed.checkpoint import FileSystemReader
+
+        return FileSystemReader(path.removeprefix("file://"))
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    return FsspecReader(path)

@@ -1,0 +1,322 @@
+"""ZeRO-2 and ZeRO-3 on PyTorch's FSDP2 (``fully_shard``): parameters, gradients and optimizer state split
+over the ranks, with CPU offload."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.optim import Optimizer
+
+from framework.errors import MisconfigurationError, describe
+from framework.strategies.base import _parameters_of
+from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard, wrap_policy
+from framework.strategies.parallel import ParallelStrategy, StepRouter, routed
+
+# What each accepted sharding_strategy spelling means for fully_shard's reshard_after_forward.
+_RESHARD_AFTER_FORWARD = {"FULL_SHARD": True, "ZERO3": True, "SHARD_GRAD_OP": False, "ZERO2": False}
+_STATE_DICT_TYPES = ("sharded", "full")
+
+
+class FSDPStrategy(ParallelStrategy):
+    """Fully sharded data parallel on ``torch.distributed.fsdp.fully_shard`` (FSDP2), on CPU (gloo) and CUDA.
+
+    ``sharding_strategy="FULL_SHARD"`` (ZeRO-3, ``strategy="zero3"``): parameters are gathered
+    for each unit's forward and backward and split again after; ``"SHARD_GRAD_OP"`` (ZeRO-2,
+    ``strategy="zero2"``): they stay gathered from forward to backward. Gradients and
+    optimizer state are split either way. Per rank, for Ψ parameters with fp32 Adam on N ranks:
+    ZeRO-3 16Ψ/N; ZeRO-2 4Ψ + 12Ψ/N.
+
+    - ``auto_wrap_policy``: which submodules are gathered as a unit of their own. ``"auto"``
+      (default): each child of a ``ModuleList``/``Sequential`` holding parameters, and any other
+      submodule of at least 1M parameters; or a set of classes (``{Block}``), a callable
+      ``module -> bool``, or None (the whole model is one unit). A Module that calls
+      ``fully_shard`` itself in ``configure_model`` keeps its own units.
+    - ``activation_checkpointing_policy``: the same forms; those submodules recompute their
+      activations in backward.
+    - ``cpu_offload``: keep the sharded parameters, gradients and optimizer state in CPU memory.
+    - ``state_dict_type``: ``"sharded"`` (default; checkpoints are directories every rank writes
+      its part to, loadable with any number of ranks, ``framework consolidate`` makes one
+      file of them) or ``"full"`` (one file, gathered on rank 0).
+    - ``mixed_precision``: a ``MixedPrecisionPolicy`` replacing the one built from the precision.
+
+    Layers created on the meta device (in ``configure_model``, or under ``trainer.init_module(
+    empty_init=True)``) are allocated directly sharded and initialised by their
+    ``reset_parameters()``, so a model larger than one rank's memory can be built.
+
+    Example::
+
+        Trainer(accelerator="cpu", devices=2, strategy=FSDPStrategy(auto_wrap_policy={Block}, cpu_offload=True))
+    """
+
+    name = "fsdp"
+
+    def __init__(self, auto_wrap_policy: Any = "auto", activation_checkpointing_policy: Any = None,
+                 sharding_strategy: Any = "FULL_SHARD", cpu_offload: Any = False, state_dict_type: str = "sharded",
+                 mixed_precision: Any = None, start_method: str = "auto", timeout: timedelta | float | None = None,
+                 process_group_backend: str | None = None, **fully_shard_kwargs: Any) -> None:
+        super().__init__(start_method, timeout, process_group_backend)
+        self.auto_wrap_policy = auto_wrap_policy
+        self._wrap_policy = wrap_policy(auto_wrap_policy)
+        wrap_policy(activation_checkpointing_policy)  # checked now, applied in setup_module
+        self.activation_checkpointing_policy = activation_checkpointing_policy
+        self.sharding_strategy = _sharding_name(sharding_strategy)
+        self.cpu_offload = cpu_offload
+        if state_dict_type not in _STATE_DICT_TYPES:
+            raise MisconfigurationError(
+                f"FSDPStrategy(state_dict_type={describe(state_dict_type)}): accepted 'sharded' or 'full'."
+            )
+        self.state_dict_type = state_dict_type
+        self.mixed_precision = mixed_precision
+        self.fully_shard_kwargs = fully_shard_kwargs
+        self._mesh: Any = None
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        """True for ZeRO-3 (parameters split again after each unit's forward), False for ZeRO-2."""
+        return _RESHARD_AFTER_FORWARD[self.sharding_strategy]
+
+    # -- set-up ---
+    def setup_environment(self) -> None:
+        """Start the process group (fully_shard needs one even on one process) and the device mesh."""
+        super().setup_environment()
+        if not dist.is_initialized():
+            dist.init_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
+            self._started_group = True
+
+    def module_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager:
+        """With ``empty_init=True``, modules are created on the meta device and allocated only once sharded."""
+        return torch.device("meta") if empty_init else torch.device(self.device)
+
+    @property
+    def mesh(self) -> Any:
+        """The one-dimensional device mesh of all ranks that the parameters are split over."""
+        if self._mesh is None:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self.setup_environment()
+            self._mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
+        return self._mesh
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Shard ``module``: each unit the policy picks, then the whole (the user's own units are kept)."""
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        on_meta = _has_meta_tensors(module)
+        if not on_meta:
+            module = module.to(self.device)
+        apply_checkpointing(module, self.activation_checkpointing_policy)
+        options = self._shard_options()
+        if not any(isinstance(sub, FSDPModule) for sub in module.modules()):
+            for unit in units_to_shard(module, self._wrap_policy):
+                fully_shard(unit, **options)
+        router = StepRouter(module)
+        fully_shard(router, **options)
+        if on_meta:
+            _materialize(router, self.device)
+        return router
+
+    def _shard_options(self) -> dict[str, Any]:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
+
+        options: dict[str, Any] = {"mesh": self.mesh, "reshard_after_forward": self.reshard_after_forward}
+        precision = self.precision
+        param_dtype = None if precision.param_dtype == torch.float32 else precision.param_dtype
+        options["mp_policy"] = self.mixed_precision or MixedPrecisionPolicy(param_dtype=param_dtype,
+                                                                            reduce_dtype=precision.reduce_dtype)
+        if isinstance(self.cpu_offload, OffloadPolicy):
+            options["offload_policy"] = self.cpu_offload
+        elif self.cpu_offload:
+            options["offload_policy"] = CPUOffloadPolicy(pin_memory=self.device.type == "cuda")
+        return {**options, **self.fully_shard_kwargs}
+
+    def unwrap(self, module: nn.Module) -> nn.Module:
+        """The user's module inside the sharded step router."""
+        return module.module if isinstance(module, StepRouter) else module
+
+    # -- the step ---
+    def step_function(self, model: nn.Module, name: str, synced: bool | None = None) -> Callable[..., Any]:
+        """Every step (training and evaluation) runs through the sharded root's forward, whose hooks gather the
+        parameters it needs."""
+        if isinstance(model, StepRouter):
+            return routed(model, model, name)
+        return getattr(model, name)
+
+    def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
+        """Gradients of micro-batches inside this context accumulate unreduced (``set_requires_gradient_sync``)."""
+        if not enabled or not hasattr(module, "set_requires_gradient_sync"):
+            return contextlib.nullcontext()
+        return _without_gradient_sync(module)
+
+    @contextlib.contextmanager
+    def evaluating(self, model: nn.Module, every_rank_same_batches: bool) -> Iterator[None]:
+        """Where ranks run different numbers of evaluation batches, gather the parameters once for the whole
+        evaluation, so its forward passes need no collective (the ranks' all-gathers would not pair up)."""
+        if every_rank_same_batches or self.world_size == 1 or not isinstance(model, StepRouter):
+            yield
+            return
+        units = _sharded_units(model)
+        for unit in units:
+            unit.set_reshard_after_forward(False, recurse=False)
+            unit.unshard()
+        try:
+            yield
+        finally:
+            for unit in units:
+                unit.reshard()
+                unit.set_reshard_after_forward(self.reshard_after_forward, recurse=False)
+
+    def clip_gradients_norm(self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0,
+                            error_if_nonfinite: bool = False) -> torch.Tensor:
+        """Clip to a total norm taken over every rank's part of the gradients (the whole model's norm)."""
+        self.precision.unscale(optimizer)
+        parameters = [p for p in _parameters_of(optimizer) if p.grad is not None]
+        total = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type)
+        total = _whole(total)
+        if error_if_nonfinite and not torch.isfinite(total):
+            raise RuntimeError(f"The total norm of order {norm_type} of the gradients is {total.item()}, so they "
+                               "cannot be clipped. Pass error_if_nonfinite=False to clip anyway.")
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+        return total
+
+    # -- checkpoints ---
+    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """The user's module's state: each rank's parts (DTensors), or with ``state_dict_type="full"`` whole."""
+        state = self.unwrap(module).state_dict()
+        return state if self.state_dict_type == "sharded" else {k: _whole(v) for k, v in state.items()}
+
+    def full_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """The user's module's state with every tensor whole (every rank calls: the parts are gathered)."""
+        return {name: _whole(value) for name, value in self.unwrap(module).state_dict().items()}
+
+    def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        """``optimizer.state_dict()``: each rank's parts of the state, or whole with ``state_dict_type="full"``."""
+        state = optimizer.state_dict()
+        if self.state_dict_type == "sharded":
+            return state
+        from framework.nested import map_tensors
+
+        return map_tensors(state, _whole)
+
+    def load_module_state(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """Load ``state_dict`` (whole tensors, or parts laid out as saved) into the sharded module."""
+        target = self.unwrap(module)
+        current = target.state_dict()
+        placed = {name: _placed_like(value, current.get(name)) for name, value in state_dict.items()}
+        return target.load_state_dict(placed, strict=strict)
+
+    def load_optimizer_state(self, optimizer: Optimizer, state: dict[str, Any]) -> None:
+        """Load ``state`` into ``optimizer``, splitting whole tensors shaped like their parameter as it is split."""
+        parameters = list(_parameters_of(optimizer))
+        per_parameter = {
+            index: {name: _placed_like(value, parameters[index]) if _same_shape(value, parameters[index]) else value
+                    for name, value in entry.items()}
+            for index, entry in state.get("state", {}).items()
+        }
+        optimizer.load_state_dict({**state, "state": per_parameter})
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str,
+                        storage_options: dict[str, Any] | None = None) -> None:
+        """A directory each rank writes its parts to (``"sharded"``), or one file from rank 0 (``"full"``)."""
+        if self.state_dict_type == "full":
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        from framework.io.sharded import save_sharded
+
+        save_sharded(checkpoint, path, self.is_global_zero, lambda: self.barrier("save_checkpoint"))
+
+    def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
+        """Read a checkpoint: from a sharded directory each rank reads only its parts; a file is read whole."""
+        from framework.io.sharded import is_sharded_checkpoint, load_sharded
+
+        if is_sharded_checkpoint(path):
+            return load_sharded(path, shard=self._empty_part)
+        return super().load_checkpoint(path, weights_only)
+
+    def _empty_part(self, size: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised DTensor of global ``size``, split along dim 0 as fully_shard splits parameters."""
+        from torch.distributed.tensor import DTensor, Shard
+
+        world, rank = self.mesh.size(), self.mesh.get_local_rank()
+        chunk = -(-size[0] // world) if len(size) else 0
+        rows = max(0, min(chunk, size[0] - rank * chunk)) if len(size) else 0
+        local = torch.empty((rows, *size[1:]), dtype=dtype, device=self._state_device())
+        return DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False, shape=size,
+                                  stride=torch.empty(size, device="meta").stride())
+
+    def _state_device(self) -> torch.device:
+        return torch.device("cpu") if self.cpu_offload else self.device
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, "
+                f"sharding_strategy={self.sharding_strategy!r}, cpu_offload={bool(self.cpu_offload)})")
+
+
+def _sharding_name(sharding_strategy: Any) -> str:
+    name = getattr(sharding_strategy, "name", sharding_strategy)
+    if isinstance(name, str) and name.upper() in _RESHARD_AFTER_FORWARD:
+        return name.upper()
+    raise MisconfigurationError(
+        f"FSDPStrategy(sharding_strategy={describe(sharding_strategy)}): accepted 'FULL_SHARD' (ZeRO-3) or "
+        "'SHARD_GRAD_OP' (ZeRO-2). For no sharding use strategy='ddp'; hybrid sharding is not supported."
+    )
+
+
+@contextlib.contextmanager
+def _without_gradient_sync(module: nn.Module) -> Iterator[None]:
+    module.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        module.set_requires_gradient_sync(True)
+
+
+def _sharded_units(model: nn.Module) -> list[nn.Module]:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [module for module in model.modules() if isinstance(module, FSDPModule)]
+
+
+def _whole(value: Any) -> Any:
+    """A DTensor gathered whole (a collective: every rank calls), anything else as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return value.full_tensor() if isinstance(value, DTensor) else value
+
+
+def _placed_like(value: Any, like: Any) -> Any:
+    """``value`` laid out as ``like``: a whole tensor split as the DTensor ``like`` is (each rank keeps its own
+    part, no communication), a DTensor made whole for a plain ``like``."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    if isinstance(like, DTensor) and not isinstance(value, DTensor):
+        return distribute_tensor(value.to(like.device), like.device_mesh, like.placements, src_data_rank=None)
+    if isinstance(value, DTensor) and not isinstance(like, DTensor):
+        return value.full_tensor()
+    return value
+
+
+def _same_shape(value: Any, parameter: torch.Tensor) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == parameter.shape
+
+
+def _has_meta_tensors(module: nn.Module) -> bool:
+    return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
+
+
+def _materialize(model: nn.Module, device: torch.device) -> None:
+    """Allocate the (sharded) parameters created on the meta device and initialise them with each submodule's
+    ``reset_parameters()``."""
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for module in model.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset) and module is not model:
+                reset()

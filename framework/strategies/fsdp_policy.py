@@ -1,0 +1,104 @@
+"""Which submodules FSDP shards as units of their own (the auto-wrap policy), and activation checkpointing."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from torch import nn
+
+from framework.errors import MisconfigurationError, describe
+
+# A submodule outside any container becomes a unit of its own from this many parameters on.
+BLOCK_PARAMETERS = 1_000_000
+
+WrapPolicy = Callable[[nn.Module], bool]
+
+
+def wrap_policy(policy: Any) -> WrapPolicy | None:
+    """``FSDPStrategy(auto_wrap_policy=...)`` as a predicate on submodules; None: only the whole model is one unit.
+
+    Accepted: ``"auto"`` (``default_blocks``), a set/list of module classes, a callable
+    ``fn(module) -> bool``, or a callable in FSDP1's form ``fn(module, recurse, nonwrapped_numel)``
+    (``functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})``, as
+    Lightning scripts pass it), or None.
+    """
+    if policy is None or policy == "auto":
+        return None if policy is None else _AUTO
+    if isinstance(policy, (set, frozenset, list, tuple)) and policy and all(isinstance(c, type) for c in policy):
+        classes = tuple(policy)
+        return lambda module: isinstance(module, classes)
+    if isinstance(policy, type) and issubclass(policy, nn.Module):
+        return lambda module: isinstance(module, policy)
+    if callable(policy):
+        if _takes_three(policy):  # FSDP1's form: decide for this module alone (recurse=False)
+            return lambda module: bool(policy(module=module, recurse=False,
+                                              nonwrapped_numel=sum(p.numel() for p in module.parameters())))
+        return lambda module: bool(policy(module))
+    raise MisconfigurationError(
+        f"FSDPStrategy(auto_wrap_policy={describe(policy)}) is not understood. Accepted: 'auto' (one unit per "
+        "block), a set of module classes ({Block}), a callable module -> bool, or None (the whole model is one unit)."
+    )
+
+
+def _AUTO(module: nn.Module) -> bool:  # noqa: N802 - a marker compared by identity
+    raise AssertionError("the auto policy is applied by default_blocks, not called")
+
+
+def units_to_shard(model: nn.Module, policy: WrapPolicy | None) -> list[nn.Module]:
+    """The submodules of ``model`` to shard on their own, innermost first (fully_shard's order); ``model``
+    itself is not among them."""
+    if policy is None:
+        return []
+    chosen = default_blocks(model) if policy is _AUTO else [m for m in model.modules() if m is not model and policy(m)]
+    depth = {module: name.count(".") for name, module in model.named_modules()}
+    return sorted(chosen, key=lambda module: -depth[module])
+
+
+def default_blocks(model: nn.Module) -> list[nn.Module]:
+    """The blocks of ``model``: each child of a ``ModuleList``/``Sequential`` that holds parameters, and each
+    other submodule of at least ``BLOCK_PARAMETERS`` parameters; blocks are not searched further.
+
+    A transformer's layers, a CNN's stages and an MLP's layers come out as blocks, so each is
+    gathered only while it computes.
+    """
+    blocks: list[nn.Module] = []
+
+    def search(module: nn.Module) -> None:
+        container = isinstance(module, (nn.ModuleList, nn.Sequential))
+        for child in module.children():
+            size = sum(p.numel() for p in child.parameters())
+            if size and (container or size >= BLOCK_PARAMETERS) and not _is_container(child):
+                blocks.append(child)
+            else:
+                search(child)
+
+    search(model)
+    return blocks
+
+
+def _is_container(module: nn.Module) -> bool:
+    return isinstance(module, (nn.ModuleList, nn.Sequential, nn.ModuleDict))
+
+
+def apply_checkpointing(model: nn.Module, policy: Any) -> None:
+    """Recompute the activations of the chosen submodules in backward instead of keeping them
+    (``torch.distributed._composable.checkpoint``, which keeps parameter names as they are)."""
+    if policy is None:
+        return
+    from torch.distributed._composable import checkpoint
+
+    predicate = wrap_policy(policy)
+    chosen: Iterable[nn.Module] = (default_blocks(model) if predicate is _AUTO
+                                   else [m for m in model.modules() if m is not model and predicate(m)])
+    for module in chosen:
+        checkpoint(module)
+
+
+def _takes_three(function: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return {"module", "recurse", "nonwrapped_numel"} <= set(parameters)
