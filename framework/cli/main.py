@@ -8,8 +8,10 @@ from collections.abc import Sequence
 _USAGE = """usage: framework <command> [options]
 
 commands:
-  launch    start a script's ranks (torchrun's options), e.g.
-            framework launch --nproc-per-node 2 train.py --epochs 3
+  launch       start a script's ranks (torchrun's options), e.g.
+               framework launch --nproc-per-node 2 train.py --epochs 3
+  consolidate  write a sharded checkpoint directory as one file, e.g.
+               framework consolidate checkpoints/last.ckpt last-full.ckpt
 """
 
 
@@ -24,6 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from framework.cli.launch import launch
 
         return launch(rest)
+    if command == "consolidate":
+        from framework.cli.consolidate import consolidate_command
+
+        return consolidate_command(rest)
     print(f"framework: unknown command {command!r}.\n\n{_USAGE}", end="", file=sys.stderr)
     return 2
 

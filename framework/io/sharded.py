@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -77,8 +78,13 @@ def load_sharded(path: str | os.PathLike, shard: ShardFactory | None = None) -> 
 
     path = os.fspath(path).rstrip("/")
     if not is_sharded_checkpoint(path):
-        raise CheckpointError(f"{path!r} is not a sharded checkpoint directory (it needs {META_FILE} and "
-                              f"{_DCP_METADATA_FILE}).")
+        fs, inner = filesystem(path)
+        if fs.isfile(inner):
+            raise CheckpointError(f"{path!r} is one file already (a strategy that saves whole checkpoints wrote it); "
+                                  "it loads as it is.")
+        raise CheckpointError(f"{path!r} is not a sharded checkpoint directory: it needs {META_FILE} and "
+                              f"{_DCP_METADATA_FILE}, which a zero2/zero3 run writes" +
+                              ("." if fs.exists(inner) else ", and it does not exist."))
     skeleton = _load_meta(path)
     reader = _reader(path)
     targets: dict[str, torch.Tensor] = {}
@@ -87,7 +93,9 @@ def load_sharded(path: str | os.PathLike, shard: ShardFactory | None = None) -> 
         in_parts = shard is not None and len(saved.chunks) > 1
         targets[key] = shard(size, dtype) if in_parts else torch.empty(size, dtype=dtype)
     together = shard is not None and dist.is_available() and dist.is_initialized()
-    dcp.load(targets, storage_reader=reader, no_dist=not together)
+    with warnings.catch_warnings():  # DCP warns that no process group means one process: that is what is asked
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
+        dcp.load(targets, storage_reader=reader, no_dist=not together)
     return join_tensors(skeleton, targets)
 
 

@@ -1,0 +1,29 @@
+"""``framework consolidate CKPT_DIR OUT_FILE``: a sharded checkpoint as one file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def consolidate_command(argv: Sequence[str]) -> int:
+    """Write the sharded checkpoint directory ``argv[0]`` as the single file ``argv[1]``; the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="framework consolidate",
+        description="Write a sharded checkpoint (the directory a zero2/zero3 run saves) as one file that "
+                    "torch.load(weights_only=True) and Module.load_from_checkpoint read on one process.",
+    )
+    parser.add_argument("checkpoint_dir", help="the sharded checkpoint directory, e.g. checkpoints/last.ckpt")
+    parser.add_argument("output_file", help="the file to write (any fsspec path)")
+    options = parser.parse_args(list(argv))
+    from framework.errors import CheckpointError
+    from framework.io.sharded import consolidate
+
+    try:
+        consolidate(options.checkpoint_dir, options.output_file)
+    except (CheckpointError, FileNotFoundError) as error:
+        print(f"framework consolidate: {error}", file=sys.stderr)
+        return 1
+    print(f"Wrote {options.output_file}")
+    return 0
