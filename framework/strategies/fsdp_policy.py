@@ -69,7 +69,7 @@ def default_blocks(model: nn.Module) -> list[nn.Module]:
         container = isinstance(module, (nn.ModuleList, nn.Sequential))
         for child in module.children():
             size = sum(p.numel() for p in child.parameters())
-            if size and (container or size >= BLOCK_PARAMETERS) and not _is_container(child):
+            if size and (container or (size >= BLOCK_PARAMETERS and not _is_container(child))):
                 blocks.append(child)
             else:
                 search(child)

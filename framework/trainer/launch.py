@@ -55,7 +55,8 @@ def _adopt(trainer: Any, report: dict[str, Any]) -> None:
     module = trainer.module
     if set(report["weights"]) - set(module.state_dict()):
         module.configure_model()  # the layers it builds were built on the ranks only (it must be idempotent)
-    module.load_state_dict(report["weights"])
+    on_meta = any(tensor.is_meta for tensor in module.state_dict().values())  # built on the meta device for sharding
+    module.load_state_dict(report["weights"], assign=on_meta)
     trainer.model = module
     trainer.state = report["state"]
     trainer.metrics.callback, trainer.metrics.logged, trainer.metrics.progress_bar = report["metrics"]

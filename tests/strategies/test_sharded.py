@@ -1,0 +1,377 @@
+"""ZeRO-1/2/3 and CPU offload on CPU with gloo and real processes: equal to DDP, the memory the theory says,
+sharded checkpoints that resume with another number of ranks, and consolidation to one file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import framework
+from framework.callbacks import Callback, ModelCheckpoint
+from framework.io.sharded import is_sharded_checkpoint
+from framework.strategies import FSDPStrategy, ShardedStrategy, resolve_strategy
+from framework.testing import spawn, state_bytes
+
+SHARDED = ["zero1", "zero2", "zero3", "zero3_offload"]
+
+
+class Regressor(framework.Module):
+    """A three-layer MLP in a Sequential (so the default policy shards it layer by layer), trained with AdamW."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.mse_loss(self(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", nn.functional.mse_loss(self(x), y), sync_dist=True)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 3, gamma=0.5)}
+
+
+def regression_data(count: int = 64) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(count, 8, generator=generator)
+    return TensorDataset(x, x.sum(dim=1, keepdim=True).sin())
+
+
+def quiet_trainer(**kwargs) -> framework.Trainer:
+    settings = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False)
+    return framework.Trainer(**{**settings, **kwargs})
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def fitted(strategy, devices: int = 2, **kwargs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Weights and metrics after 2 epochs with clipping, accumulation and a validation set ranks split unevenly."""
+    torch.manual_seed(0)
+    model = Regressor()
+    trainer = quiet_trainer(devices=devices, strategy=strategy, max_epochs=2, gradient_clip_val=0.05,
+                            accumulate_grad_batches=2, **kwargs)
+    trainer.fit(model, DataLoader(regression_data(), batch_size=4), DataLoader(regression_data(9), batch_size=4))
+    return model.state_dict(), dict(trainer.callback_metrics)
+
+
+@pytest.fixture(scope="module")
+def ddp_result():
+    return fitted("ddp")
+
+
+# -- names and arguments ---
+
+@pytest.mark.parametrize(("name", "kind", "reshard", "offload"), [
+    ("zero1", ShardedStrategy, None, None), ("ddp_sharded", ShardedStrategy, None, None),
+    ("zero2", FSDPStrategy, False, False), ("deepspeed_stage_2", FSDPStrategy, False, False),
+    ("fsdp_shard_grad_op", FSDPStrategy, False, False), ("zero2_offload", FSDPStrategy, False, True),
+    ("zero3", FSDPStrategy, True, False), ("fsdp", FSDPStrategy, True, False),
+    ("deepspeed_stage_3", FSDPStrategy, True, False), ("zero3_offload", FSDPStrategy, True, True),
+    ("deepspeed_stage_3_offload", FSDPStrategy, True, True),
+])
+def test_strategy_names(name, kind, reshard, offload):
+    strategy = resolve_strategy(name)
+    assert type(strategy) is kind
+    if reshard is not None:
+        assert strategy.reshard_after_forward is reshard
+        assert bool(strategy.cpu_offload) is offload
+
+
+def test_bad_fsdp_arguments_name_the_argument_and_what_is_accepted():
+    with pytest.raises(framework.MisconfigurationError, match="sharding_strategy='NO_SHARD'.*'FULL_SHARD'.*ddp"):
+        FSDPStrategy(sharding_strategy="NO_SHARD")
+    with pytest.raises(framework.MisconfigurationError, match="state_dict_type='local'.*'sharded' or 'full'"):
+        FSDPStrategy(state_dict_type="local")
+    with pytest.raises(framework.MisconfigurationError, match="auto_wrap_policy=3.*set of module classes"):
+        FSDPStrategy(auto_wrap_policy=3)
+
+
+def test_default_policy_shards_each_block_and_big_submodules():
+    from framework.strategies.fsdp_policy import BLOCK_PARAMETERS, units_to_shard, wrap_policy
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(BLOCK_PARAMETERS // 10, 10)  # big, outside any container
+            self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3)])
+            self.head = nn.Linear(4, 2)  # small: stays with the root
+
+    model = Model()
+    units = units_to_shard(model, wrap_policy("auto"))
+    assert set(map(id, units)) == {id(model.embedding), *map(id, model.blocks)}
+    assert units_to_shard(model, wrap_policy(None)) == []
+    by_class = units_to_shard(model, wrap_policy({nn.Linear}))
+    assert all(isinstance(unit, nn.Linear) for unit in by_class) and len(by_class) == 4
+
+
+# -- training equals DDP ---
+
+@pytest.mark.parametrize("strategy", SHARDED)
+def test_sharded_strategies_train_as_ddp(strategy, ddp_result):
+    weights, metrics = fitted(strategy)
+    reference, reference_metrics = ddp_result
+    assert weights.keys() == reference.keys()
+    for name, value in weights.items():  # fp32; only the order of summation differs
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(metrics["val_loss"], reference_metrics["val_loss"], rtol=1e-5, atol=1e-6)
+
+
+def test_zero3_on_four_ranks_trains_as_ddp():
+    reference, _ = fitted("ddp", devices=4)
+    weights, _ = fitted("zero3", devices=4)
+    for name, value in weights.items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_zero3_in_float16_trains_like_ddp():
+    reference, _ = fitted("ddp", precision="16-mixed")
+    weights, _ = fitted("zero3", precision="16-mixed")
+    for name, value in weights.items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-3, atol=1e-3, msg=name)
+
+
+def _step_with_overflow_in_one_part(rank: int) -> tuple[bool, bool, bool]:
+    runtime = framework.Runtime(accelerator="cpu", devices=2, strategy="zero3", precision="16-mixed")
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 4)  # rows 0-1 are rank 0's part, rows 2-3 rank 1's
+    layer, optimizer = runtime.setup(layer, torch.optim.SGD(layer.parameters(), lr=0.1))
+    before = whole(layer.module.weight).detach().clone()
+    with runtime.autocast():
+        out = layer(torch.ones(2, 4))
+    # the gradient of output 3 overflows float16: only rank 1's part of the gradients holds inf
+    runtime.backward(out[:, 0].float().sum() * 1e-3 + out[:, 3].float().sum() * 1e30)
+    own_part_finite = all(bool(torch.isfinite(p.grad.to_local()).all()) for p in layer.parameters())
+    stepped = runtime.optimizer_step(optimizer)
+    return own_part_finite, stepped, torch.equal(whole(layer.module.weight).detach(), before)
+
+
+def test_zero3_in_float16_skips_a_step_on_every_rank_when_one_rank_part_overflows():
+    (finite_on_0, stepped_0, unchanged_0), (finite_on_1, stepped_1, unchanged_1) = spawn(
+        2, _step_with_overflow_in_one_part)
+    assert finite_on_0 and not finite_on_1  # the situation: only rank 1 sees the overflow in its own part
+    # GradScaler's check runs on the DTensor gradients, so its verdict is already the ranks' together
+    assert not stepped_0 and not stepped_1
+    assert unchanged_0 and unchanged_1
+
+
+# -- memory: the bytes each rank holds ---
+
+class _Blocks(framework.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
+
+    def training_step(self, batch, batch_idx):
+        return self.layers(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+class _MeasureState(Callback):
+    """Parameters right after forward, gradients after backward, optimizer state after the step."""
+
+    def on_before_backward(self, trainer, module, loss):
+        self.parameters = state_bytes(module)["parameters"]
+
+    def on_after_backward(self, trainer, module):
+        self.gradients = state_bytes(module)["gradients"]
+
+    def on_before_zero_grad(self, trainer, module, optimizer):
+        self.optimizer = state_bytes(module, optimizer)["optimizer"]
+
+
+def _measure_on_rank(rank: int, strategy: str) -> tuple[int, int, int]:
+    measure = _MeasureState()
+    trainer = quiet_trainer(devices=2, strategy=strategy, max_steps=2, callbacks=[measure])
+    trainer.fit(_Blocks(), DataLoader(TensorDataset(torch.randn(32, 64)), batch_size=4))
+    return measure.parameters, measure.gradients, measure.optimizer
+
+
+@pytest.mark.parametrize(("strategy", "theory"), [
+    ("ddp", (4, 4, 8)), ("zero1", (4, 4, 4)), ("zero2", (4, 2, 4)), ("zero3", (2, 2, 4)), ("zero3_offload", (2, 2, 4)),
+])
+def test_each_rank_holds_what_the_zero_arithmetic_says(strategy, theory):
+    """Ψ fp32 parameters with Adam on 2 ranks, given only the strategy's name: bytes per Ψ as in the ZeRO paper."""
+    psi = sum(p.numel() for p in _Blocks().parameters())
+    for held in spawn(2, _measure_on_rank, strategy):
+        for measured, expected in zip(held, theory, strict=True):
+            assert measured == pytest.approx(expected * psi, rel=0.10), (strategy, held, theory)
+
+
+# -- a model built sharded on the meta device ---
+
+class _BuiltSharded(framework.Module):
+    """Its layers are created on the meta device in configure_model: no rank ever allocates them whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = None
+
+    def configure_model(self):
+        if self.layers is not None:
+            return
+        with torch.device("meta"):
+            self.layers = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
+
+    def training_step(self, batch, batch_idx):
+        return self.layers(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+class _HeldAtStart(Callback):
+    def on_fit_start(self, trainer, module):
+        self.held = state_bytes(module)["parameters"]
+        self.on_meta = any(p.is_meta for p in module.parameters())
+
+
+def _train_built_sharded(rank: int) -> tuple[int, bool, bool, float]:
+    seen = _HeldAtStart()
+    model = _BuiltSharded()
+    before = None
+    trainer = quiet_trainer(devices=2, strategy="zero3", max_steps=3, callbacks=[seen])
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(32, 64)), batch_size=4))
+    weight = whole(model.layers[0].weight).detach()
+    before = weight.std().item()
+    return seen.held, seen.on_meta, bool((weight[:32] != weight[32:]).any()), before
+
+
+def test_a_model_built_on_the_meta_device_is_allocated_sharded_initialised_and_trained():
+    whole_bytes = sum(p.numel() * 4 for p in nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]).parameters())
+    for held, on_meta, halves_differ, spread in spawn(2, _train_built_sharded):
+        assert held == whole_bytes // 2  # each rank allocated its half only
+        assert not on_meta
+        assert halves_differ  # the ranks' parts were initialised from different random numbers
+        assert 0.05 < spread < 0.1  # nn.Linear's own init: uniform(±1/8) has std 0.072
+
+    model = _BuiltSharded()  # started by the Trainer: the weights come back whole to the caller's Module
+    quiet_trainer(devices=2, strategy="zero3", max_steps=2).fit(
+        model, DataLoader(TensorDataset(torch.randn(32, 64)), batch_size=4))
+    assert not model.layers[0].weight.is_meta and model.layers[0].weight.std() > 0.05
+
+
+# -- sharded checkpoints ---
+
+def _checkpointing_trainer(devices: int, dirpath: str, max_steps: int) -> framework.Trainer:
+    checkpoint = ModelCheckpoint(dirpath=dirpath, save_last=True, save_top_k=2, monitor="loss", every_n_train_steps=2)
+    return quiet_trainer(devices=devices, strategy="zero3", max_steps=max_steps, enable_checkpointing=True,
+                         callbacks=[checkpoint], gradient_clip_val=0.05)
+
+
+def _shuffled(devices: int) -> DataLoader:
+    return DataLoader(regression_data(), batch_size=8 // devices, shuffle=True)  # 8 samples per step on any count
+
+
+@pytest.mark.parametrize(("saved_on", "resumed_on"), [(2, 4), (4, 2)])
+def test_a_sharded_checkpoint_resumes_on_another_number_of_ranks(tmp_path, saved_on, resumed_on):
+    torch.manual_seed(0)
+    uninterrupted = Regressor()
+    _checkpointing_trainer(saved_on, str(tmp_path / "whole"), 12).fit(uninterrupted, _shuffled(saved_on))
+
+    torch.manual_seed(0)
+    first = Regressor()
+    _checkpointing_trainer(saved_on, str(tmp_path / "run"), 6).fit(first, _shuffled(saved_on))  # mid-epoch 1
+    last = tmp_path / "run" / "last.ckpt"
+    assert is_sharded_checkpoint(last)
+    assert sorted(name for name in os.listdir(last) if name.endswith(".distcp")) == \
+        [f"__{rank}_0.distcp" for rank in range(saved_on)]  # every rank wrote its part
+    kept = sorted(os.listdir(tmp_path / "run"))  # top-2 of the three saves, and last: the third was removed whole
+    assert len(kept) == 3 and "last.ckpt" in kept and all(is_sharded_checkpoint(tmp_path / "run" / n) for n in kept)
+
+    resumed = Regressor()
+    trainer = _checkpointing_trainer(resumed_on, str(tmp_path / "run"), 12)
+    trainer.fit(resumed, _shuffled(resumed_on), ckpt_path=str(last))
+    assert trainer.global_step == 12
+    for name, value in resumed.state_dict().items():
+        torch.testing.assert_close(value, uninterrupted.state_dict()[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_consolidate_writes_one_file_that_loads_on_one_process(tmp_path):
+    torch.manual_seed(0)
+    model = Regressor()
+    _checkpointing_trainer(2, str(tmp_path / "run"), 6).fit(model, _shuffled(2))
+    output = tmp_path / "whole.ckpt"
+    finished = subprocess.run([sys.executable, "-m", "framework", "consolidate", str(tmp_path / "run" / "last.ckpt"),
+                               str(output)], capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+
+    checkpoint = torch.load(output, weights_only=True)
+    assert checkpoint["global_step"] == 6
+    assert set(checkpoint["optimizer_states"][0]["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert checkpoint["optimizer_states"][0]["state"][0]["exp_avg"].shape == (16, 8)  # whole, not a rank's part
+    loaded = Regressor.load_from_checkpoint(str(output))
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(loaded(x), model(x))
+    directly = Regressor.load_from_checkpoint(str(tmp_path / "run" / "last.ckpt"))  # the directory, read whole
+    torch.testing.assert_close(directly(x), model(x))
+
+    # one process resumes the consolidated file and trains on
+    single = quiet_trainer(max_steps=8)
+    single.fit(Regressor(), DataLoader(regression_data(), batch_size=8), ckpt_path=str(output))
+    assert single.global_step == 8
+
+
+def test_consolidate_explains_a_path_that_is_not_a_sharded_checkpoint(tmp_path, capsys):
+    from framework.cli.main import main
+
+    file = tmp_path / "model.ckpt"
+    torch.save({"state_dict": {}}, file)
+    for path, reason in ((file, "one file already"), (tmp_path / "missing", "does not exist")):
+        assert main(["consolidate", str(path), str(tmp_path / "out.ckpt")]) == 1
+        assert reason in capsys.readouterr().err
+    assert not (tmp_path / "out.ckpt").exists()
+
+
+def test_full_state_dict_type_saves_one_file(tmp_path):
+    model = Regressor()
+    trainer = quiet_trainer(devices=2, strategy=FSDPStrategy(state_dict_type="full"), max_steps=2)
+    trainer.fit(model, DataLoader(regression_data(), batch_size=4))
+    trainer.save_checkpoint(tmp_path / "full.ckpt")  # the caller's trainer holds no ranks: saved plainly
+    assert (tmp_path / "full.ckpt").is_file()
+
+
+# -- the Runtime ---
+
+def _runtime_training(runtime: framework.Runtime) -> tuple[dict[str, torch.Tensor], list[float]]:
+    torch.manual_seed(0)
+    model = Regressor()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)  # made before setup, as with DDP
+    model, optimizer = runtime.setup(model, optimizer)
+    loader = runtime.setup_dataloaders(DataLoader(regression_data(), batch_size=4))
+    norms = []
+    for x, y in loader:
+        runtime.backward(nn.functional.mse_loss(model(x), y))
+        norms.append(float(runtime.clip_gradients(model, optimizer, max_norm=0.05)))
+        optimizer.step()
+        optimizer.zero_grad()
+    return {name: whole(value).detach().clone() for name, value in model.state_dict().items()}, norms
+
+
+def test_runtime_setup_points_an_optimizer_made_before_it_at_the_sharded_parameters():
+    reference, reference_norms = framework.Runtime(accelerator="cpu", devices=2, strategy="ddp").launch(
+        _runtime_training)
+    sharded, norms = framework.Runtime(accelerator="cpu", devices=2, strategy="zero3").launch(_runtime_training)
+    assert min(reference_norms) > 0.05  # every step clipped
+    assert norms == pytest.approx(reference_norms, rel=1e-5)  # the whole model's norm, not a rank's part's
+    for name, value in sharded.items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
