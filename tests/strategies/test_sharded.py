@@ -375,3 +375,53 @@ def test_runtime_setup_points_an_optimizer_made_before_it_at_the_sharded_paramet
     assert norms == pytest.approx(reference_norms, rel=1e-5)  # the whole model's norm, not a rank's part's
     for name, value in sharded.items():
         torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+# -- policies and precision ---
+
+class _ShardsItself(Regressor):
+    """Applies its own sharding in configure_model; the strategy keeps those units."""
+
+    def configure_model(self):
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        if not isinstance(self.net[0], FSDPModule):
+            for layer in (self.net[0], self.net[2]):
+                fully_shard(layer)
+
+
+class _CountUnits(Callback):
+    def on_fit_start(self, trainer, module):
+        from torch.distributed.fsdp import FSDPModule
+
+        trainer.units = sorted(name for name, sub in module.named_modules() if isinstance(sub, FSDPModule))
+
+
+def _units_on_rank(rank: int, strategy: FSDPStrategy, own: bool) -> list[str]:
+    trainer = quiet_trainer(devices=2, strategy=strategy, max_steps=1, callbacks=[_CountUnits()])
+    trainer.fit(_ShardsItself() if own else Regressor(), DataLoader(regression_data(), batch_size=4))
+    return trainer.units
+
+
+def test_a_module_sharding_itself_in_configure_model_keeps_its_units():
+    own, default = spawn(2, _units_on_rank, FSDPStrategy(), True)[0], spawn(2, _units_on_rank, FSDPStrategy(), False)[0]
+    assert own == ["net.0", "net.2"]  # its own two, not the default's three (the root router is outside the Module)
+    assert default == ["net.0", "net.2", "net.4"]
+    assert spawn(2, _units_on_rank, FSDPStrategy(auto_wrap_policy=None), False)[0] == []
+
+
+def test_activation_checkpointing_keeps_parameter_names_and_trains_as_ddp(ddp_result):
+    weights, _ = fitted(FSDPStrategy(activation_checkpointing_policy={nn.Linear}))
+    for name, value in weights.items():  # the parameter names stay as they were
+        torch.testing.assert_close(value, ddp_result[0][name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(("precision", "param_dtype"), [("32-true", None), ("bf16-mixed", None),
+                                                        ("bf16-true", torch.bfloat16)])
+def test_the_precision_gives_fully_shard_its_mixed_precision_policy(precision, param_dtype):
+    strategy = FSDPStrategy()
+    runtime = framework.Runtime(accelerator="cpu", strategy=strategy, precision=precision)
+    assert runtime.strategy is strategy
+    strategy._mesh = object()  # the options only, without starting a process group
+    policy = strategy._shard_options()["mp_policy"]
+    assert policy.param_dtype == param_dtype and policy.reduce_dtype == runtime.precision.reduce_dtype
