@@ -188,6 +188,13 @@ class ModelCheckpoint(Callback):
         if (not self.save_on_exception or trainer.fast_dev_run or trainer.sanity_checking
                 or self._last_global_step_saved == trainer.global_step or self.dirpath is None):
             return
+        strategy = trainer.runtime.strategy
+        if not strategy.saves_on_one_rank:  # the other ranks are elsewhere: they cannot write their parts now
+            console.warn_user(f"ModelCheckpoint(save_on_exception=True) saved nothing after "
+                              f"{type(exception).__name__}: strategy={strategy.name!r} needs every rank to write a "
+                              "checkpoint, and this rank handles its failure alone. Resume from the last checkpoint "
+                              "saved before it.")
+            return
         candidates = self._monitor_candidates(trainer)
         filepath = self.format_checkpoint_name(candidates)
         self._save(trainer, filepath)

@@ -209,6 +209,7 @@ def _run_worker(rank: int, world_size: int, port: int, parent_pid: int, channel:
                 work: tuple[Callable[..., Any], tuple] | bytes) -> None:
     _die_with_parent(parent_pid)
     os.environ.update(rank_variables(rank, world_size, port))
+    _forget_inherited_process_group()
     try:
         if isinstance(work, bytes):
             function, args = _unpickled(work)
@@ -219,6 +220,15 @@ def _run_worker(rank: int, world_size: int, port: int, parent_pid: int, channel:
         message = ("error", error, traceback.format_exc())
     channel.send_bytes(_pickled(message))
     channel.close()
+
+
+def _forget_inherited_process_group() -> None:
+    """A forked rank must start its own process group: the caller may hold a one-process group (a zero3 fit on
+    one device leaves it for the sharded Module), which the rank would otherwise take for the ranks'."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() == 1:
+        dist.destroy_process_group()  # no peers: nothing is sent, the parent's group is untouched
 
 
 def _in_new_thread(function: Callable[..., Any], args: tuple) -> Any:

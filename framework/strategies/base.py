@@ -172,6 +172,12 @@ class Strategy:
         return contextlib.nullcontext()
 
     # -- checkpoints ---
+    @property
+    def saves_on_one_rank(self) -> bool:
+        """Whether one rank alone (one failing, say) can write a whole checkpoint: False where the ranks' parts
+        must be gathered or written together."""
+        return True
+
     def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """The ``state_dict()`` of the user's module inside any wrapper, as checkpoints hold it."""
         return self.unwrap(module).state_dict()

@@ -61,9 +61,10 @@ class FSDPStrategy(ParallelStrategy):
                  mixed_precision: Any = None, start_method: str = "auto", timeout: timedelta | float | None = None,
                  process_group_backend: str | None = None, **fully_shard_kwargs: Any) -> None:
         super().__init__(start_method, timeout, process_group_backend)
+        # checked now, made predicates in setup_module (a started rank gets the strategy pickled: no lambdas here)
+        wrap_policy(auto_wrap_policy)
+        wrap_policy(activation_checkpointing_policy)
         self.auto_wrap_policy = auto_wrap_policy
-        self._wrap_policy = wrap_policy(auto_wrap_policy)
-        wrap_policy(activation_checkpointing_policy)  # checked now, applied in setup_module
         self.activation_checkpointing_policy = activation_checkpointing_policy
         self.sharding_strategy = _sharding_name(sharding_strategy)
         self.cpu_offload = cpu_offload
@@ -113,7 +114,7 @@ class FSDPStrategy(ParallelStrategy):
         apply_checkpointing(module, self.activation_checkpointing_policy)
         options = self._shard_options()
         if not any(isinstance(sub, FSDPModule) for sub in module.modules()):
-            for unit in units_to_shard(module, self._wrap_policy):
+            for unit in units_to_shard(module, wrap_policy(self.auto_wrap_policy)):
                 fully_shard(unit, **options)
         router = StepRouter(module)
         fully_shard(router, **options)
@@ -185,6 +186,11 @@ class FSDPStrategy(ParallelStrategy):
         return total
 
     # -- checkpoints ---
+    @property
+    def saves_on_one_rank(self) -> bool:
+        """False on several ranks: each rank holds only its part of the state."""
+        return self.world_size == 1
+
     def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """The user's module's state: each rank's parts (DTensors), or with ``state_dict_type="full"`` whole."""
         state = self.unwrap(module).state_dict()

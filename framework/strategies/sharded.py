@@ -48,6 +48,11 @@ class ShardedStrategy(DDPStrategy):
         _count_steps_for_schedulers(optimizer, sharded)
         return sharded
 
+    @property
+    def saves_on_one_rank(self) -> bool:
+        """False on several ranks: the optimizer state is gathered from all of them."""
+        return self.world_size == 1
+
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """The whole optimizer state, gathered on rank 0 (an empty dict on the other ranks)."""
         if not hasattr(optimizer, "consolidate_state_dict"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -425,3 +426,60 @@ def test_the_precision_gives_fully_shard_its_mixed_precision_policy(precision, p
     strategy._mesh = object()  # the options only, without starting a process group
     policy = strategy._shard_options()["mp_policy"]
     assert policy.param_dtype == param_dtype and policy.reduce_dtype == runtime.precision.reduce_dtype
+
+
+# -- failures ---
+
+class _FailsOnRankZero(Regressor):
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 0 and batch_idx == 2:
+            raise ValueError("stopped here")
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("strategy", [ShardedStrategy(timeout=30), FSDPStrategy(timeout=30)], ids=["zero1", "zero3"])
+def test_save_on_exception_with_sharded_state_skips_the_save_instead_of_waiting_for_the_others(tmp_path, strategy):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_on_exception=True)
+    trainer = quiet_trainer(devices=2, max_epochs=1, enable_checkpointing=True, callbacks=[checkpoint],
+                            strategy=strategy)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="stopped here"):  # the rank's own error, not a collective's timeout
+        trainer.fit(_FailsOnRankZero(), DataLoader(regression_data(), batch_size=4))
+    assert time.monotonic() - started < 20
+    assert os.listdir(tmp_path) == []  # one rank cannot write the others' parts
+
+
+# -- one process, spawned ranks, init_module ---
+
+def test_zero3_on_one_device_trains_as_one_process(ddp_result):
+    torch.manual_seed(0)
+    single = Regressor()
+    quiet_trainer(max_steps=4).fit(single, DataLoader(regression_data(), batch_size=8))
+    torch.manual_seed(0)
+    sharded = Regressor()
+    quiet_trainer(max_steps=4, strategy="zero3").fit(sharded, DataLoader(regression_data(), batch_size=8))
+    for name, value in sharded.state_dict().items():  # this process's Module is the sharded one: its DTensors
+        torch.testing.assert_close(whole(value), single.state_dict()[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_spawned_ranks_get_the_strategy_and_its_policies_pickled(ddp_result):
+    strategy = FSDPStrategy(auto_wrap_policy={nn.Linear}, start_method="spawn")
+    weights, _ = fitted(strategy)
+    for name, value in weights.items():
+        torch.testing.assert_close(value, ddp_result[0][name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _init_module_on_rank(rank: int) -> tuple[bool, int]:
+    trainer = quiet_trainer(devices=2, strategy="zero3", max_steps=1)
+    with trainer.init_module(empty_init=True):
+        model = _Blocks()
+    on_meta = model.layers[0].weight.is_meta
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(8, 64)), batch_size=4))
+    return on_meta, state_bytes(model)["parameters"]
+
+
+def test_init_module_with_empty_init_builds_on_the_meta_device_and_fit_allocates_the_parts():
+    psi = sum(p.numel() for p in _Blocks().parameters())
+    for on_meta, held in spawn(2, _init_module_on_rank):
+        assert on_meta
+        assert held == psi * 4 // 2
