@@ -93,8 +93,10 @@ class RuntimeOptimizer:
     """
 
     def __init__(self, optimizer: Optimizer, runtime: Any) -> None:
-        # Share the original's attributes (param_groups, state, hooks), so both stay one optimizer.
-        self.__dict__ = {key: value for key, value in optimizer.__dict__.items() if key not in ("step", "state_dict")}
+        # Share the original's attributes (hooks, defaults), so both stay one optimizer; state and param_groups
+        # are read through, since load_state_dict gives the original new ones.
+        self.__dict__ = {key: value for key, value in optimizer.__dict__.items()
+                         if key not in ("step", "state_dict", "state", "param_groups")}
         self.__class__ = type(f"Runtime{type(optimizer).__name__}", (RuntimeOptimizer, type(optimizer)), {})
         self._optimizer = optimizer
         self._runtime = runtime
@@ -103,6 +105,24 @@ class RuntimeOptimizer:
     def optimizer(self) -> Optimizer:
         """The optimizer given to ``setup``."""
         return self._optimizer
+
+    @property
+    def state(self) -> Any:
+        """The original's per-parameter state (after a ``load_state_dict`` too)."""
+        return self._optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self._optimizer.state = value
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The original's parameter groups (the ones LR schedulers change), after a ``load_state_dict`` too."""
+        return self._optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self._optimizer.param_groups = value
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         """Step through the precision: with fp16, skipped when the gradients hold inf/nan."""

@@ -354,3 +354,21 @@ def test_setup_hands_a_scheduler_back_last():
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
     wrapped, wrapped_optimizer, same_scheduler = runtime.setup(model, optimizer, scheduler=scheduler)
     assert same_scheduler is scheduler and wrapped_optimizer.optimizer is optimizer
+
+
+def test_the_set_up_optimizer_sees_the_state_and_groups_a_load_brings(tmp_path):
+    runtime = framework.Runtime(accelerator="cpu")
+    model = torch.nn.Linear(2, 1)
+    model, optimizer = runtime.setup(model, torch.optim.Adam(model.parameters(), lr=0.5))
+    runtime.backward(model(torch.ones(1, 2)).sum())
+    optimizer.step()
+    runtime.save(tmp_path / "state.ckpt", {"optimizer": optimizer})
+
+    fresh = torch.nn.Linear(2, 1)
+    fresh, fresh_optimizer = runtime.setup(fresh, torch.optim.Adam(fresh.parameters(), lr=0.1))
+    runtime.load(tmp_path / "state.ckpt", {"optimizer": fresh_optimizer})
+    assert len(fresh_optimizer.state) == 2  # Adam's moments, read through to the loaded optimizer
+    scheduler = torch.optim.lr_scheduler.StepLR(fresh_optimizer, step_size=1, gamma=0.1)
+    fresh_optimizer.step()
+    scheduler.step()
+    assert fresh_optimizer.optimizer.param_groups[0]["lr"] == pytest.approx(0.05)  # the loaded 0.5, then scheduled

@@ -483,3 +483,49 @@ def test_init_module_with_empty_init_builds_on_the_meta_device_and_fit_allocates
     for on_meta, held in spawn(2, _init_module_on_rank):
         assert on_meta
         assert held == psi * 4 // 2
+
+
+def test_save_last_link_points_at_the_sharded_directory_and_resumes(tmp_path):
+    def trainer(max_steps):
+        checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last="link", every_n_train_steps=2, save_top_k=1,
+                                     monitor="loss")
+        return quiet_trainer(devices=2, strategy="zero3", max_steps=max_steps, enable_checkpointing=True,
+                             callbacks=[checkpoint])
+
+    trainer(4).fit(Regressor(), DataLoader(regression_data(), batch_size=4))
+    last = tmp_path / "last.ckpt"
+    assert last.is_symlink() and is_sharded_checkpoint(last)
+    assert len([name for name in os.listdir(tmp_path) if name != "last.ckpt"]) == 1  # top-1: the other removed
+    resumed = trainer(6)
+    resumed.fit(Regressor(), DataLoader(regression_data(), batch_size=4), ckpt_path="last")
+    assert resumed.global_step == 6
+    # last.ckpt is a link where a top-k save was made at the same step, else a directory of its own; replacing
+    # the link never touches what it pointed at
+    assert all(is_sharded_checkpoint(tmp_path / name) for name in os.listdir(tmp_path))
+
+
+def _save_and_load_with_runtime(runtime: framework.Runtime, path: str) -> tuple[bool, bool, int]:
+    torch.manual_seed(0)
+    model = Regressor()
+    model, optimizer = runtime.setup(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    for x, y in runtime.setup_dataloaders(DataLoader(regression_data(16), batch_size=4)):
+        runtime.backward(nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+    runtime.save(path, {"model": model, "optimizer": optimizer, "step": 4})
+    fresh = Regressor()
+    fresh_model, fresh_optimizer = runtime.setup(fresh, torch.optim.AdamW(fresh.parameters(), lr=0.01))
+    state = {"model": fresh_model, "optimizer": fresh_optimizer, "step": 0}
+    runtime.load(path, state)
+    same_weights = all(torch.equal(whole(a), whole(b)) for a, b in
+                       zip(model.state_dict().values(), fresh_model.state_dict().values(), strict=True))
+    moments = [whole(s["exp_avg"]) for s in optimizer.state.values()]
+    loaded = [whole(s["exp_avg"]) for s in fresh_optimizer.state.values()]
+    same_moments = len(moments) == len(loaded) == 6 and all(map(torch.equal, moments, loaded))
+    return same_weights, same_moments, state["step"]
+
+
+def test_runtime_save_and_load_round_trip_a_sharded_checkpoint(tmp_path):
+    runtime = framework.Runtime(accelerator="cpu", devices=2, strategy="zero3")
+    assert runtime.launch(_save_and_load_with_runtime, str(tmp_path / "state")) == (True, True, 4)
+    assert is_sharded_checkpoint(tmp_path / "state")
