@@ -487,21 +487,20 @@ def test_init_module_with_empty_init_builds_on_the_meta_device_and_fit_allocates
 
 def test_save_last_link_points_at_the_sharded_directory_and_resumes(tmp_path):
     def trainer(max_steps):
-        checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last="link", every_n_train_steps=2, save_top_k=1,
-                                     monitor="loss")
+        checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last="link", every_n_train_steps=2, save_top_k=-1)
         return quiet_trainer(devices=2, strategy="zero3", max_steps=max_steps, enable_checkpointing=True,
                              callbacks=[checkpoint])
 
     trainer(4).fit(Regressor(), DataLoader(regression_data(), batch_size=4))
     last = tmp_path / "last.ckpt"
     assert last.is_symlink() and is_sharded_checkpoint(last)
-    assert len([name for name in os.listdir(tmp_path) if name != "last.ckpt"]) == 1  # top-1: the other removed
+    assert os.readlink(last) == "epoch=0-step=4.ckpt"
     resumed = trainer(6)
     resumed.fit(Regressor(), DataLoader(regression_data(), batch_size=4), ckpt_path="last")
-    assert resumed.global_step == 6
-    # last.ckpt is a link where a top-k save was made at the same step, else a directory of its own; replacing
-    # the link never touches what it pointed at
-    assert all(is_sharded_checkpoint(tmp_path / name) for name in os.listdir(tmp_path))
+    assert resumed.global_step == 6 and os.readlink(last) == "epoch=0-step=6.ckpt"
+    assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "epoch=0-step=6.ckpt",
+                                            "last.ckpt"]
+    assert all(is_sharded_checkpoint(tmp_path / name) for name in os.listdir(tmp_path))  # re-linking kept them whole
 
 
 def _save_and_load_with_runtime(runtime: framework.Runtime, path: str) -> tuple[bool, bool, int]:
