@@ -44,7 +44,7 @@ class Regressor(framework.Module):
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
-        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 3, gamma=0.5)}
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)}
 
 
 def regression_data(count: int = 64) -> TensorDataset:
@@ -528,3 +528,64 @@ def test_runtime_save_and_load_round_trip_a_sharded_checkpoint(tmp_path):
     runtime = framework.Runtime(accelerator="cpu", devices=2, strategy="zero3")
     assert runtime.launch(_save_and_load_with_runtime, str(tmp_path / "state")) == (True, True, 4)
     assert is_sharded_checkpoint(tmp_path / "state")
+
+
+# -- what the hooks see ---
+
+class _Observed(Regressor):
+    def configure_optimizers(self):
+        self.sharded_when_configured = all(hasattr(p, "to_local") for p in self.parameters())
+        optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class _MicroBatchGradients(Callback):
+    def __init__(self) -> None:
+        self.held = []
+
+    def on_after_backward(self, trainer, module):
+        self.held.append(state_bytes(module)["gradients"])
+
+
+def _observe_on_rank(rank: int, strategy: str) -> tuple[bool, list[int], list[str]]:
+    import warnings
+
+    gradients = _MicroBatchGradients()
+    model = _Observed()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_trainer(devices=2, strategy=strategy, max_steps=2, accumulate_grad_batches=2,
+                      callbacks=[gradients]).fit(model, DataLoader(regression_data(), batch_size=4))
+    return model.sharded_when_configured, gradients.held, [str(w.message) for w in caught]
+
+
+def test_configure_optimizers_sees_sharded_parameters_and_micro_batches_are_not_reduced():
+    for sharded, held, _ in spawn(2, _observe_on_rank, "zero3"):
+        assert sharded
+        # after each micro-batch's backward: nothing reduced yet (no sharded gradient); after the last, a half
+        psi_bytes = sum(p.numel() * 4 for p in Regressor().parameters())
+        assert held[0] == 0 and held[2] == 0
+        assert held[1] == pytest.approx(psi_bytes / 2, rel=0.1) and held[3] == held[1]
+
+
+def test_zero1_steps_the_lr_scheduler_without_a_warning_about_the_order():
+    for _, _, messages in spawn(2, _observe_on_rank, "zero1"):
+        assert not [m for m in messages if "lr_scheduler.step()" in m], messages
+
+
+class _Predictor(Regressor):
+    def predict_step(self, batch, batch_idx):
+        return self(batch[0])
+
+
+def _predictions(strategy: str, devices: int) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = _Predictor()
+    trainer = quiet_trainer(devices=devices, strategy=strategy)
+    return trainer.predict(model, DataLoader(regression_data(9), batch_size=4))
+
+
+def test_predict_with_zero3_gives_the_single_process_predictions_in_order():
+    expected = torch.cat(_predictions("auto", 1))
+    torch.testing.assert_close(torch.cat(_predictions("zero3", 2)), expected)
