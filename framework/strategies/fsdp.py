@@ -4,6 +4,7 @@ over the ranks, with CPU offload."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -234,6 +235,12 @@ class FSDPStrategy(ParallelStrategy):
             return
         from framework.io.sharded import save_sharded
 
+        if storage_options:
+            raise MisconfigurationError(
+                f"storage_options={describe(storage_options)}: sharded checkpoints are written through "
+                "torch.distributed.checkpoint, which takes no storage options. Configure the filesystem through "
+                "fsspec's configuration or environment, or use FSDPStrategy(state_dict_type='full')."
+            )
         save_sharded(checkpoint, path, self.is_global_zero, lambda: self.barrier("save_checkpoint"))
 
     def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
@@ -321,7 +328,9 @@ def _materialize(model: nn.Module, device: torch.device) -> None:
     """Allocate the (sharded) parameters created on the meta device and initialise them with each submodule's
     ``reset_parameters()``."""
     model.to_empty(device=device)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # initialising sharded CPU tensors works (each rank draws its own part; tested), despite torch's caution
+        warnings.filterwarnings("ignore", message="DTensor random operators may not have complete support")
         for module in model.modules():
             reset = getattr(module, "reset_parameters", None)
             if callable(reset) and module is not model:
