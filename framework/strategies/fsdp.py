@@ -78,6 +78,11 @@ class FSDPStrategy(ParallelStrategy):
         self.fully_shard_kwargs = fully_shard_kwargs
         self._mesh: Any = None
 
+    def connect(self, device: torch.device, precision: Any, ranks: Any = None) -> None:
+        """As every strategy; a mesh made for other ranks (this object used before, in another run) is dropped."""
+        super().connect(device, precision, ranks)
+        self._mesh = None
+
     @property
     def reshard_after_forward(self) -> bool:
         """True for ZeRO-3 (parameters split again after each unit's forward), False for ZeRO-2."""
