@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -26,3 +27,19 @@ def test_own_loop_tutorial_learns_on_two_ranks_and_counts_each_review_once():
     assert len(epochs) == 5, done.stdout  # printed once (rank 0), per epoch
     assert all(seen == "500" for _, seen in epochs)
     assert float(epochs[-1][0]) > 0.9, done.stdout
+
+
+def test_gpt_zero3_tutorial_learns_on_two_ranks_and_generates_from_the_returned_weights():
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "03_gpt_zero3.py"), "--max-steps", "60"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    match = re.search(r"held-out loss: ([0-9.]+) before training, ([0-9.]+) after \(guessing uniformly over \d+ "
+                      r"characters: ([0-9.]+)\)", done.stdout)
+    assert match, done.stdout
+    before, after, uniform = map(float, match.groups())
+    # the weights the calling process got back predict unseen text far better than they did untrained
+    assert after < before - 1.0 and after < 0.75 * uniform, done.stdout
+    generated = re.search(r"generated: (.*)", done.stdout)
+    assert generated, done.stdout
+    text = ast.literal_eval(generated.group(1))
+    assert text.startswith("The keeper ") and len(text) == len("The keeper ") + 60, text
