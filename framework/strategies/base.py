@@ -186,6 +186,11 @@ class Strategy:
         """``module_state_dict`` with every tensor whole, as one process holds it (every rank calls)."""
         return self.module_state_dict(module)
 
+    @property
+    def supports_inference_mode(self) -> bool:
+        """Whether evaluation may run under ``torch.inference_mode`` (else ``no_grad``)."""
+        return True
+
     def evaluating(self, model: nn.Module, every_rank_same_batches: bool) -> contextlib.AbstractContextManager:
         """The context evaluation runs in; ``every_rank_same_batches``: whether all ranks run as many batches."""
         return contextlib.nullcontext()

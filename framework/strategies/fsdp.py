@@ -126,6 +126,9 @@ class FSDPStrategy(ParallelStrategy):
         fully_shard(router, **options)
         if on_meta:
             _materialize(router, self.device)
+        # FSDP sets itself up in the first forward; done now, a rank that evaluates no batch is set up too
+        # (evaluating() then resets every rank's record of forward passes alike)
+        router._get_fsdp_state()._lazy_init()
         return router
 
     def _shard_options(self) -> dict[str, Any]:
@@ -163,11 +166,16 @@ class FSDPStrategy(ParallelStrategy):
     @contextlib.contextmanager
     def evaluating(self, model: nn.Module, every_rank_same_batches: bool) -> Iterator[None]:
         """Where ranks run different numbers of evaluation batches, gather the parameters once for the whole
-        evaluation, so its forward passes need no collective (the ranks' all-gathers would not pair up)."""
-        if every_rank_same_batches or self.world_size == 1 or not isinstance(model, StepRouter):
+        evaluation, so its forward passes need no collective (the ranks' all-gathers would not pair up).
+
+        Afterwards FSDP forgets the evaluation's forward passes: it records each forward's order to
+        prefetch in the next backward, and a rank that evaluated more batches would prefetch in
+        another order than the others (a hang in the first training step).
+        """
+        if not isinstance(model, StepRouter):
             yield
             return
-        units = _sharded_units(model)
+        units = [] if every_rank_same_batches or self.world_size == 1 else _sharded_units(model)
         for unit in units:
             unit.set_reshard_after_forward(False, recurse=False)
             unit.unshard()
@@ -177,6 +185,13 @@ class FSDPStrategy(ParallelStrategy):
             for unit in units:
                 unit.reshard()
                 unit.set_reshard_after_forward(self.reshard_after_forward, recurse=False)
+            if hasattr(model, "reset_iter_state"):  # where torch has it
+                model.reset_iter_state()
+
+    @property
+    def supports_inference_mode(self) -> bool:
+        """False: FSDP writes into its parameters in forward, which inference tensors forbid (no_grad instead)."""
+        return False
 
     def clip_gradients_norm(self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0,
                             error_if_nonfinite: bool = False) -> torch.Tensor:

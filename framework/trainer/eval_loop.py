@@ -99,7 +99,8 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
     outputs: list[Any] = []
     # Inside fit, validation runs under no_grad, as in Lightning: tensors it creates may be reused by
     # training, which inference-mode tensors cannot be.
-    inference = trainer.inference_mode and trainer.state.fn != TrainerFn.FITTING
+    inference = (trainer.inference_mode and trainer.state.fn != TrainerFn.FITTING
+                 and trainer.runtime.strategy.supports_inference_mode)
     try:
         with _grad_off(inference):
             hooks.call(names.start)

@@ -589,3 +589,34 @@ def _predictions(strategy: str, devices: int) -> list[torch.Tensor]:
 def test_predict_with_zero3_gives_the_single_process_predictions_in_order():
     expected = torch.cat(_predictions("auto", 1))
     torch.testing.assert_close(torch.cat(_predictions("zero3", 2)), expected)
+
+
+# -- evaluation that ranks run unevenly, before and between training ---
+
+class _RankOwnStream(torch.utils.data.IterableDataset):
+    """Rank 0's stream is empty, rank 1's has three samples: hand-sharded data as it comes."""
+
+    def __iter__(self):
+        count = 0 if torch.distributed.get_rank() == 0 else 3
+        yield from (regression_data(3)[index] for index in range(count))
+
+
+def _uneven_evaluation_then_training(rank: int, strategy_name: str) -> int:
+    sharding = "FULL_SHARD" if strategy_name == "zero3" else "SHARD_GRAD_OP"
+    trainer = quiet_trainer(devices=2, strategy=FSDPStrategy(sharding_strategy=sharding, timeout=20), max_epochs=1,
+                            num_sanity_val_steps=2)
+    model = Regressor()
+    trainer.validate(model, DataLoader(_RankOwnStream(), batch_size=1), verbose=False)  # no inference tensors
+    trainer.fit(model, DataLoader(regression_data(), batch_size=4), DataLoader(_RankOwnStream(), batch_size=1))
+    return trainer.global_step
+
+
+@pytest.mark.parametrize("strategy_name", ["zero2", "zero3"])
+def test_a_rank_with_no_evaluation_batches_does_not_upset_the_training_that_follows(strategy_name):
+    assert spawn(2, _uneven_evaluation_then_training, strategy_name, timeout=40) == [8, 8]
+
+
+def test_validate_first_on_one_device_under_zero3_runs_without_inference_tensors():
+    results = quiet_trainer(strategy="zero3").validate(Regressor(), DataLoader(regression_data(8), batch_size=4),
+                                                        verbose=False)
+    assert results[0]["val_loss"] > 0
