@@ -48,6 +48,15 @@ class ShardedStrategy(DDPStrategy):
         _count_steps_for_schedulers(optimizer, sharded)
         return sharded
 
+    def load_optimizer_state(self, optimizer: Optimizer, state: dict[str, Any]) -> None:
+        """Load the whole optimizer ``state`` (each rank keeps its share), keeping the user's parameter groups
+        the ones ZeRO steps with (its ``load_state_dict`` makes new ones, which LR schedulers would miss)."""
+        groups = optimizer.param_groups
+        optimizer.load_state_dict(state)
+        for group, loaded in zip(groups, optimizer.param_groups, strict=True):
+            group.update({key: value for key, value in loaded.items() if key != "params"})
+        optimizer.param_groups = groups
+
     @property
     def saves_on_one_rank(self) -> bool:
         """False on several ranks: the optimizer state is gathered from all of them."""

@@ -620,3 +620,22 @@ def test_validate_first_on_one_device_under_zero3_runs_without_inference_tensors
     results = quiet_trainer(strategy="zero3").validate(Regressor(), DataLoader(regression_data(8), batch_size=4),
                                                         verbose=False)
     assert results[0]["val_loss"] > 0
+
+
+def test_zero1_resumes_with_the_lr_its_scheduler_sets(tmp_path):
+    """ZeRO's load_state_dict makes new parameter groups: the LR scheduler must still steer the ones stepped."""
+    def run(max_epochs, model, ckpt_path=None):
+        checkpoint = ModelCheckpoint(dirpath=tmp_path / str(max_epochs), save_last=True)
+        trainer = quiet_trainer(devices=2, strategy="zero1", max_epochs=max_epochs, enable_checkpointing=True,
+                                callbacks=[checkpoint])
+        trainer.fit(model, DataLoader(regression_data(), batch_size=8), ckpt_path=ckpt_path)
+
+    torch.manual_seed(0)
+    uninterrupted = Regressor()
+    run(3, uninterrupted)
+    torch.manual_seed(0)
+    run(1, Regressor())
+    resumed = Regressor()
+    run(3, resumed, ckpt_path=str(tmp_path / "1" / "last.ckpt"))
+    for name, value in resumed.state_dict().items():
+        torch.testing.assert_close(value, uninterrupted.state_dict()[name], rtol=1e-5, atol=1e-6, msg=name)
