@@ -22,6 +22,8 @@ from framework.strategies.parallel import ParallelStrategy, StepRouter, routed
 # What each accepted sharding_strategy spelling means for fully_shard's reshard_after_forward.
 _RESHARD_AFTER_FORWARD = {"FULL_SHARD": True, "ZERO3": True, "SHARD_GRAD_OP": False, "ZERO2": False}
 _STATE_DICT_TYPES = ("sharded", "full")
+# Where a sharded module keeps the root that shards it, for the next run to reuse.
+_ROOT_ATTRIBUTE = "_framework_sharded_root"
 
 
 class FSDPStrategy(ParallelStrategy):
@@ -111,8 +113,16 @@ class FSDPStrategy(ParallelStrategy):
         return self._mesh
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        """Shard ``module``: each unit the policy picks, then the whole (the user's own units are kept)."""
+        """Shard ``module``: each unit the policy picks, then the whole (the user's own units are kept).
+
+        A module sharded already (by another Trainer in this process) keeps its sharding: FSDP
+        cannot put the units it set up under a second root.
+        """
         from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        earlier = module.__dict__.get(_ROOT_ATTRIBUTE)
+        if isinstance(earlier, StepRouter):
+            return earlier
 
         on_meta = _has_meta_tensors(module)
         if not on_meta:
@@ -129,6 +139,7 @@ class FSDPStrategy(ParallelStrategy):
         # FSDP sets itself up in the first forward; done now, a rank that evaluates no batch is set up too
         # (evaluating() then resets every rank's record of forward passes alike)
         router._get_fsdp_state()._lazy_init()
+        module.__dict__[_ROOT_ATTRIBUTE] = router  # not a submodule: the state dict stays the user's
         return router
 
     def _shard_options(self) -> dict[str, Any]:

@@ -639,3 +639,18 @@ def test_zero1_resumes_with_the_lr_its_scheduler_sets(tmp_path):
     run(3, resumed, ckpt_path=str(tmp_path / "1" / "last.ckpt"))
     for name, value in resumed.state_dict().items():
         torch.testing.assert_close(value, uninterrupted.state_dict()[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _second_trainer_on_rank(rank: int) -> tuple[float, int]:
+    torch.manual_seed(0)
+    model = Regressor()
+    quiet_trainer(devices=2, strategy="zero3", max_epochs=1).fit(model, DataLoader(regression_data(), batch_size=4))
+    second = quiet_trainer(devices=2, strategy="zero3", max_epochs=1)
+    results = second.validate(model, DataLoader(regression_data(8), batch_size=4), verbose=False)
+    second.fit(model, DataLoader(regression_data(), batch_size=4))
+    return results[0]["val_loss"], second.global_step
+
+
+def test_a_module_sharded_by_one_trainer_serves_another_in_the_same_ranks():
+    (loss_0, steps_0), (loss_1, steps_1) = spawn(2, _second_trainer_on_rank)
+    assert loss_0 == loss_1 > 0 and steps_0 == steps_1 == 8
