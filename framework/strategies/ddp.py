@@ -7,12 +7,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from framework.strategies.parallel import ParallelStrategy, StepRouter, routed
+from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
 
 
 class DDPStrategy(ParallelStrategy):
@@ -75,13 +73,5 @@ class DDPStrategy(ParallelStrategy):
         Evaluation bypasses DDP's forward; without this each rank would evaluate with the
         statistics its own last batch left, and the synced metrics would mix models.
         """
-        if not self._in_group() or not isinstance(module, DistributedDataParallel) or not module.broadcast_buffers:
-            return
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for buffer in module.module.buffers():
-            by_dtype.setdefault(buffer.dtype, []).append(buffer)
-        for buffers in by_dtype.values():  # one collective per dtype, not one per buffer
-            flat = torch.cat([buffer.reshape(-1) for buffer in buffers])
-            dist.broadcast(flat, src=0)
-            for buffer, value in zip(buffers, flat.split([buffer.numel() for buffer in buffers]), strict=True):
-                buffer.copy_(value.view_as(buffer))
+        if self._in_group() and isinstance(module, DistributedDataParallel) and module.broadcast_buffers:
+            broadcast_from_rank_zero(list(module.module.buffers()))

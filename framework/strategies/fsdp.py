@@ -17,7 +17,7 @@ from torch.optim import Optimizer
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import _parameters_of
 from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard, wrap_policy
-from framework.strategies.parallel import ParallelStrategy, StepRouter, routed
+from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
 
 # What each accepted sharding_strategy spelling means for fully_shard's reshard_after_forward.
 _RESHARD_AFTER_FORWARD = {"FULL_SHARD": True, "ZERO3": True, "SHARD_GRAD_OP": False, "ZERO2": False}
@@ -142,6 +142,20 @@ class FSDPStrategy(ParallelStrategy):
         module.__dict__[_ROOT_ATTRIBUTE] = router  # not a submodule: the state dict stays the user's
         return router
 
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """``optimizer`` as it is, once checked to hold the sharded parameters (an optimizer made from the module
+        before it was sharded would step copies nobody uses)."""
+        from torch.distributed.tensor import DTensor
+
+        unsharded = sum(not isinstance(p, DTensor) for p in _parameters_of(optimizer))
+        if unsharded:
+            raise MisconfigurationError(
+                f"The {type(optimizer).__name__} holds {unsharded} parameter(s) that are not sharded: it was made from "
+                "the module before it was sharded, and fully_shard replaces every parameter. Pass both to "
+                "runtime.setup(model, optimizer), or make the optimizer from the set-up module's parameters."
+            )
+        return optimizer
+
     def _shard_options(self) -> dict[str, Any]:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 
@@ -217,6 +231,16 @@ class FSDPStrategy(ParallelStrategy):
         torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
         return total
 
+    def broadcast_buffers(self, module: nn.Module) -> None:
+        """Give every rank rank 0's buffers (FSDP leaves them whole and unsynced: BatchNorm statistics drift apart).
+
+        Run before each evaluation and each checkpoint, so every rank evaluates, and every
+        checkpoint holds, the model rank 0 holds, as with DDP.
+        """
+        buffers = list(module.buffers())
+        if self._in_group() and buffers:
+            broadcast_from_rank_zero(buffers)
+
     # -- checkpoints ---
     @property
     def saves_on_one_rank(self) -> bool:
@@ -224,12 +248,17 @@ class FSDPStrategy(ParallelStrategy):
         return self.world_size == 1
 
     def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
-        """The user's module's state: each rank's parts (DTensors), or with ``state_dict_type="full"`` whole."""
+        """The user's module's state: each rank's parts (DTensors), or with ``state_dict_type="full"`` whole.
+
+        Every rank calls it: buffers are made rank 0's first.
+        """
+        self.broadcast_buffers(module)
         state = self.unwrap(module).state_dict()
         return state if self.state_dict_type == "sharded" else {k: _whole(v) for k, v in state.items()}
 
     def full_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """The user's module's state with every tensor whole (every rank calls: the parts are gathered)."""
+        self.broadcast_buffers(module)
         return {name: _whole(value) for name, value in self.unwrap(module).state_dict().items()}
 
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:

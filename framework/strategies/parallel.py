@@ -50,6 +50,18 @@ def routed(wrapper: nn.Module, router: StepRouter, name: str) -> Callable[..., A
     return call
 
 
+def broadcast_from_rank_zero(tensors: list[torch.Tensor]) -> None:
+    """Overwrite ``tensors`` (buffers: BatchNorm statistics) with rank 0's, one collective per dtype."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    for group in by_dtype.values():
+        flat = torch.cat([tensor.reshape(-1) for tensor in group])
+        dist.broadcast(flat, src=0)
+        for tensor, value in zip(group, flat.split([tensor.numel() for tensor in group]), strict=True):
+            tensor.copy_(value.view_as(tensor))
+
+
 class ParallelStrategy(Strategy):
     """One process per device, joined in a process group (gloo on CPU, nccl on CUDA).
 

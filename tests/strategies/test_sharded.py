@@ -654,3 +654,33 @@ def _second_trainer_on_rank(rank: int) -> tuple[float, int]:
 def test_a_module_sharded_by_one_trainer_serves_another_in_the_same_ranks():
     (loss_0, steps_0), (loss_1, steps_1) = spawn(2, _second_trainer_on_rank)
     assert loss_0 == loss_1 > 0 and steps_0 == steps_1 == 8
+
+
+def _optimizer_made_before_setup_module(runtime: framework.Runtime) -> str:
+    model = Regressor()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    runtime.setup_module(model)
+    with pytest.raises(framework.MisconfigurationError, match="SGD holds 6 parameter.*not sharded.*runtime.setup"):
+        runtime.setup_optimizers(optimizer)
+    return "refused"
+
+
+def test_an_optimizer_made_before_setup_module_is_refused_with_what_to_do():
+    runtime = framework.Runtime(accelerator="cpu", devices=2, strategy="zero3")
+    assert runtime.launch(_optimizer_made_before_setup_module) == "refused"
+
+
+class _Normalised(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def test_sharded_checkpoints_hold_rank_zero_buffers_as_the_returned_module_does(tmp_path):
+    model = _Normalised()
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    quiet_trainer(devices=2, strategy="zero3", max_epochs=1, enable_checkpointing=True, callbacks=[checkpoint]).fit(
+        model, DataLoader(regression_data(), batch_size=4, shuffle=True))
+    saved = _Normalised.load_from_checkpoint(str(tmp_path / "last.ckpt"))
+    for name in ("net.1.running_mean", "net.1.running_var"):  # each rank's statistics drift apart under FSDP
+        torch.testing.assert_close(saved.state_dict()[name], model.state_dict()[name], msg=name)
