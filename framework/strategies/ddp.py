@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -33,6 +34,7 @@ class DDPStrategy(ParallelStrategy):
                  process_group_backend: str | None = None, **ddp_kwargs: Any) -> None:
         super().__init__(start_method, timeout, process_group_backend)
         self.ddp_kwargs = ddp_kwargs
+        self._backward_prepares: DistributedDataParallel | None = None  # manual optimization's model
 
     # -- set-up ---
     def setup_module(self, module: nn.Module) -> nn.Module:
@@ -57,9 +59,24 @@ class DDPStrategy(ParallelStrategy):
         different numbers of evaluation batches.
         """
         synced = name == "training_step" if synced is None else synced
+        if name == "training_step":
+            # A training step run outside DDP's forward (manual optimization: backward happens inside the step,
+            # before DDP's forward could prepare for it) has each backward prepare DDP's gradient sync itself.
+            self._backward_prepares = None if synced or not isinstance(model, DistributedDataParallel) else model
         if not synced or not isinstance(model, DistributedDataParallel):
             return getattr(self.unwrap(model), name)
         return routed(model, model.module, name)
+
+    def backward(self, loss: torch.Tensor, module: nn.Module | None = None, *args: Any, **kwargs: Any) -> None:
+        """Compute gradients through the precision; in manual optimization, with DDP's gradient sync prepared first
+        (what its forward does for a step run through it)."""
+        model = self._backward_prepares
+        if model is not None and torch.is_grad_enabled() and model.require_backward_grad_sync:
+            model.require_forward_param_sync = True
+            model.reducer._rebuild_buckets()  # as DDP's forward does before its first backward
+            unused_search = model.find_unused_parameters and not model.static_graph
+            model.reducer.prepare_for_backward(_tensors_in(loss) if unused_search else [])
+        self.precision.backward(loss, *args, **kwargs)
 
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
         """DDP's ``no_sync()``: gradients accumulate locally until a backward outside it."""
@@ -75,3 +92,13 @@ class DDPStrategy(ParallelStrategy):
         """
         if self._in_group() and isinstance(module, DistributedDataParallel) and module.broadcast_buffers:
             broadcast_from_rank_zero(list(module.module.buffers()))
+
+
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in _tensors_in(item)]
+    if isinstance(value, dict):
+        return [tensor for item in value.values() for tensor in _tensors_in(item)]
+    return []

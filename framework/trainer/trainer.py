@@ -374,7 +374,8 @@ class Trainer(TrainerProperties):
             self.model = self.runtime.wrap_module(module)
             self._module_setup = True
         self.training_step = without_unaccepted_batch_idx(
-            self.runtime.strategy.step_function(self.model, "training_step"), module.training_step
+            self.runtime.strategy.step_function(self.model, "training_step", synced=module.automatic_optimization),
+            module.training_step,
         )
         # Loggers write on global rank 0 only; every rank checks the hyperparameters (so all fail alike).
         self.metrics.loggers = self.loggers if self.is_global_zero else []

@@ -1047,3 +1047,29 @@ def test_runs_after_a_launched_fit_go_on_in_its_log_files_and_name_the_checkpoin
     steps = [row.split(",")[header.split(",").index("step")] for row in rows]
     assert steps == ["1", "3", "4"]  # the validations in fit (2 steps an epoch), then validate()
     assert sorted(os.listdir(tmp_path / "run")) == ["version_0"]
+
+
+class ManualRegressor(Regressor):
+    """Steps its optimizer itself: backward runs inside training_step, before DDP's forward has returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        x, y = batch
+        self.manual_backward(torch.nn.functional.mse_loss(self(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1"])
+def test_manual_optimization_syncs_gradients_like_one_process_with_the_doubled_batch(strategy):
+    torch.manual_seed(0)
+    model = ManualRegressor()
+    torch.manual_seed(0)
+    reference = plain_pytorch_weights(Regressor(), regression_data(), batch_size=8, epochs=2)
+    quiet_trainer(devices=2, strategy=strategy, max_epochs=2).fit(model, DataLoader(regression_data(), batch_size=4))
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
