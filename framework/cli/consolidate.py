@@ -17,9 +17,16 @@ def consolidate_command(argv: Sequence[str]) -> int:
     parser.add_argument("checkpoint_dir", help="the sharded checkpoint directory, e.g. checkpoints/last.ckpt")
     parser.add_argument("output_file", help="the file to write (any fsspec path)")
     options = parser.parse_args(list(argv))
+    import os
+
     from framework.errors import CheckpointError
+    from framework.io.fs import is_dir
     from framework.io.sharded import consolidate
 
+    if is_dir(options.output_file):
+        print(f"framework consolidate: {options.output_file!r} is a directory; name the file to write, e.g. "
+              f"{os.path.join(options.output_file, 'consolidated.ckpt')!r}.", file=sys.stderr)
+        return 1
     try:
         consolidate(options.checkpoint_dir, options.output_file)
     except (CheckpointError, FileNotFoundError) as error:

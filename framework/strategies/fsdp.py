@@ -66,7 +66,9 @@ class FSDPStrategy(ParallelStrategy):
         super().__init__(start_method, timeout, process_group_backend)
         # checked now, made predicates in setup_module (a started rank gets the strategy pickled: no lambdas here)
         wrap_policy(auto_wrap_policy)
-        wrap_policy(activation_checkpointing_policy)
+        wrap_policy(activation_checkpointing_policy, "activation_checkpointing_policy")
+        _check_offload(cpu_offload)
+        _check_fully_shard_options(fully_shard_kwargs)
         self.auto_wrap_policy = auto_wrap_policy
         self.activation_checkpointing_policy = activation_checkpointing_policy
         self.sharding_strategy = _sharding_name(sharding_strategy)
@@ -328,6 +330,36 @@ class FSDPStrategy(ParallelStrategy):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, "
                 f"sharding_strategy={self.sharding_strategy!r}, cpu_offload={bool(self.cpu_offload)})")
+
+
+def _check_offload(cpu_offload: Any) -> None:
+    if isinstance(cpu_offload, bool) or type(cpu_offload).__name__.endswith("OffloadPolicy"):
+        return
+    raise MisconfigurationError(
+        f"FSDPStrategy(cpu_offload={describe(cpu_offload)}): accepted True, False or a "
+        "torch.distributed.fsdp.CPUOffloadPolicy."
+    )
+
+
+def _check_fully_shard_options(options: dict[str, Any]) -> None:
+    """Other keyword arguments go to ``fully_shard``: refused here, not later inside every rank, when it takes none
+    of that name."""
+    if not options:
+        return
+    import inspect
+
+    from torch.distributed.fsdp import fully_shard
+
+    taken = set(inspect.signature(fully_shard).parameters) - {"module", "mesh", "reshard_after_forward", "mp_policy",
+                                                                "offload_policy"}
+    unknown = sorted(set(options) - taken)
+    if unknown:
+        raise MisconfigurationError(
+            f"FSDPStrategy got {', '.join(f'{name}=' for name in unknown)} which neither it nor fully_shard takes. "
+            f"FSDPStrategy's own: auto_wrap_policy, activation_checkpointing_policy, sharding_strategy, cpu_offload, "
+            f"state_dict_type, mixed_precision, start_method, timeout, process_group_backend; fully_shard's: "
+            f"{', '.join(sorted(taken))}."
+        )
 
 
 def _sharding_name(sharding_strategy: Any) -> str:

@@ -16,7 +16,7 @@ BLOCK_PARAMETERS = 1_000_000
 WrapPolicy = Callable[[nn.Module], bool]
 
 
-def wrap_policy(policy: Any) -> WrapPolicy | None:
+def wrap_policy(policy: Any, argument: str = "auto_wrap_policy") -> WrapPolicy | None:
     """``FSDPStrategy(auto_wrap_policy=...)`` as a predicate on submodules; None: only the whole model is one unit.
 
     Accepted: ``"auto"`` (``default_blocks``), a set/list of module classes, a callable
@@ -37,7 +37,7 @@ def wrap_policy(policy: Any) -> WrapPolicy | None:
                                               nonwrapped_numel=sum(p.numel() for p in module.parameters())))
         return lambda module: bool(policy(module))
     raise MisconfigurationError(
-        f"FSDPStrategy(auto_wrap_policy={describe(policy)}) is not understood. Accepted: 'auto' (one unit per "
+        f"FSDPStrategy({argument}={describe(policy)}) is not understood. Accepted: 'auto' (one unit per "
         "block), a set of module classes ({Block}), a callable module -> bool, or None (the whole model is one unit)."
     )
 
@@ -89,7 +89,7 @@ def apply_checkpointing(model: nn.Module, policy: Any) -> None:
         return
     from torch.distributed._composable import checkpoint
 
-    predicate = wrap_policy(policy)
+    predicate = wrap_policy(policy, "activation_checkpointing_policy")
     chosen: Iterable[nn.Module] = (default_blocks(model) if predicate is _AUTO
                                    else [m for m in model.modules() if m is not model and predicate(m)])
     for module in chosen:

@@ -103,6 +103,12 @@ def test_bad_fsdp_arguments_name_the_argument_and_what_is_accepted():
         FSDPStrategy(state_dict_type="local")
     with pytest.raises(framework.MisconfigurationError, match="auto_wrap_policy=3.*set of module classes"):
         FSDPStrategy(auto_wrap_policy=3)
+    with pytest.raises(framework.MisconfigurationError, match="activation_checkpointing_policy=3"):
+        FSDPStrategy(activation_checkpointing_policy=3)
+    with pytest.raises(framework.MisconfigurationError, match="cpu_offload='no'.*True, False or a"):
+        FSDPStrategy(cpu_offload="no")
+    with pytest.raises(framework.MisconfigurationError, match="got unknown= which neither.*fully_shard's: .*"):
+        FSDPStrategy(unknown=1)
 
 
 def test_default_policy_shards_each_block_and_big_submodules():
@@ -341,6 +347,8 @@ def test_consolidate_explains_a_path_that_is_not_a_sharded_checkpoint(tmp_path, 
         assert main(["consolidate", str(path), str(tmp_path / "out.ckpt")]) == 1
         assert reason in capsys.readouterr().err
     assert not (tmp_path / "out.ckpt").exists()
+    assert main(["consolidate", str(file), str(tmp_path)]) == 1
+    assert "is a directory; name the file to write" in capsys.readouterr().err
 
 
 def test_full_state_dict_type_saves_one_file(tmp_path):
