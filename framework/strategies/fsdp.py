@@ -418,12 +418,26 @@ def _has_meta_tensors(module: nn.Module) -> bool:
 
 def _materialize(model: nn.Module, device: torch.device) -> None:
     """Allocate the (sharded) parameters created on the meta device and initialise them with each submodule's
-    ``reset_parameters()``."""
+    ``reset_parameters()``; warn about those left as allocated (no such method)."""
     model.to_empty(device=device)
+    uninitialised = []
     with torch.no_grad(), warnings.catch_warnings():
         # initialising sharded CPU tensors works (each rank draws its own part; tested), despite torch's caution
         warnings.filterwarnings("ignore", message="DTensor random operators may not have complete support")
-        for module in model.modules():
+        for name, module in model.named_modules():
             reset = getattr(module, "reset_parameters", None)
             if callable(reset) and module is not model:
                 reset()
+            elif _holds_tensors_itself(module):
+                uninitialised.append(name.removeprefix("module.") or type(module).__name__)
+    if uninitialised:
+        named = ", ".join(uninitialised[:8]) + (" ..." if len(uninitialised) > 8 else "")
+        warnings.warn(
+            "These modules were built on the meta device and hold parameters or buffers that nothing initialised "
+            f"(they have no reset_parameters()): {named}. Their values are whatever the memory held. Give them a "
+            "reset_parameters() method, or build them outside the meta device.", stacklevel=2,
+        )
+
+
+def _holds_tensors_itself(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))

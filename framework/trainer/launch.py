@@ -56,6 +56,8 @@ def _adopt(trainer: Any, report: dict[str, Any]) -> None:
     if set(report["weights"]) - set(module.state_dict()):
         module.configure_model()  # the layers it builds were built on the ranks only (it must be idempotent)
     on_meta = any(tensor.is_meta for tensor in module.state_dict().values())  # built on the meta device for sharding
+    if not on_meta:
+        trainer.runtime.precision.convert_module(module)  # as on the ranks ("bf16-true": bf16 parameters)
     module.load_state_dict(report["weights"], assign=on_meta)
     trainer.model = module
     trainer.state = report["state"]

@@ -692,3 +692,34 @@ def test_sharded_checkpoints_hold_rank_zero_buffers_as_the_returned_module_does(
     saved = _Normalised.load_from_checkpoint(str(tmp_path / "last.ckpt"))
     for name in ("net.1.running_mean", "net.1.running_var"):  # each rank's statistics drift apart under FSDP
         torch.testing.assert_close(saved.state_dict()[name], model.state_dict()[name], msg=name)
+
+
+class _ScaledOnMeta(_BuiltSharded):
+    def configure_model(self):
+        if self.layers is not None:
+            return
+        with torch.device("meta"):
+            self.layers = nn.Sequential(nn.Linear(64, 64), _Scale())
+
+
+class _Scale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(64))  # no reset_parameters: nothing can initialise it again
+
+    def forward(self, x):
+        return x * self.weight
+
+
+def test_layers_on_the_meta_device_without_reset_parameters_are_named_in_a_warning():
+    with pytest.warns(UserWarning, match=r"nothing initialised \(they have no reset_parameters\(\)\): layers\.1\."):
+        quiet_trainer(strategy="zero3", max_steps=1).fit(_ScaledOnMeta(),
+                                                         DataLoader(TensorDataset(torch.randn(8, 64)), batch_size=4))
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero3"])
+def test_launched_bf16_true_runs_hand_back_a_bf16_module_as_one_process_does(strategy):
+    model = Regressor()
+    quiet_trainer(devices=2, strategy=strategy, precision="bf16-true", max_steps=2).fit(
+        model, DataLoader(regression_data(), batch_size=4))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
