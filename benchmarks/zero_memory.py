@@ -1,0 +1,244 @@
+"""ZeRO on CPU: the training state each rank holds, and the step time, for ddp, zero1, zero2, zero3, zero3_offload.
+
+The model is a stack of 12 square linear layers (ReLU between them) whose width is picked to give
+``--params`` million parameters, trained with fp32 AdamW on random data, on 2 ranks (gloo). Each
+strategy runs in its own pair of processes (``framework.testing.spawn``), with the Trainer inside
+them joining those ranks.
+
+Per rank, the bytes of state (``framework.testing.state_bytes``: a sharded tensor counts its
+local part) are read on the first batch where ZeRO's arithmetic speaks of them: parameters
+after the forward pass (``on_before_backward``), gradients after backward (``on_after_backward``),
+optimizer state after the step (``on_before_zero_grad``). The largest rank's value is shown
+beside the theory for Ψ parameters on N ranks:
+
+    ddp            4Ψ     4Ψ     8Ψ
+    zero1          4Ψ     4Ψ     8Ψ/N
+    zero2          4Ψ     4Ψ/N   8Ψ/N    (parameters gathered from forward to backward)
+    zero3          4Ψ/N   4Ψ/N   8Ψ/N
+    zero3_offload  as zero3, kept in CPU memory (on a CPU-only machine that is where everything is)
+
+"peak RSS" is how far the rank process's peak resident set rose during the run (state, DDP's
+gradient buckets, gathered parameters, activations, allocator slack). With glibc's default
+malloc the sharded runs keep much of what they free (per-layer buffers of ~17 MB fall under its
+adaptive mmap threshold), so their RSS overstates what they use; ``MALLOC_MMAP_THRESHOLD_=131072``
+in the environment makes freed buffers go back to the system (and every step slower). The step time is rank 0's
+mean from the end of one training batch to the end of the next, after ``--warmup`` steps. The
+"plain" rows are hand-written loops over the same model, data and optimizer in the same kind of
+spawned ranks, with the same threads per rank: ``DistributedDataParallel``, and FSDP2's
+``fully_shard`` on each layer and then the whole, which is what the framework's zero2/zero3 do.
+
+    python benchmarks/zero_memory.py [--params 50] [--steps 8] [--warmup 2] [--batch-size 16] [--runs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import time
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import framework as L
+from framework.callbacks import Callback
+from framework.testing import spawn, state_bytes
+
+DEPTH, RANKS = 12, 2
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "zero3_offload")
+# Multiples of Ψ bytes per rank (fp32 parameters and gradients, AdamW's two moments), N = RANKS.
+THEORY = {
+    "plain_ddp": (4, 4, 8),
+    "plain_zero2": (4, 4 / RANKS, 8 / RANKS),
+    "plain_zero3": (4 / RANKS, 4 / RANKS, 8 / RANKS),
+    "ddp": (4, 4, 8),
+    "zero1": (4, 4, 8 / RANKS),
+    "zero2": (4, 4 / RANKS, 8 / RANKS),
+    "zero3": (4 / RANKS, 4 / RANKS, 8 / RANKS),
+    "zero3_offload": (4 / RANKS, 4 / RANKS, 8 / RANKS),
+}
+PLAIN = ("plain_ddp", "plain_zero2", "plain_zero3")
+NAMES = {"plain_ddp": "plain DDP", "plain_zero2": "plain FSDP2 ZeRO-2", "plain_zero3": "plain FSDP2 ZeRO-3",
+         **{name: name for name in STRATEGIES}}
+
+
+def width_for(params_millions: float) -> int:
+    """The layer width (a multiple of 64, so every rank's share is even) closest to the parameter count asked."""
+    return max(64, round((params_millions * 1e6 / DEPTH) ** 0.5 / 64) * 64)
+
+
+def make_net(width: int) -> nn.Sequential:
+    torch.manual_seed(0)  # every rank starts from the same weights, as fully_shard expects
+    layers: list[nn.Module] = []
+    for _ in range(DEPTH):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def make_data(width: int, steps: int, batch_size: int) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    count = steps * batch_size * RANKS
+    return TensorDataset(torch.randn(count, width, generator=generator), torch.randn(count, width, generator=generator))
+
+
+class Stack(L.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.net = make_net(width)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+
+class Readings:
+    """State bytes at the three points of the first batch, and when each batch ended."""
+
+    def __init__(self) -> None:
+        self.bytes = {"parameters": -1, "gradients": -1, "optimizer": -1}
+        self.ends: list[float] = []
+
+    def take(self, kind: str, module: nn.Module, optimizer: Any = None) -> None:
+        if self.bytes[kind] < 0:
+            self.bytes[kind] = state_bytes(module, optimizer)[kind]
+
+
+class Measure(Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.readings = Readings()
+
+    def on_before_backward(self, trainer, module, loss):
+        self.readings.take("parameters", module)
+
+    def on_after_backward(self, trainer, module):
+        self.readings.take("gradients", module)
+
+    def on_before_zero_grad(self, trainer, module, optimizer):
+        self.readings.take("optimizer", module, optimizer)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.readings.ends.append(time.perf_counter())
+
+
+def run_framework(rank: int, strategy: str, width: int, steps: int, batch_size: int) -> dict[str, Any]:
+    start_rss = _rss_kib()
+    measure = Measure()
+    trainer = L.Trainer(accelerator="cpu", devices=RANKS, strategy=strategy, max_steps=steps, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[measure])
+    trainer.fit(Stack(width), DataLoader(make_data(width, steps, batch_size), batch_size=batch_size))
+    return _result(measure.readings, start_rss)
+
+
+def run_plain(rank: int, kind: str, width: int, steps: int, batch_size: int) -> dict[str, Any]:
+    """What people write by hand: DistributedDataParallel, or fully_shard on each layer and then the whole (the
+    units the framework's default policy picks), and AdamW, with the framework's threads per rank."""
+    from torch.utils.data import DistributedSampler
+
+    start_rss = _rss_kib()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    torch.set_num_threads(max(1, cores // RANKS))
+    net = make_net(width)
+    if kind == "plain_ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        model: nn.Module = DistributedDataParallel(net)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (RANKS,))
+        reshard = kind == "plain_zero3"
+        for layer in net:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+        model = fully_shard(net, mesh=mesh, reshard_after_forward=reshard)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = make_data(width, steps, batch_size)
+    loader = DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, shuffle=False))
+    readings = Readings()
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        readings.take("parameters", net)
+        loss.backward()
+        readings.take("gradients", net)
+        optimizer.step()
+        readings.take("optimizer", net, optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        readings.ends.append(time.perf_counter())
+    return _result(readings, start_rss)
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _result(readings: Readings, start_rss_kib: int) -> dict[str, Any]:
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {**readings.bytes, "ends": readings.ends, "rss_growth": (peak_kib - start_rss_kib) * 1024}
+
+
+def measure(kind: str, width: int, steps: int, batch_size: int, warmup: int) -> dict[str, float]:
+    """One run on fresh ranks: the largest rank's bytes and RSS growth, rank 0's mean step time (ms)."""
+    if kind in PLAIN:
+        ranks = spawn(RANKS, run_plain, kind, width, steps, batch_size, timeout=600.0)
+    else:
+        ranks = spawn(RANKS, run_framework, kind, width, steps, batch_size, timeout=600.0)
+    row = {key: max(rank[key] for rank in ranks) for key in ("parameters", "gradients", "optimizer", "rss_growth")}
+    ends = ranks[0]["ends"]
+    row["step_ms"] = (ends[-1] - ends[warmup]) / (len(ends) - 1 - warmup) * 1000
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", type=float, default=50.0, help="model size in millions of parameters")
+    parser.add_argument("--steps", type=int, default=8, help="training steps per run")
+    parser.add_argument("--warmup", type=int, default=2, help="steps left out of the step time")
+    parser.add_argument("--batch-size", type=int, default=16, help="samples per rank and step")
+    parser.add_argument("--runs", type=int, default=1, help="runs of every row, in turn; medians are shown")
+    args = parser.parse_args()
+    if args.steps < args.warmup + 2:
+        parser.error(f"--steps must be at least --warmup + 2 ({args.warmup + 2}) to time a step")
+
+    width = width_for(args.params)
+    psi = DEPTH * width * (width + 1)
+    kinds = ("plain_ddp", "ddp", "zero1", "plain_zero2", "zero2", "plain_zero3", "zero3", "zero3_offload")
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    for _ in range(args.runs):
+        for kind in kinds:
+            runs[kind].append(measure(kind, width, args.steps, args.batch_size, args.warmup))
+    rows = {kind: {key: statistics.median(run[key] for run in runs[kind]) for key in runs[kind][0]} for kind in kinds}
+
+    mb = 1e6
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, {RANKS} ranks (gloo), {DEPTH} linear layers of "
+          f"{width}: Ψ = {psi / 1e6:.1f}M fp32 parameters, AdamW, batch {args.batch_size} per rank, "
+          f"{args.steps} steps ({args.warmup} warm-up), median of {args.runs} run(s)")
+    print("MB per rank (largest rank), measured | theory")
+    print("| run                | params | theory | grads | theory | optimizer | theory |  total | theory | "
+          "peak RSS +MB | ms/step | runs' range | × plain DDP |")
+    print("|:-------------------|-------:|-------:|------:|-------:|----------:|-------:|-------:|-------:|"
+          "-------------:|--------:|------------:|------------:|")
+    plain_ms = rows["plain_ddp"]["step_ms"]
+    for kind in kinds:
+        row = rows[kind]
+        params, grads, optimizer = (row[key] / mb for key in ("parameters", "gradients", "optimizer"))
+        params_theory, grads_theory, optimizer_theory = (share * psi / mb for share in THEORY[kind])
+        total, total_theory = params + grads + optimizer, params_theory + grads_theory + optimizer_theory
+        times = [run["step_ms"] for run in runs[kind]]
+        spread = f"{min(times):.0f}–{max(times):.0f}"
+        print(f"| {NAMES[kind]:<18} | {params:>6.1f} | {params_theory:>6.1f} | {grads:>5.1f} | {grads_theory:>6.1f} | "
+              f"{optimizer:>9.1f} | {optimizer_theory:>6.1f} | {total:>6.1f} | {total_theory:>6.1f} | "
+              f"{row['rss_growth'] / mb:>12.0f} | {row['step_ms']:>7.0f} | {spread:>11} | "
+              f"{row['step_ms'] / plain_ms:>10.2f}x |")
+
+if __name__ == "__main__":
+    main()
