@@ -175,7 +175,7 @@ def held_out_loss(model: GPT) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--max-steps", type=int, default=120)
+    parser.add_argument("--max-steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=16, help="windows per rank and step")
     parser.add_argument("--prompt", default="The keeper ")
     args = parser.parse_args()
