@@ -22,10 +22,12 @@ class MixedPrecision(Precision):
     """
 
     dtype: torch.dtype = torch.bfloat16
+    #: Whether autocast reuses a weight's low-precision copy within one forward context (False under FSDP).
+    autocast_cache: bool = True
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``torch.autocast`` for this runtime's device type and ``dtype``."""
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=self.autocast_cache)
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         """Autocast exists for CPU, CUDA and MPS; bf16 needs a GPU generation that has it."""

@@ -83,9 +83,16 @@ class FSDPStrategy(ParallelStrategy):
         self._mesh: Any = None
 
     def connect(self, device: torch.device, precision: Any, ranks: Any = None) -> None:
-        """As every strategy; a mesh made for other ranks (this object used before, in another run) is dropped."""
+        """As every strategy; a mesh made for other ranks (this object used before, in another run) is dropped.
+
+        Autocast's weight cache is turned off: FSDP gives a unit new parameter tensors each time it
+        gathers them, and a cached copy from an earlier forward in the same step cuts the later
+        forward's weights off from their gradients (they come back None).
+        """
         super().connect(device, precision, ranks)
         self._mesh = None
+        if hasattr(precision, "autocast_cache"):
+            precision.autocast_cache = False
 
     @property
     def reshard_after_forward(self) -> bool:

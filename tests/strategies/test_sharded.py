@@ -723,3 +723,35 @@ def test_launched_bf16_true_runs_hand_back_a_bf16_module_as_one_process_does(str
     quiet_trainer(devices=2, strategy=strategy, precision="bf16-true", max_steps=2).fit(
         model, DataLoader(regression_data(), batch_size=4))
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+class _ForwardTwice(framework.Module):
+    """A forward whose output the loss does not use (an inspection, say), then the one it does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(2))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def training_step(self, batch, batch_idx):
+        self(batch[0])
+        return self(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class _GradientsPresent(Callback):
+    def on_after_backward(self, trainer, module):
+        self.present = {name: p.grad is not None for name, p in module.named_parameters()}
+
+
+def test_a_second_forward_under_autocast_keeps_every_gradient():
+    seen = _GradientsPresent()
+    quiet_trainer(strategy="zero3", precision="bf16-mixed", max_steps=1, callbacks=[seen]).fit(
+        _ForwardTwice(), DataLoader(TensorDataset(torch.randn(8, 16)), batch_size=8))
+    assert all(seen.present.values()), seen.present  # autocast's weight cache would cut layers.1 off
