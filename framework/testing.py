@@ -39,7 +39,9 @@ def state_bytes(module: Any, optimizer: Any = None) -> dict[str, int]:
 
     What the memory arithmetic of ZeRO is about: for Ψ fp32 parameters with Adam on N ranks,
     DDP holds 4Ψ + 4Ψ + 8Ψ, ZeRO-1 4Ψ + 4Ψ + 8Ψ/N, ZeRO-2 4Ψ + 4Ψ/N + 8Ψ/N (parameters
-    whole between forward and backward), ZeRO-3 (4Ψ + 4Ψ + 8Ψ)/N.
+    whole between forward and backward), ZeRO-3 (4Ψ + 4Ψ + 8Ψ)/N. Parameters count as the module
+    exposes them: while ZeRO-2 holds them gathered, FSDP also keeps this rank's part (4Ψ/N) aside,
+    which is not counted.
 
     Example::
 
