@@ -4,7 +4,6 @@ over the ranks, with CPU offload."""
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -18,6 +17,14 @@ from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import _parameters_of
 from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard, wrap_policy
 from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
+from framework.strategies.sharded_tensors import (
+    empty_part,
+    has_meta_tensors,
+    materialize,
+    placed_like,
+    same_shape,
+    whole,
+)
 
 # What each accepted sharding_strategy spelling means for fully_shard's reshard_after_forward.
 _RESHARD_AFTER_FORWARD = {"FULL_SHARD": True, "ZERO3": True, "SHARD_GRAD_OP": False, "ZERO2": False}
@@ -133,7 +140,7 @@ class FSDPStrategy(ParallelStrategy):
         if isinstance(earlier, StepRouter):
             return earlier
 
-        on_meta = _has_meta_tensors(module)
+        on_meta = has_meta_tensors(module)
         if not on_meta:
             module = module.to(self.device)
         apply_checkpointing(module, self.activation_checkpointing_policy)
@@ -144,7 +151,7 @@ class FSDPStrategy(ParallelStrategy):
         router = StepRouter(module)
         fully_shard(router, **options)
         if on_meta:
-            _materialize(router, self.device)
+            materialize(router, self.device)
         # FSDP sets itself up in the first forward; done now, a rank that evaluates no batch is set up too
         # (evaluating() then resets every rank's record of forward passes alike)
         router._get_fsdp_state()._lazy_init()
@@ -233,7 +240,7 @@ class FSDPStrategy(ParallelStrategy):
         self.precision.unscale(optimizer)
         parameters = [p for p in _parameters_of(optimizer) if p.grad is not None]
         total = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type)
-        total = _whole(total)
+        total = whole(total)
         if error_if_nonfinite and not torch.isfinite(total):
             raise RuntimeError(f"The total norm of order {norm_type} of the gradients is {total.item()}, so they "
                                "cannot be clipped. Pass error_if_nonfinite=False to clip anyway.")
@@ -263,12 +270,12 @@ class FSDPStrategy(ParallelStrategy):
         """
         self.broadcast_buffers(module)
         state = self.unwrap(module).state_dict()
-        return state if self.state_dict_type == "sharded" else {k: _whole(v) for k, v in state.items()}
+        return state if self.state_dict_type == "sharded" else {k: whole(v) for k, v in state.items()}
 
     def full_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """The user's module's state with every tensor whole (every rank calls: the parts are gathered)."""
         self.broadcast_buffers(module)
-        return {name: _whole(value) for name, value in self.unwrap(module).state_dict().items()}
+        return {name: whole(value) for name, value in self.unwrap(module).state_dict().items()}
 
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """``optimizer.state_dict()``: each rank's parts of the state, or whole with ``state_dict_type="full"``."""
@@ -277,20 +284,20 @@ class FSDPStrategy(ParallelStrategy):
             return state
         from framework.nested import map_tensors
 
-        return map_tensors(state, _whole)
+        return map_tensors(state, whole)
 
     def load_module_state(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> Any:
         """Load ``state_dict`` (whole tensors, or parts laid out as saved) into the sharded module."""
         target = self.unwrap(module)
         current = target.state_dict()
-        placed = {name: _placed_like(value, current.get(name)) for name, value in state_dict.items()}
+        placed = {name: placed_like(value, current.get(name)) for name, value in state_dict.items()}
         return target.load_state_dict(placed, strict=strict)
 
     def load_optimizer_state(self, optimizer: Optimizer, state: dict[str, Any]) -> None:
         """Load ``state`` into ``optimizer``, splitting whole tensors shaped like their parameter as it is split."""
         parameters = list(_parameters_of(optimizer))
         per_parameter = {
-            index: {name: _placed_like(value, parameters[index]) if _same_shape(value, parameters[index]) else value
+            index: {name: placed_like(value, parameters[index]) if same_shape(value, parameters[index]) else value
                     for name, value in entry.items()}
             for index, entry in state.get("state", {}).items()
         }
@@ -321,15 +328,7 @@ class FSDPStrategy(ParallelStrategy):
         return super().load_checkpoint(path, weights_only)
 
     def _empty_part(self, size: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        """An uninitialised DTensor of global ``size``, split along dim 0 as fully_shard splits parameters."""
-        from torch.distributed.tensor import DTensor, Shard
-
-        world, rank = self.mesh.size(), self.mesh.get_local_rank()
-        chunk = -(-size[0] // world) if len(size) else 0
-        rows = max(0, min(chunk, size[0] - rank * chunk)) if len(size) else 0
-        local = torch.empty((rows, *size[1:]), dtype=dtype, device=self._state_device())
-        return DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False, shape=size,
-                                  stride=torch.empty(size, device="meta").stride())
+        return empty_part(self.mesh, size, dtype, self._state_device())
 
     def _state_device(self) -> torch.device:
         return torch.device("cpu") if self.cpu_offload else self.device
@@ -392,59 +391,3 @@ def _sharded_units(model: nn.Module) -> list[nn.Module]:
     from torch.distributed.fsdp import FSDPModule
 
     return [module for module in model.modules() if isinstance(module, FSDPModule)]
-
-
-def _whole(value: Any) -> Any:
-    """A DTensor gathered whole (a collective: every rank calls), anything else as it is."""
-    from torch.distributed.tensor import DTensor
-
-    return value.full_tensor() if isinstance(value, DTensor) else value
-
-
-def _placed_like(value: Any, like: Any) -> Any:
-    """``value`` laid out as ``like``: a whole tensor split as the DTensor ``like`` is (each rank keeps its own
-    part, no communication), a DTensor made whole for a plain ``like``."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    if not isinstance(value, torch.Tensor):
-        return value
-    if isinstance(like, DTensor) and not isinstance(value, DTensor):
-        return distribute_tensor(value.to(like.device), like.device_mesh, like.placements, src_data_rank=None)
-    if isinstance(value, DTensor) and not isinstance(like, DTensor):
-        return value.full_tensor()
-    return value
-
-
-def _same_shape(value: Any, parameter: torch.Tensor) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == parameter.shape
-
-
-def _has_meta_tensors(module: nn.Module) -> bool:
-    return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
-
-
-def _materialize(model: nn.Module, device: torch.device) -> None:
-    """Allocate the (sharded) parameters created on the meta device and initialise them with each submodule's
-    ``reset_parameters()``; warn about those left as allocated (no such method)."""
-    model.to_empty(device=device)
-    uninitialised = []
-    with torch.no_grad(), warnings.catch_warnings():
-        # initialising sharded CPU tensors works (each rank draws its own part; tested), despite torch's caution
-        warnings.filterwarnings("ignore", message="DTensor random operators may not have complete support")
-        for name, module in model.named_modules():
-            reset = getattr(module, "reset_parameters", None)
-            if callable(reset) and module is not model:
-                reset()
-            elif _holds_tensors_itself(module):
-                uninitialised.append(name.removeprefix("module.") or type(module).__name__)
-    if uninitialised:
-        named = ", ".join(uninitialised[:8]) + (" ..." if len(uninitialised) > 8 else "")
-        warnings.warn(
-            "These modules were built on the meta device and hold parameters or buffers that nothing initialised "
-            f"(they have no reset_parameters()): {named}. Their values are whatever the memory held. Give them a "
-            "reset_parameters() method, or build them outside the meta device.", stacklevel=2,
-        )
-
-
-def _holds_tensors_itself(module: nn.Module) -> bool:
-    return any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))

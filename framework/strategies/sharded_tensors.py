@@ -1,0 +1,82 @@
+"""Tensors split over the ranks (DTensors): made whole, split like another, allocated empty, or allocated
+for modules built on the meta device."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def empty_part(mesh: Any, size: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised DTensor of global ``size``, split along dim 0 over ``mesh`` as fully_shard splits
+    parameters (``torch.chunk``'s sizes); only this rank's part is allocated."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    world, rank = mesh.size(), mesh.get_local_rank()
+    chunk = -(-size[0] // world) if len(size) else 0
+    rows = max(0, min(chunk, size[0] - rank * chunk)) if len(size) else 0
+    local = torch.empty((rows, *size[1:]), dtype=dtype, device=device)
+    return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=size,
+                              stride=torch.empty(size, device="meta").stride())
+
+
+def whole(value: Any) -> Any:
+    """A DTensor gathered whole (a collective: every rank calls), anything else as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return value.full_tensor() if isinstance(value, DTensor) else value
+
+
+def placed_like(value: Any, like: Any) -> Any:
+    """``value`` laid out as ``like``: a whole tensor split as the DTensor ``like`` is (each rank keeps its own
+    part, no communication), a DTensor made whole for a plain ``like``."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    if isinstance(like, DTensor) and not isinstance(value, DTensor):
+        return distribute_tensor(value.to(like.device), like.device_mesh, like.placements, src_data_rank=None)
+    if isinstance(value, DTensor) and not isinstance(like, DTensor):
+        return value.full_tensor()
+    return value
+
+
+def same_shape(value: Any, parameter: torch.Tensor) -> bool:
+    """Whether ``value`` is a tensor of ``parameter``'s (global) shape: optimizer state split as the parameter is."""
+    return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == parameter.shape
+
+
+def has_meta_tensors(module: nn.Module) -> bool:
+    """Whether any parameter or buffer of ``module`` is on the meta device (built there, not yet allocated)."""
+    return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
+
+
+def materialize(model: nn.Module, device: torch.device) -> None:
+    """Allocate the (sharded) parameters created on the meta device and initialise them with each submodule's
+    ``reset_parameters()``; warn about those left as allocated (no such method)."""
+    model.to_empty(device=device)
+    uninitialised = []
+    with torch.no_grad(), warnings.catch_warnings():
+        # initialising sharded CPU tensors works (each rank draws its own part; tested), despite torch's caution
+        warnings.filterwarnings("ignore", message="DTensor random operators may not have complete support")
+        for name, module in model.named_modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset) and module is not model:
+                reset()
+            elif holds_tensors_itself(module):
+                uninitialised.append(name.removeprefix("module.") or type(module).__name__)
+    if uninitialised:
+        named = ", ".join(uninitialised[:8]) + (" ..." if len(uninitialised) > 8 else "")
+        warnings.warn(
+            "These modules were built on the meta device and hold parameters or buffers that nothing initialised "
+            f"(they have no reset_parameters()): {named}. Their values are whatever the memory held. Give them a "
+            "reset_parameters() method, or build them outside the meta device.", stacklevel=2,
+        )
+
+
+def holds_tensors_itself(module: nn.Module) -> bool:
+    """Whether ``module`` has parameters or buffers of its own (not only its submodules')."""
+    return any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))
