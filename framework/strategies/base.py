@@ -121,6 +121,15 @@ class Strategy:
         """Step ``optimizer`` through the precision; False when the step was skipped."""
         return self.precision.optimizer_step(optimizer, closure, **kwargs)
 
+    @property
+    def supports_inference_mode(self) -> bool:
+        """Whether evaluation may run under ``torch.inference_mode`` (else ``no_grad``)."""
+        return True
+
+    def evaluating(self, model: nn.Module, every_rank_same_batches: bool) -> contextlib.AbstractContextManager:
+        """The context evaluation runs in; ``every_rank_same_batches``: whether all ranks run as many batches."""
+        return contextlib.nullcontext()
+
     def clip_gradients_norm(
         self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0,
         error_if_nonfinite: bool = False,
@@ -185,15 +194,6 @@ class Strategy:
     def full_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """``module_state_dict`` with every tensor whole, as one process holds it (every rank calls)."""
         return self.module_state_dict(module)
-
-    @property
-    def supports_inference_mode(self) -> bool:
-        """Whether evaluation may run under ``torch.inference_mode`` (else ``no_grad``)."""
-        return True
-
-    def evaluating(self, model: nn.Module, every_rank_same_batches: bool) -> contextlib.AbstractContextManager:
-        """The context evaluation runs in; ``every_rank_same_batches``: whether all ranks run as many batches."""
-        return contextlib.nullcontext()
 
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """``optimizer``'s ``state_dict()`` as checkpoints hold it (ZeRO-1 gathers it on rank 0; every rank calls)."""
