@@ -226,8 +226,7 @@ class FSDPStrategy(ParallelStrategy):
             for unit in units:
                 unit.reshard()
                 unit.set_reshard_after_forward(self.reshard_after_forward, recurse=False)
-            if hasattr(model, "reset_iter_state"):  # where torch has it
-                model.reset_iter_state()
+            _forget_forward_passes(model)
 
     @property
     def supports_inference_mode(self) -> bool:
@@ -385,6 +384,19 @@ def _without_gradient_sync(module: nn.Module) -> Iterator[None]:
         yield
     finally:
         module.set_requires_gradient_sync(True)
+
+
+def _forget_forward_passes(root: nn.Module) -> None:
+    """Clear FSDP's record of the forward passes since the last backward (what it prefetches by)."""
+    if hasattr(root, "reset_iter_state"):
+        root.reset_iter_state()
+        return
+    state = root._get_fsdp_state()  # torch before reset_iter_state: the same two records, cleared by hand
+    state._comm_ctx.post_forward_order.clear()
+    for unit_state in state._state_ctx.all_states:
+        group = getattr(unit_state, "_fsdp_param_group", None)
+        if group is not None:
+            group._post_forward_indices.clear()
 
 
 def _sharded_units(model: nn.Module) -> list[nn.Module]:

@@ -124,6 +124,7 @@ def test_the_launchers_own_options_end_at_the_script_whatever_flags_torchrun_has
     from framework.cli.launch import _flags_of, _options_before_script
 
     flags = _flags_of(get_args_parser())
-    argv = ["--virtual-local-rank", "--nproc-per-node", "2", "--max-restarts=1", "train.py", "--epochs", "3"]
-    assert _options_before_script(argv, flags) == ["--virtual-local-rank", "--nproc-per-node", "2", "--max-restarts=1"]
+    flag = "--virtual-local-rank" if "--virtual-local-rank" in flags else "--standalone"  # not in every torchrun
+    argv = [flag, "--nproc-per-node", "2", "--max-restarts=1", "train.py", "--epochs", "3"]
+    assert _options_before_script(argv, flags) == [flag, "--nproc-per-node", "2", "--max-restarts=1"]
     assert _options_before_script(["-m", "package.train", "--lr", "1"], flags) == ["-m"]
