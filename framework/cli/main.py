@@ -12,6 +12,7 @@ commands:
                framework launch --nproc-per-node 2 train.py --epochs 3
   consolidate  write a sharded checkpoint directory as one file, e.g.
                framework consolidate checkpoints/last.ckpt last-full.ckpt
+  env          print the versions, devices and distributed backends a bug report needs
 """
 
 
@@ -26,6 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from framework.cli.launch import launch
 
         return launch(rest)
+    if command == "env":
+        from framework.cli.env import env_command
+
+        return env_command(rest)
     if command == "consolidate":
         from framework.cli.consolidate import consolidate_command
 
