@@ -20,7 +20,7 @@ def test_quickstart_reaches_a_good_validation_accuracy():
 
 
 def test_own_loop_tutorial_learns_on_two_ranks_and_counts_each_review_once():
-    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "02_own_loop.py"), "--devices", "2"],
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "04_runtime_loop.py"), "--devices", "2"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     epochs = re.findall(r"validation accuracy ([0-9.]+) over (\d+) reviews", done.stdout)
@@ -30,7 +30,7 @@ def test_own_loop_tutorial_learns_on_two_ranks_and_counts_each_review_once():
 
 
 def test_gpt_zero3_tutorial_learns_on_two_ranks_and_generates_from_the_returned_weights():
-    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "03_gpt_zero3.py"), "--max-steps", "60"],
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "07_gpt_zero3.py"), "--max-steps", "60"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     match = re.search(r"held-out loss: ([0-9.]+) before training, ([0-9.]+) after \(guessing uniformly over \d+ "

@@ -4,9 +4,9 @@ A small text classifier (bag of word embeddings) learns whether a short review i
 negative. The loop is the one people write with Accelerate; each Runtime line replaces one
 Accelerate line, and ``tutorials/README.md`` sets them side by side.
 
-    python tutorials/02_own_loop.py                      # one process
-    python tutorials/02_own_loop.py --devices 2          # two processes on this machine
-    framework launch --nproc-per-node 2 tutorials/02_own_loop.py --devices 2   # the same, started by torchrun
+    python tutorials/04_runtime_loop.py                      # one process
+    python tutorials/04_runtime_loop.py --devices 2          # two processes on this machine
+    framework launch --nproc-per-node 2 tutorials/04_runtime_loop.py --devices 2   # the same, started by torchrun
 
 It prints the validation accuracy after each epoch.
 """

@@ -6,8 +6,8 @@ character of a few paragraphs written into this file, so nothing is downloaded. 
 two ranks with ``strategy="zero3"`` and ``precision="bf16-mixed"``; run it from the repository
 root:
 
-    python tutorials/03_gpt_zero3.py                      # two ranks, the Trainer starts them
-    python tutorials/03_gpt_zero3.py --max-steps 300      # longer: it learns these pages by heart
+    python tutorials/07_gpt_zero3.py                      # two ranks, the Trainer starts them
+    python tutorials/07_gpt_zero3.py --max-steps 300      # longer: it learns these pages by heart
 
 It prints the loss on a paragraph it never trained on, before and after training, and a few
 characters the trained model writes greedily after a prompt. With 300 steps the text it writes
