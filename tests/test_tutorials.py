@@ -43,3 +43,12 @@ def test_gpt_zero3_tutorial_learns_on_two_ranks_and_generates_from_the_returned_
     assert generated, done.stdout
     text = ast.literal_eval(generated.group(1))
     assert text.startswith("The keeper ") and len(text) == len("The keeper ") + 60, text
+
+
+def test_resume_tutorial_ends_with_the_weights_of_an_uninterrupted_run():
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "06_resume.py"), "--max-steps", "40",
+                           "--stop-at", "17"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "first run stopped: the machine went away after step 17" in done.stdout
+    assert "resumed from last.ckpt and trained to step 40" in done.stdout
+    assert "largest weight difference, uninterrupted vs resumed: 0.0" in done.stdout
