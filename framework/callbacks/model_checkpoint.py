@@ -479,7 +479,7 @@ def _default_dirpath(trainer: Any) -> str:
     if not loggers:
         return os.path.join(trainer.default_root_dir, "checkpoints")
     logger = loggers[0]
-    save_dir = logger.save_dir if len(trainer.loggers) == 1 and logger.save_dir else trainer.default_root_dir
+    save_dir = logger.save_dir or trainer.default_root_dir  # the first logger's, with several too (Lightning 2.6)
     version = logger.version
     version = version if isinstance(version, str) else f"version_{version}"
     return os.path.join(save_dir, str(logger.name or ""), version, "checkpoints")

@@ -225,6 +225,14 @@ def test_default_directory_is_the_loggers_checkpoints_folder_or_the_root():
     assert trainer.checkpoint_callback.dirpath == os.path.join("root", "checkpoints")
 
 
+def test_with_several_loggers_the_checkpoints_go_to_the_first_loggers_folder_as_in_lightning():
+    loggers = [framework.loggers.CSVLogger("a", name="csv"), framework.loggers.TensorBoardLogger("b", name="tb")]
+    trainer = quiet_trainer(max_epochs=1, enable_checkpointing=True, logger=loggers, default_root_dir="root")
+    trainer.fit(Regressor(), loader())
+    # Lightning 2.6.6 gives <a>/csv/version_0/checkpoints here (observed), not the root's
+    assert trainer.checkpoint_callback.dirpath == os.path.join("a", "csv", "version_0", "checkpoints")
+
+
 def test_the_default_checkpoint_callback_saves_one_file_per_epoch_keeping_the_latest():
     trainer = quiet_trainer(max_epochs=3, enable_checkpointing=True)
     assert [type(cb).__name__ for cb in trainer.callbacks] == ["ModelCheckpoint"]
