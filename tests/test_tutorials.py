@@ -52,3 +52,17 @@ def test_resume_tutorial_ends_with_the_weights_of_an_uninterrupted_run():
     assert "first run stopped: the machine went away after step 17" in done.stdout
     assert "resumed from last.ckpt and trained to step 40" in done.stdout
     assert "largest weight difference, uninterrupted vs resumed: 0.0" in done.stdout
+
+
+def test_callbacks_logging_tutorial_keeps_the_best_checkpoints_and_writes_both_logs(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "02_callbacks_logging.py"), "--max-epochs", "8",
+                           "--logs", str(tmp_path / "logs")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    best = re.search(r"best checkpoint: (epoch=\d+-val_loss=[0-9.]+\.ckpt) \(val_loss ([0-9.]+)\)", done.stdout)
+    assert best and float(best.group(2)) < 0.5, done.stdout
+    kept = sorted(path.name for path in (tmp_path / "logs" / "csv" / "version_0" / "checkpoints").iterdir())
+    assert len(kept) == 3 and "last.ckpt" in kept and best.group(1) in kept, kept  # top 2 and last
+    assert "'train_loss'" in done.stdout and "'val_loss'" in done.stdout  # the CSV's columns
+    events = (tmp_path / "logs" / "tensorboard" / "version_0").iterdir()
+    assert any(path.name.startswith("events.out.tfevents") for path in events)
+    assert "plotted the losses" in done.stdout or "matplotlib is not installed" in done.stdout
