@@ -66,3 +66,12 @@ def test_callbacks_logging_tutorial_keeps_the_best_checkpoints_and_writes_both_l
     events = (tmp_path / "logs" / "tensorboard" / "version_0").iterdir()
     assert any(path.name.startswith("events.out.tfevents") for path in events)
     assert "plotted the losses" in done.stdout or "matplotlib is not installed" in done.stdout
+
+
+def test_ddp_and_precision_tutorial_learns_on_two_ranks_in_bf16():
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "03_ddp_and_precision.py"), "--max-epochs", "10"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    match = re.search(r"2 process\(es\), strategy='ddp', precision='bf16-mixed': validation accuracy ([0-9.]+)",
+                      done.stdout)
+    assert match and float(match.group(1)) > 0.85, done.stdout
