@@ -127,6 +127,12 @@ def test_default_policy_shards_each_block_and_big_submodules():
     assert units_to_shard(model, wrap_policy(None)) == []
     by_class = units_to_shard(model, wrap_policy({nn.Linear}))
     assert all(isinstance(unit, nn.Linear) for unit in by_class) and len(by_class) == 4
+    import functools
+
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    fsdp1_form = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={nn.Linear})  # Lightning's
+    assert units_to_shard(model, wrap_policy(fsdp1_form)) == by_class
 
 
 # -- training equals DDP ---
