@@ -55,7 +55,7 @@ def make_dirs(path: str | os.PathLike) -> None:
 def remove(path: str | os.PathLike) -> None:
     """Delete the file (or directory: a sharded checkpoint) at ``path`` if it exists (any fsspec path)."""
     fs, inner = filesystem(path)
-    if _is_local(fs) and os.path.islink(inner):
+    if is_local(fs) and os.path.islink(inner):
         os.remove(inner)  # the link, not what it points at
     elif fs.exists(inner):
         fs.rm(inner, recursive=fs.isdir(inner))
@@ -68,7 +68,7 @@ def append_text(path: str | os.PathLike, text: str) -> None:
     get the whole file rewritten atomically.
     """
     fs, inner = filesystem(path)
-    if _is_local(fs):
+    if is_local(fs):
         fs.makedirs(os.path.dirname(inner) or ".", exist_ok=True)
         with open(inner, "a", encoding="utf-8", newline="") as handle:
             handle.write(text)
@@ -109,7 +109,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
     try:
         with fs.open(temporary, "wb") as handle:
             write(handle)
-        if _is_local(fs):
+        if is_local(fs):
             _replace_local(temporary, inner)
         else:
             fs.mv(temporary, inner)
@@ -157,6 +157,7 @@ def _replace_local(source: str, target: str) -> None:
                 replaced.close()
 
 
-def _is_local(fs: Any) -> bool:
+def is_local(fs: Any) -> bool:
+    """Whether the fsspec filesystem ``fs`` is this machine's own disk."""
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return protocol in ("file", "local")

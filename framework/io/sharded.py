@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from framework.errors import CheckpointError
-from framework.io.fs import filesystem, write_atomic
+from framework.io.fs import filesystem, is_local, write_atomic
 
 META_FILE = "meta.pt"
 _DCP_METADATA_FILE = ".metadata"
@@ -165,25 +165,23 @@ def _move_into_place(temporary: str, path: str) -> None:
         fs.mv(inner_temporary, inner, recursive=True)
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
 def _writer(path: str) -> Any:
-    if _is_local(path):
+    fs, inner = filesystem(path)
+    if is_local(fs):
         from torch.distributed.checkpoint import FileSystemWriter
 
-        return FileSystemWriter(path.removeprefix("file://"))
+        return FileSystemWriter(inner)
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
     return FsspecWriter(path)
 
 
 def _reader(path: str) -> Any:
-    if _is_local(path):
+    fs, inner = filesystem(path)
+    if is_local(fs):
         from torch.distributed.checkpoint import FileSystemReader
 
-        return FileSystemReader(path.removeprefix("file://"))
+        return FileSystemReader(inner)
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
     return FsspecReader(path)
