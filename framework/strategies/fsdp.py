@@ -267,9 +267,10 @@ class FSDPStrategy(ParallelStrategy):
 
         Every rank calls it: buffers are made rank 0's first.
         """
+        if self.state_dict_type == "full":
+            return self.full_module_state_dict(module)
         self.broadcast_buffers(module)
-        state = self.unwrap(module).state_dict()
-        return state if self.state_dict_type == "sharded" else {k: whole(v) for k, v in state.items()}
+        return self.unwrap(module).state_dict()
 
     def full_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """The user's module's state with every tensor whole (every rank calls: the parts are gathered)."""
