@@ -357,12 +357,18 @@ def test_consolidate_explains_a_path_that_is_not_a_sharded_checkpoint(tmp_path, 
     assert "is a directory; name the file to write" in capsys.readouterr().err
 
 
-def test_full_state_dict_type_saves_one_file(tmp_path):
+def test_full_state_dict_type_saves_one_whole_file_that_zero3_resumes(tmp_path):
     model = Regressor()
-    trainer = quiet_trainer(devices=2, strategy=FSDPStrategy(state_dict_type="full"), max_steps=2)
-    trainer.fit(model, DataLoader(regression_data(), batch_size=4))
-    trainer.save_checkpoint(tmp_path / "full.ckpt")  # the caller's trainer holds no ranks: saved plainly
-    assert (tmp_path / "full.ckpt").is_file()
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)
+    quiet_trainer(devices=2, strategy=FSDPStrategy(state_dict_type="full"), max_steps=2, enable_checkpointing=True,
+                  callbacks=[checkpoint]).fit(model, DataLoader(regression_data(), batch_size=4))
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)  # a file, written by rank 0 from the ranks' parts
+    assert saved["state_dict"]["net.0.weight"].shape == (16, 8)
+    assert saved["optimizer_states"][0]["state"][0]["exp_avg"].shape == (16, 8)
+    torch.testing.assert_close(saved["state_dict"]["net.0.weight"], model.state_dict()["net.0.weight"])
+    resumed = quiet_trainer(devices=2, strategy="zero3", max_steps=4)
+    resumed.fit(Regressor(), DataLoader(regression_data(), batch_size=4), ckpt_path=str(tmp_path / "last.ckpt"))
+    assert resumed.global_step == 4
 
 
 # -- the Runtime ---
