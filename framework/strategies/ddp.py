@@ -75,7 +75,7 @@ class DDPStrategy(ParallelStrategy):
             model.require_forward_param_sync = True
             model.reducer._rebuild_buckets()  # as DDP's forward does before its first backward
             unused_search = model.find_unused_parameters and not model.static_graph
-            model.reducer.prepare_for_backward(_tensors_in(loss) if unused_search else [])
+            model.reducer.prepare_for_backward([loss] if unused_search else [])
         self.precision.backward(loss, *args, **kwargs)
 
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
@@ -93,12 +93,3 @@ class DDPStrategy(ParallelStrategy):
         if self._in_group() and isinstance(module, DistributedDataParallel) and module.broadcast_buffers:
             broadcast_from_rank_zero(list(module.module.buffers()))
 
-
-def _tensors_in(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [tensor for item in value for tensor in _tensors_in(item)]
-    if isinstance(value, dict):
-        return [tensor for item in value.values() for tensor in _tensors_in(item)]
-    return []

@@ -1064,8 +1064,10 @@ class ManualRegressor(Regressor):
         optimizer.zero_grad()
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "zero1"])
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "find_unused"])
 def test_manual_optimization_syncs_gradients_like_one_process_with_the_doubled_batch(strategy):
+    if strategy == "find_unused":  # the reducer is then prepared with the loss, to find what it did not use
+        strategy = framework.strategies.DDPStrategy(find_unused_parameters=True)
     torch.manual_seed(0)
     model = ManualRegressor()
     torch.manual_seed(0)
