@@ -8,6 +8,10 @@ from collections.abc import Sequence
 _USAGE = """usage: framework <command> [options]
 
 commands:
+  fit          train a Module from YAML configs and flags (LightningCLI's layout), e.g.
+               framework fit --config config.yaml --trainer.max_epochs=3 --model.init_args.lr=0.01
+  validate, test, predict
+               the same for Trainer.validate/test/predict (--ckpt_path best|last|FILE)
   launch       start a script's ranks (torchrun's options), e.g.
                framework launch --nproc-per-node 2 train.py --epochs 3
   consolidate  write a sharded checkpoint directory as one file, e.g.
@@ -23,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_USAGE, end="")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command in ("fit", "validate", "test", "predict"):
+        return _trainer_command(argv)
     if command == "launch":
         from framework.cli.launch import launch
 
@@ -37,6 +43,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return consolidate_command(rest)
     print(f"framework: unknown command {command!r}.\n\n{_USAGE}", end="", file=sys.stderr)
     return 2
+
+
+def _trainer_command(argv: list[str]) -> int:
+    import os
+
+    from framework.cli.trainer_commands import ConfigError, run
+
+    # As under ``python -m``: class_path names modules in the working directory too.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        run(args=argv)
+    except ConfigError as error:
+        print(f"framework {argv[0]}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

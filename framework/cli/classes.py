@@ -1,0 +1,213 @@
+"""``class_path`` + ``init_args`` sections: importing the class, checking its arguments, making the object.
+
+A section is first *resolved* to plain data (the class's full import path, every argument the class
+takes with its default filled in, each value checked against its annotation) and only then
+*instantiated*, so what ``--print_config`` shows is exactly what gets built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import typing
+from collections.abc import Callable
+from pathlib import Path, PurePath
+from typing import Any
+
+import yaml
+
+from framework.cli.coerce import Mismatch, check, dotted, is_class_node, mismatch_error
+from framework.cli.config import CLASS_KEYS, Config, ConfigError, Key
+from framework.cli.short_names import short_names
+
+
+def import_class(path: Any, key: Key, origin: str | None) -> type:
+    """The class ``path`` names (``package.module.Class``, or a built-in callback's or logger's bare name)."""
+    where = f"{dotted(key)} ({origin})" if origin else dotted(key)
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{where}: class_path must be a class's import path such as mypackage.models.Net, "
+                          f"got {path!r}.")
+    if "." not in path:
+        if path not in short_names():
+            raise ConfigError(f"{where}: class_path {path!r} is not a full import path (package.module.{path}) "
+                              f"and no built-in callback, logger or strategy has that name.")
+        path = short_names()[path]
+    module_name, _, name = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is None or not (module_name == error.name or module_name.startswith(error.name + ".")):
+            raise  # the module is there but something it imports is not: its traceback says what
+        raise ConfigError(f"{where}: cannot import {module_name!r} for class_path {path!r}: {error}. Run from the "
+                          f"folder that holds it or add that folder to PYTHONPATH.") from None
+    found = getattr(module, name, None)
+    if not inspect.isclass(found):
+        classes = [attr for attr, value in vars(module).items() if inspect.isclass(value)]
+        near = difflib.get_close_matches(name, classes, n=3)
+        hint = f" Did you mean {', '.join(f'{module_name}.{n}' for n in near)}?" if near else ""
+        what = "has no" if found is None else "has something that is not a class named"
+        raise ConfigError(f"{where}: module {module_name!r} {what} {name!r}.{hint}")
+    return found
+
+
+def public_path(cls: type) -> str:
+    """``framework.Module`` rather than ``framework.module.Module`` where the package exports the class."""
+    package = cls.__module__.split(".")[0]
+    exported = getattr(importlib.import_module(package), cls.__name__, None)
+    return f"{package}.{cls.__name__}" if exported is cls else class_path_of(cls)
+
+
+def class_path_of(cls: type) -> str:
+    """The import path a config names ``cls`` by."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def parameters(cls: type) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """``cls``'s constructor arguments by name, their annotations, and whether it takes ``**kwargs`` too."""
+    signature = inspect.signature(cls.__init__)
+    named = {name: parameter for name, parameter in list(signature.parameters.items())[1:]
+             if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)}
+    takes_more = any(parameter.kind is parameter.VAR_KEYWORD for parameter in signature.parameters.values())
+    return named, annotations_of(cls.__init__, named), takes_more
+
+
+def annotations_of(function: Callable, named: dict[str, inspect.Parameter]) -> dict[str, Any]:
+    """The annotations of ``function``'s arguments, evaluated; one that cannot be evaluated checks nothing."""
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # a name only imported under TYPE_CHECKING: evaluate the arguments one by one
+        hints = {}
+        for name, parameter in named.items():
+            try:
+                hints[name] = typing.get_type_hints(_with_annotation(parameter.annotation), function.__globals__)["x"]
+            except Exception:
+                hints[name] = Any
+    return {name: hints.get(name, parameter.annotation) for name, parameter in named.items()}
+
+
+def _with_annotation(annotation: Any) -> Callable:
+    def holder(x):  # noqa: ANN001 - only carries the annotation
+        pass
+
+    holder.__annotations__ = {"x": annotation}
+    return holder
+
+
+def nearest_keys(name: str, valid: list[str]) -> str:
+    """``did you mean max_epochs?`` for an unknown key, or the valid keys when few enough to list."""
+    near = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+    if near:
+        return f"Did you mean {' or '.join(near)}?"
+    if len(valid) <= 12:
+        return f"It takes: {', '.join(valid) if valid else 'no arguments'}."
+    return "--print_config shows every key it takes."
+
+
+def resolve_arguments(given: dict, named: dict[str, inspect.Parameter], annotations: dict[str, Any],
+                      takes_more: bool, key: Key, config: Config, owner: str) -> dict:
+    """``given`` checked against a signature: every argument, defaults filled in, values typed, in order."""
+    unknown = [name for name in given if name not in named]
+    if unknown and not takes_more:
+        name = unknown[0]
+        origin = config.origin(key + (name,))
+        where = f" ({origin})" if origin else ""
+        raise ConfigError(f"{dotted(key + (name,))}{where}: {owner} takes no argument {name!r}. "
+                          f"{nearest_keys(name, list(named))}")
+    resolved = {}
+    for name, parameter in named.items():
+        if name not in given:
+            if parameter.default is inspect.Parameter.empty:
+                raise ConfigError(f"{dotted(key + (name,))} is required: {owner} has no default for {name!r}. Give "
+                                  f"it in a config file or as --{dotted(key + (name,))}=...")
+            if _prints_as_yaml(parameter.default):
+                resolved[name] = _plain(parameter.default)
+            continue
+        resolved[name] = check_value(given[name], annotations[name], key + (name,), config)
+    for name in unknown:
+        resolved[name] = check_value(given[name], Any, key + (name,), config)
+    return resolved
+
+
+def check_value(value: Any, annotation: Any, key: Key, config: Config) -> Any:
+    """``value`` checked against ``annotation``; an error names the key, the expected type and the source."""
+    try:
+        return check(value, annotation, key, lambda node, base, at: resolve_class_node(node, base, at, config))
+    except Mismatch:
+        raise mismatch_error(key, value, annotation, config.origin(key)) from None
+
+
+def resolve_class_node(node: dict, base: type, key: Key, config: Config) -> dict:
+    """A ``class_path`` section as plain data: the class's import path and all its arguments, checked."""
+    extra = [name for name in node if name not in CLASS_KEYS]
+    if extra:
+        raise ConfigError(f"{dotted(key + (extra[0],))} ({config.origin(key + (extra[0],))}): a class_path section "
+                          f"holds only class_path and init_args; put {extra[0]!r} under init_args.")
+    cls = import_class(node["class_path"], key + ("class_path",), config.origin(key + ("class_path",)))
+    require_subclass(cls, base, key, config.origin(key + ("class_path",)))
+    init_args = node.get("init_args") or {}
+    if not isinstance(init_args, dict):
+        raise mismatch_error(key + ("init_args",), init_args, dict, config.origin(key + ("init_args",)))
+    named, annotations, takes_more = parameters(cls)
+    arguments = resolve_arguments(init_args, named, annotations, takes_more, key + ("init_args",), config,
+                                  cls.__name__)
+    given = node["class_path"]
+    return {"class_path": given if "." in given else short_names()[given], "init_args": arguments}
+
+
+def require_subclass(cls: type, base: type, key: Key, origin: str | None) -> None:
+    """Refuse a class that is not a ``base``, saying what it is and what was expected."""
+    if base is object or issubclass(cls, base):
+        return
+    where = f" ({origin})" if origin else ""
+    lightning = any(klass.__module__.split(".")[0] in ("lightning", "pytorch_lightning") for klass in cls.__mro__)
+    hint = (f" It is a Lightning class: make it subclass {base.__module__.split('.')[0]}.{base.__name__} instead."
+            if lightning else "")
+    bases = ", ".join(class_path_of(klass) for klass in cls.__bases__)
+    raise ConfigError(f"{dotted(key)}{where}: {class_path_of(cls)} is not a {base.__name__} (its base class: "
+                      f"{bases}); {dotted(key)} must name a subclass of {public_path(base)}.{hint}")
+
+
+def instantiate(value: Any, annotation: Any = Any) -> Any:
+    """Objects from resolved plain data: each ``class_path`` section made into an instance of its class."""
+    if is_class_node(value):
+        cls = import_class(value["class_path"], (), None)
+        _, annotations, _ = parameters(cls)
+        arguments = {name: instantiate(item, annotations.get(name, Any)) for name, item in value["init_args"].items()}
+        return cls(**arguments)
+    if isinstance(value, list):
+        items = [instantiate(item) for item in value]
+        return tuple(items) if _wants(annotation, tuple) else items
+    if isinstance(value, dict):
+        return {name: instantiate(item) for name, item in value.items()}
+    if isinstance(value, str) and _wants(annotation, PurePath) and not _wants(annotation, str):
+        return Path(value)
+    return value
+
+
+def _wants(annotation: Any, kind: type) -> bool:
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in _UNIONS else (annotation,)
+    for member in members:
+        target = typing.get_origin(member) or member
+        if inspect.isclass(target) and issubclass(target, kind):
+            return True
+    return False
+
+
+_UNIONS = (typing.Union, type(int | None))
+
+
+def _prints_as_yaml(value: Any) -> bool:
+    try:
+        yaml.safe_dump(_plain(value))
+    except yaml.YAMLError:
+        return False
+    return True
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    return value

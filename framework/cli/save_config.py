@@ -1,0 +1,34 @@
+"""The callback that writes a command-line run's resolved config into its log directory."""
+
+from __future__ import annotations
+
+import posixpath
+
+from framework.callbacks.base import Callback
+from framework.cli.config import ConfigError
+from framework.io import fs
+
+
+class SaveConfig(Callback):
+    """Write ``text`` to ``<trainer.log_dir>/config.yaml`` (rank 0) when the run sets up.
+
+    ``framework fit --config <that file>`` runs the same thing again. An existing ``config.yaml`` belongs
+    to an earlier run and is not replaced unless ``overwrite=True``; every rank refuses together.
+    """
+
+    def __init__(self, text: str, overwrite: bool = False) -> None:
+        self.text = text
+        self.overwrite = overwrite
+
+    def setup(self, trainer, module, stage: str) -> None:
+        path = posixpath.join(str(trainer.log_dir), "config.yaml")
+        taken = trainer.is_global_zero and not self.overwrite and fs.exists(path)
+        if trainer.world_size > 1:
+            taken = trainer.runtime.broadcast(taken)
+        if taken:
+            raise ConfigError(f"{path} already exists: it holds the config of an earlier run, which this run would "
+                              f"replace. Delete it, log this run elsewhere (trainer.default_root_dir, or a logger's "
+                              f"save_dir or version), or pass overwrite_config=True to framework.cli.run.")
+        if trainer.is_global_zero:
+            fs.make_dirs(str(trainer.log_dir))
+            fs.write_bytes_atomic(path, self.text.encode())

@@ -1,0 +1,276 @@
+"""``framework fit|validate|test|predict``: a Trainer run described by YAML configs and flags.
+
+The layout is LightningCLI's::
+
+    seed_everything: 0
+    trainer:
+      max_epochs: 3
+      callbacks:
+        - class_path: framework.callbacks.EarlyStopping
+          init_args: {monitor: val_loss}
+    model:
+      class_path: mypackage.models.Net
+      init_args: {lr: 0.01}
+    data:
+      class_path: mypackage.data.Digits
+    ckpt_path: null
+
+``--config`` files and ``--section.key=value`` flags apply in the order given, each overriding the
+ones before. The resolved config (every argument, defaults filled in) is what ``--print_config``
+prints and what the run writes to ``<log dir>/config.yaml``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+import framework
+from framework.callbacks.base import Callback
+from framework.cli.classes import (
+    annotations_of,
+    instantiate,
+    nearest_keys,
+    parameters,
+    require_subclass,
+    resolve_arguments,
+    resolve_class_node,
+)
+from framework.cli.coerce import dotted, is_class_node, mismatch_error
+from framework.cli.config import Config, ConfigError, read_yaml
+from framework.cli.save_config import SaveConfig
+from framework.datamodule import DataModule
+from framework.loggers.base import Logger
+from framework.module import Module
+from framework.seed import seed_everything
+from framework.strategies.base import Strategy
+from framework.trainer import Trainer
+
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+# The Trainer method's arguments the command line does not give: it makes the Module and DataModule itself.
+_MADE_BY_THE_CLI = ("self", "model", "train_dataloaders", "val_dataloaders", "dataloaders", "datamodule")
+# Trainer arguments annotated Any (they take many forms) whose class_path sections must name these.
+_TRAINER_CLASS_ARGUMENTS = {
+    "callbacks": Callback | list[Callback] | None,
+    "logger": Logger | list[Logger] | bool | None,
+    "strategy": str | Strategy,
+}
+_NOT_OURS = {
+    "optimizer": "The Module's configure_optimizers makes the optimizer; give its settings (such as lr) as "
+                 "model arguments.",
+    "lr_scheduler": "The Module's configure_optimizers makes the scheduler; give its settings as model arguments.",
+}
+
+
+@dataclass
+class CommandRun:
+    """What ``framework.cli.run`` made and what the Trainer method returned."""
+
+    subcommand: str
+    config: dict
+    trainer: Trainer
+    model: Module
+    datamodule: DataModule | None
+    result: Any = field(default=None)
+
+
+@dataclass
+class _Request:
+    subcommand: str
+    sources: Config
+    print_config: bool = False
+    help: bool = False
+
+
+def run(ModelClass: type[Module] | None = None, DataModuleClass: type[DataModule] | None = None,  # noqa: N803
+        args: Sequence[str] | None = None, *, overwrite_config: bool = False) -> CommandRun | None:
+    """Run ``fit``/``validate``/``test``/``predict`` as the arguments say, the way ``framework fit`` does.
+
+    With ``ModelClass`` (or ``DataModuleClass``) given, the config's ``model:`` (``data:``) section holds
+    that class's arguments directly (``--model.lr=0.01``); a ``class_path`` there may still name a
+    subclass. ``args`` defaults to ``sys.argv[1:]``. Returns None after ``--help`` or ``--print_config``.
+    Bad configs raise :class:`~framework.cli.config.ConfigError` naming the key, the source and the fix.
+
+    Example, ``train.py`` run as ``python train.py fit --config cfg.yaml --trainer.max_epochs=3``::
+
+        from framework.cli import run
+        from mypackage import Net, Digits
+
+        if __name__ == "__main__":
+            run(Net, Digits)
+    """
+    request = parse_arguments(list(sys.argv[1:] if args is None else args))
+    if request.help:
+        print(usage(request.subcommand))
+        return None
+    resolved = resolve(request.sources, request.subcommand, ModelClass, DataModuleClass)
+    if request.print_config:
+        print(config_text(resolved), end="")
+        return None
+    return _execute(request.subcommand, resolved, ModelClass, DataModuleClass, overwrite_config)
+
+
+def parse_arguments(argv: list[str]) -> _Request:
+    """The subcommand, then ``--config`` files and ``--key=value`` flags merged in order."""
+    if not argv or argv[0] in ("-h", "--help"):
+        raise ConfigError(f"a subcommand comes first: {', '.join(SUBCOMMANDS)}.\n\n{usage(None)}")
+    subcommand, rest = argv[0], argv[1:]
+    if subcommand not in SUBCOMMANDS:
+        raise ConfigError(f"unknown subcommand {subcommand!r}. {nearest_keys(subcommand, list(SUBCOMMANDS))}")
+    request = _Request(subcommand, Config())
+    position = 0
+    while position < len(rest):
+        token = rest[position]
+        position += 1
+        if token in ("-h", "--help"):
+            request.help = True
+        elif token in ("--print_config", "--print-config"):
+            request.print_config = True
+        elif not token.startswith("--") or token == "--":
+            raise ConfigError(f"unexpected argument {token!r}: options are --config FILE and --section.key=VALUE.")
+        else:
+            flag, equals, value = token.partition("=")
+            if not equals:
+                if position == len(rest) or rest[position].startswith("--"):
+                    raise ConfigError(f"{flag} needs a value: {flag}=VALUE or {flag} VALUE.")
+                value, position = rest[position], position + 1
+            if flag == "--config":
+                request.sources.merge(read_yaml(value))
+            else:
+                request.sources.set_flag(flag, value)
+    return request
+
+
+def resolve(sources: Config, subcommand: str, ModelClass: type | None = None,  # noqa: N803
+            DataModuleClass: type | None = None) -> dict:  # noqa: N803
+    """The whole config as plain data: every section checked against its signature, defaults filled in."""
+    tree = sources.tree
+    method = _method_parameters(subcommand)
+    valid = ["seed_everything", "trainer", "model", "data", *method]
+    for name in tree:
+        if name not in valid:
+            raise _unknown_section(name, subcommand, valid, sources)
+    seed = resolve_arguments({"seed_everything": tree["seed_everything"]} if "seed_everything" in tree else {},
+                             {"seed_everything": _parameter("seed_everything", True)},
+                             {"seed_everything": bool | int}, False, (), sources, "the command line")
+    resolved = dict(seed)
+    resolved["trainer"] = _resolve_trainer(tree.get("trainer"), sources)
+    resolved["model"] = _resolve_section("model", tree.get("model"), Module, ModelClass, sources, required=True)
+    resolved["data"] = _resolve_section("data", tree.get("data"), DataModule, DataModuleClass, sources,
+                                        required=False)
+    named = {name: parameter for name, parameter in method.items()}
+    annotations = {name: parameter.annotation for name, parameter in named.items()}
+    resolved.update(resolve_arguments({name: tree[name] for name in named if name in tree}, named, annotations,
+                                      False, (), sources, f"Trainer.{subcommand}"))
+    return resolved
+
+
+def config_text(resolved: dict) -> str:
+    """The resolved config as the YAML ``--print_config`` prints and ``config.yaml`` holds."""
+    return f"# framework=={framework.__version__}\n" + yaml.safe_dump(resolved, sort_keys=False)
+
+
+def usage(subcommand: str | None) -> str:
+    """The help for ``framework <subcommand> --help``."""
+    name = subcommand or "fit|validate|test|predict"
+    method = ", ".join(_method_parameters(subcommand)) if subcommand else "ckpt_path, ..."
+    return (f"usage: framework {name} [--config FILE ...] [--section.key=VALUE ...] [--print_config]\n\n"
+            f"Sources apply in order, later ones overriding earlier ones.\n"
+            f"  --config FILE        a YAML config (sections below); give several to layer them\n"
+            f"  --trainer.KEY=VALUE  a Trainer argument, e.g. --trainer.max_epochs=3\n"
+            f"  --model.KEY=VALUE    the Module's argument, e.g. --model.init_args.lr=0.01 (or --model.lr=0.01)\n"
+            f"  --model=CLASS        the Module's class by import path (mypackage.models.Net)\n"
+            f"  --data.KEY=VALUE     the DataModule's argument; --data=CLASS its class\n"
+            f"  --print_config       print the resolved config (every argument, defaults filled in) and stop\n\n"
+            f"sections: seed_everything (true, false or a seed), trainer, model, data, {method}")
+
+
+def _execute(subcommand: str, resolved: dict, ModelClass: type | None,  # noqa: N803
+             DataModuleClass: type | None, overwrite_config: bool) -> CommandRun:  # noqa: N803
+    saved = dict(resolved)
+    if resolved["seed_everything"] is not False:
+        seed = None if resolved["seed_everything"] is True else resolved["seed_everything"]
+        saved["seed_everything"] = seed_everything(seed)  # the seed itself, so the saved config repeats the run
+    named, annotations, _ = parameters(Trainer)
+    annotations.update(_TRAINER_CLASS_ARGUMENTS)
+    trainer_arguments = {name: instantiate(value, annotations[name]) for name, value in resolved["trainer"].items()}
+    callbacks = trainer_arguments.get("callbacks")
+    callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
+    trainer_arguments["callbacks"] = [*callbacks, SaveConfig(config_text(saved), overwrite=overwrite_config)]
+    trainer = Trainer(**trainer_arguments)
+    model = _instantiate_section(resolved["model"], ModelClass)
+    datamodule = _instantiate_section(resolved["data"], DataModuleClass)
+    method_arguments = {name: resolved[name] for name in _method_parameters(subcommand)}
+    result = getattr(trainer, subcommand)(model, datamodule=datamodule, **method_arguments)
+    return CommandRun(subcommand, saved, trainer, model, datamodule, result)
+
+
+def _instantiate_section(value: Any, fixed: type | None) -> Any:
+    if value is None or is_class_node(value):
+        return instantiate(value)
+    named, annotations, _ = parameters(fixed)
+    return fixed(**{name: instantiate(item, annotations.get(name, Any)) for name, item in value.items()})
+
+
+def _resolve_trainer(given: Any, sources: Config) -> dict:
+    if given is None:
+        given = {}
+    if not isinstance(given, dict) or is_class_node(given):
+        raise ConfigError(f"trainer ({sources.origin(('trainer',))}): the trainer section holds the Trainer's "
+                          f"arguments by name (max_epochs: 3, ...), not a class; got {given!r}.")
+    named, annotations, _ = parameters(Trainer)
+    annotations.update(_TRAINER_CLASS_ARGUMENTS)
+    return resolve_arguments(given, named, annotations, False, ("trainer",), sources, "Trainer")
+
+
+def _resolve_section(name: str, given: Any, base: type, fixed: type | None, sources: Config,
+                     required: bool) -> dict | None:
+    """``model:`` / ``data:``: a class_path section naming a ``base`` subclass, or the fixed class's arguments."""
+    key = (name,)
+    if fixed is not None:
+        require_subclass(fixed, base, key, "the class given to framework.cli.run")
+        if is_class_node(given):
+            return resolve_class_node(given, fixed, key, sources)
+        if given is not None and not isinstance(given, dict):
+            raise mismatch_error(key, given, dict, sources.origin(key))
+        named, annotations, takes_more = parameters(fixed)
+        return resolve_arguments(given or {}, named, annotations, takes_more, key, sources, fixed.__name__)
+    if given is None:
+        if not required:
+            return None
+        raise ConfigError(f"no {name} given: name the {base.__name__} to train in a config file (model: "
+                          f"{{class_path: mypackage.models.Net}}) or with --{name}=mypackage.models.Net.")
+    if not is_class_node(given):
+        raise ConfigError(f"{name} ({sources.origin(key)}): the {name} section names a {base.__name__} subclass "
+                          f"with class_path (and its arguments under init_args); it has "
+                          f"{', '.join(given) if isinstance(given, dict) else repr(given)} but no class_path.")
+    return resolve_class_node(given, base, key, sources)
+
+
+def _method_parameters(subcommand: str) -> dict[str, inspect.Parameter]:
+    method = getattr(Trainer, subcommand)
+    signature = inspect.signature(method)
+    hints = annotations_of(method, dict(signature.parameters))
+    return {name: parameter.replace(annotation=hints[name]) for name, parameter in signature.parameters.items()
+            if name not in _MADE_BY_THE_CLI}
+
+
+def _parameter(name: str, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+
+
+def _unknown_section(name: str, subcommand: str, valid: list[str], sources: Config) -> ConfigError:
+    where = f" ({sources.origin((name,))})" if sources.origin((name,)) else ""
+    if name in _NOT_OURS:
+        return ConfigError(f"{name}{where}: framework's command line takes no {name} section. {_NOT_OURS[name]}")
+    if name in SUBCOMMANDS:
+        return ConfigError(f"{name}{where}: a config for `framework {subcommand}` holds the sections themselves "
+                           f"(trainer:, model:, ...) at the top, not under {name}:.")
+    return ConfigError(f"{dotted((name,))}{where}: unknown section for `framework {subcommand}`. "
+                       f"{nearest_keys(name, valid)}")
+
