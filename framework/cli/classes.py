@@ -151,7 +151,7 @@ def resolve_class_node(node: dict, base: type, key: Key, config: Config) -> dict
     named, annotations, takes_more = parameters(cls)
     arguments = resolve_arguments(init_args, named, annotations, takes_more, key + ("init_args",), config,
                                   cls.__name__)
-    given = node["class_path"]
+    given = str(node["class_path"])
     return {"class_path": given if "." in given else short_names()[given], "init_args": arguments}
 
 

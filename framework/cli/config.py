@@ -73,6 +73,10 @@ class Config:
         key = tuple(flag[2:].split("."))
         if any(not part for part in key):
             raise ConfigError(f"{flag}: a flag is --section.key=value, with no empty part between the dots.")
+        if "[" in flag:
+            example = "--trainer.callbacks='[{class_path: EarlyStopping, init_args: {monitor: val_loss}}]'"
+            raise ConfigError(f"{flag}: a flag names a key, not an item of a list; give the whole list, e.g. "
+                              f"{example}.")
         text = FlagText(value)
         parent = self.get(key[:-1])
         if key[-1] not in CLASS_KEYS and _names_a_class(parent, key, text):

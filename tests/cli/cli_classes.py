@@ -1,0 +1,82 @@
+"""Classes the command-line tests name by ``class_path`` (``tests.cli.cli_classes.Net``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+import framework
+from tests.helpers import regression_data
+
+
+class Net(framework.Module):
+    """A linear regressor with arguments of the types a config gives: float, int, str, Optional, list, Literal."""
+
+    def __init__(self, lr: float = 0.05, hidden: int = 4, name: str = "net", dropout: float | None = None,
+                 sizes: list[int] = (1, 2), mode: Literal["sum", "mean"] = "mean", shape: tuple[int, int] = (2, 3),
+                 frozen: bool = False) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(nn.Linear(4, hidden), nn.Linear(hidden, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def loss(self, batch) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self(x), y)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.loss(batch))
+
+    def test_step(self, batch, batch_idx):
+        self.log("test_loss", self.loss(batch))
+
+    def predict_step(self, batch, batch_idx):
+        return self(batch[0])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+class WideNet(Net):
+    """A subclass, for ``class_path`` naming one under a fixed ``ModelClass``."""
+
+    def __init__(self, width: int = 8, lr: float = 0.05) -> None:
+        super().__init__(lr=lr, hidden=width)
+
+
+class NeedsWidth(Net):
+    """A Module with a required argument."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__(hidden=width)
+
+
+class Data(framework.DataModule):
+    """32 regression samples, shuffled for training."""
+
+    def __init__(self, batch_size: int = 8, n: int = 32) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.n = n
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(regression_data(self.n), batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(regression_data(self.n, seed=1), batch_size=self.batch_size)
+
+    test_dataloader = predict_dataloader = val_dataloader
+
+
+class NotAModule(nn.Module):
+    """A plain torch module: ``model.class_path`` must refuse it."""
