@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -75,3 +76,21 @@ def test_ddp_and_precision_tutorial_learns_on_two_ranks_in_bf16():
     match = re.search(r"2 process\(es\), strategy='ddp', precision='bf16-mixed': validation accuracy ([0-9.]+)",
                       done.stdout)
     assert match and float(match.group(1)) > 0.85, done.stdout
+
+
+def test_config_tutorial_trains_from_the_command_line_and_validates_the_last_checkpoint(tmp_path):
+    def framework_command(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "framework", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+
+    config = str(ROOT / "tutorials" / "05_config.yaml")
+    fitted = framework_command("fit", "--config", config, "--trainer.max_epochs=4")
+    assert fitted.returncode == 0, fitted.stderr
+    assert "`Trainer.fit` stopped: `max_epochs=4` reached." in fitted.stdout + fitted.stderr
+    saved = tmp_path / "tutorial_logs" / "quickstart_cli" / "version_0" / "config.yaml"
+    assert "max_epochs: 4" in saved.read_text()
+
+    validated = framework_command("validate", "--config", config, "--ckpt_path", "last")
+    assert validated.returncode == 0, validated.stderr
+    match = re.search(r"val_acc\s+([0-9.]+)", validated.stdout)
+    assert match and float(match.group(1)) > 0.85, validated.stdout
