@@ -34,6 +34,7 @@ import framework
 from framework.callbacks.base import Callback
 from framework.cli.classes import (
     annotations_of,
+    check_value,
     instantiate,
     nearest_keys,
     parameters,
@@ -155,17 +156,14 @@ def resolve(sources: Config, subcommand: str, ModelClass: type | None = None,  #
     for name in tree:
         if name not in valid:
             raise _unknown_section(name, subcommand, valid, sources)
-    seed = resolve_arguments({"seed_everything": tree["seed_everything"]} if "seed_everything" in tree else {},
-                             {"seed_everything": _parameter("seed_everything", True)},
-                             {"seed_everything": bool | int}, False, (), sources, "the command line")
-    resolved = dict(seed)
+    resolved = {"seed_everything": check_value(tree.get("seed_everything", True), bool | int, ("seed_everything",),
+                                               sources)}
     resolved["trainer"] = _resolve_trainer(tree.get("trainer"), sources)
     resolved["model"] = _resolve_section("model", tree.get("model"), Module, ModelClass, sources, required=True)
     resolved["data"] = _resolve_section("data", tree.get("data"), DataModule, DataModuleClass, sources,
                                         required=False)
-    named = {name: parameter for name, parameter in method.items()}
-    annotations = {name: parameter.annotation for name, parameter in named.items()}
-    resolved.update(resolve_arguments({name: tree[name] for name in named if name in tree}, named, annotations,
+    annotations = {name: parameter.annotation for name, parameter in method.items()}
+    resolved.update(resolve_arguments({name: tree[name] for name in method if name in tree}, method, annotations,
                                       False, (), sources, f"Trainer.{subcommand}"))
     return resolved
 
@@ -196,8 +194,7 @@ def _execute(subcommand: str, resolved: dict, ModelClass: type | None,  # noqa: 
     if resolved["seed_everything"] is not False:
         seed = None if resolved["seed_everything"] is True else resolved["seed_everything"]
         saved["seed_everything"] = seed_everything(seed)  # the seed itself, so the saved config repeats the run
-    named, annotations, _ = parameters(Trainer)
-    annotations.update(_TRAINER_CLASS_ARGUMENTS)
+    _, annotations = _trainer_parameters()
     trainer_arguments = {name: instantiate(value, annotations[name]) for name, value in resolved["trainer"].items()}
     callbacks = trainer_arguments.get("callbacks")
     callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
@@ -223,9 +220,13 @@ def _resolve_trainer(given: Any, sources: Config) -> dict:
     if not isinstance(given, dict) or is_class_node(given):
         raise ConfigError(f"trainer ({sources.origin(('trainer',))}): the trainer section holds the Trainer's "
                           f"arguments by name (max_epochs: 3, ...), not a class; got {given!r}.")
-    named, annotations, _ = parameters(Trainer)
-    annotations.update(_TRAINER_CLASS_ARGUMENTS)
+    named, annotations = _trainer_parameters()
     return resolve_arguments(given, named, annotations, False, ("trainer",), sources, "Trainer")
+
+
+def _trainer_parameters() -> tuple[dict[str, inspect.Parameter], dict[str, Any]]:
+    named, annotations, _ = parameters(Trainer)
+    return named, {**annotations, **_TRAINER_CLASS_ARGUMENTS}
 
 
 def _resolve_section(name: str, given: Any, base: type, fixed: type | None, sources: Config,
@@ -258,10 +259,6 @@ def _method_parameters(subcommand: str) -> dict[str, inspect.Parameter]:
     hints = annotations_of(method, dict(signature.parameters))
     return {name: parameter.replace(annotation=hints[name]) for name, parameter in signature.parameters.items()
             if name not in _MADE_BY_THE_CLI}
-
-
-def _parameter(name: str, default: Any) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
 
 
 def _unknown_section(name: str, subcommand: str, valid: list[str], sources: Config) -> ConfigError:
