@@ -1,30 +1,34 @@
-"""``class_path`` + ``init_args`` sections: importing the class, checking its arguments, making the object.
+"""``class_path`` + ``init_args`` sections: importing the class and checking its arguments.
 
-A section is first *resolved* to plain data (the class's full import path, every argument the class
-takes with its default filled in, each value checked against its annotation) and only then
-*instantiated*, so what ``--print_config`` shows is exactly what gets built.
+A section is *resolved* to plain data (the class's import path, every argument the class takes with
+its default filled in, each value checked against its annotation); :mod:`framework.cli.build` then
+makes the objects from exactly that, so what ``--print_config`` shows is what gets built.
 """
 
 from __future__ import annotations
 
 import difflib
+import enum
 import importlib
 import inspect
 import typing
 from collections.abc import Callable
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any
 
 import yaml
 
-from framework.cli.coerce import Mismatch, check, dotted, is_class_node, mismatch_error
-from framework.cli.config import CLASS_KEYS, Config, ConfigError, Key
+from framework.cli.coerce import Mismatch, check, mismatch_error
+from framework.cli.config import CARRIED, CLASS_KEYS, Config
+from framework.cli.errors import ConfigError, Key, dotted, placed
 from framework.cli.short_names import short_names
+
+_LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
 
 
 def import_class(path: Any, key: Key, origin: str | None) -> type:
     """The class ``path`` names (``package.module.Class``, or a built-in callback's or logger's bare name)."""
-    where = f"{dotted(key)} ({origin})" if origin else dotted(key)
+    where = placed(key, origin)
     if not isinstance(path, str) or not path:
         raise ConfigError(f"{where}: class_path must be a class's import path such as mypackage.models.Net, "
                           f"got {path!r}.")
@@ -39,6 +43,9 @@ def import_class(path: Any, key: Key, origin: str | None) -> type:
     except ModuleNotFoundError as error:
         if error.name is None or not (module_name == error.name or module_name.startswith(error.name + ".")):
             raise  # the module is there but something it imports is not: its traceback says what
+        ours = short_names().get(name) if path.split(".")[0] in _LIGHTNING_PACKAGES else None
+        if ours:
+            raise ConfigError(f"{where}: class_path {path!r} is Lightning's; framework's is {ours}.") from None
         raise ConfigError(f"{where}: cannot import {module_name!r} for class_path {path!r}: {error}. Run from the "
                           f"folder that holds it or add that folder to PYTHONPATH.") from None
     found = getattr(module, name, None)
@@ -110,16 +117,15 @@ def resolve_arguments(given: dict, named: dict[str, inspect.Parameter], annotati
     unknown = [name for name in given if name not in named]
     if unknown and not takes_more:
         name = unknown[0]
-        origin = config.origin(key + (name,))
-        where = f" ({origin})" if origin else ""
-        raise ConfigError(f"{dotted(key + (name,))}{where}: {owner} takes no argument {name!r}. "
-                          f"{nearest_keys(name, list(named))}")
+        raise ConfigError(f"{placed(key + (name,), config.origin(key + (name,)))}: {owner} takes no argument "
+                          f"{name!r}. {nearest_keys(name, list(named))}")
     resolved = {}
     for name, parameter in named.items():
         if name not in given:
             if parameter.default is inspect.Parameter.empty:
+                flag = "" if any(isinstance(part, int) for part in key) else f" or as --{dotted(key + (name,))}=..."
                 raise ConfigError(f"{dotted(key + (name,))} is required: {owner} has no default for {name!r}. Give "
-                                  f"it in a config file or as --{dotted(key + (name,))}=...")
+                                  f"it in a config file{flag}.")
             if _prints_as_yaml(parameter.default):
                 resolved[name] = _plain(parameter.default)
             continue
@@ -138,10 +144,13 @@ def check_value(value: Any, annotation: Any, key: Key, config: Config) -> Any:
 
 
 def resolve_class_node(node: dict, base: type, key: Key, config: Config) -> dict:
-    """A ``class_path`` section as plain data: the class's import path and all its arguments, checked."""
+    """A ``class_path`` section as plain data: the class's import path and all its arguments, checked.
+
+    Arguments kept from a class a config named earlier (``CARRIED``) apply where this class takes them.
+    """
     extra = [name for name in node if name not in CLASS_KEYS]
     if extra:
-        raise ConfigError(f"{dotted(key + (extra[0],))} ({config.origin(key + (extra[0],))}): a class_path section "
+        raise ConfigError(f"{placed(key + (extra[0],), config.origin(key + (extra[0],)))}: a class_path section "
                           f"holds only class_path and init_args; put {extra[0]!r} under init_args.")
     cls = import_class(node["class_path"], key + ("class_path",), config.origin(key + ("class_path",)))
     require_subclass(cls, base, key, config.origin(key + ("class_path",)))
@@ -149,52 +158,37 @@ def resolve_class_node(node: dict, base: type, key: Key, config: Config) -> dict
     if not isinstance(init_args, dict):
         raise mismatch_error(key + ("init_args",), init_args, dict, config.origin(key + ("init_args",)))
     named, annotations, takes_more = parameters(cls)
+    init_args = {**_still_taken(node.get(CARRIED) or {}, named, key, config), **init_args}
     arguments = resolve_arguments(init_args, named, annotations, takes_more, key + ("init_args",), config,
                                   cls.__name__)
     given = str(node["class_path"])
     return {"class_path": given if "." in given else short_names()[given], "init_args": arguments}
 
 
+def _still_taken(carried: dict, named: dict[str, inspect.Parameter], key: Key, config: Config) -> dict:
+    """The arguments given for a class named earlier that the class named now also takes."""
+    taken = {name: value for name, value in carried.items() if name in named}
+    for name in taken:
+        origin = config.origin(key + (CARRIED, name))
+        if origin:
+            config.origins.setdefault(key + ("init_args", name), origin)
+    return taken
+
+
 def require_subclass(cls: type, base: type, key: Key, origin: str | None) -> None:
     """Refuse a class that is not a ``base``, saying what it is and what was expected."""
     if base is object or issubclass(cls, base):
         return
-    where = f" ({origin})" if origin else ""
-    lightning = any(klass.__module__.split(".")[0] in ("lightning", "pytorch_lightning") for klass in cls.__mro__)
-    hint = (f" It is a Lightning class: make it subclass {base.__module__.split('.')[0]}.{base.__name__} instead."
-            if lightning else "")
+    hint = ""
+    if cls.__module__.split(".")[0] in _LIGHTNING_PACKAGES:
+        ours = short_names().get(cls.__name__)
+        hint = (f" It is Lightning's; framework's is {ours}." if ours else
+                f" It is a Lightning class: make it subclass {public_path(base)} instead.")
+    elif any(klass.__module__.split(".")[0] in _LIGHTNING_PACKAGES for klass in cls.__mro__):
+        hint = f" It subclasses a Lightning class: make it subclass {public_path(base)} instead."
     bases = ", ".join(class_path_of(klass) for klass in cls.__bases__)
-    raise ConfigError(f"{dotted(key)}{where}: {class_path_of(cls)} is not a {base.__name__} (its base class: "
+    raise ConfigError(f"{placed(key, origin)}: {class_path_of(cls)} is not a {public_path(base)} (its base class: "
                       f"{bases}); {dotted(key)} must name a subclass of {public_path(base)}.{hint}")
-
-
-def instantiate(value: Any, annotation: Any = Any) -> Any:
-    """Objects from resolved plain data: each ``class_path`` section made into an instance of its class."""
-    if is_class_node(value):
-        cls = import_class(value["class_path"], (), None)
-        _, annotations, _ = parameters(cls)
-        arguments = {name: instantiate(item, annotations.get(name, Any)) for name, item in value["init_args"].items()}
-        return cls(**arguments)
-    if isinstance(value, list):
-        items = [instantiate(item) for item in value]
-        return tuple(items) if _wants(annotation, tuple) else items
-    if isinstance(value, dict):
-        return {name: instantiate(item) for name, item in value.items()}
-    if isinstance(value, str) and _wants(annotation, PurePath) and not _wants(annotation, str):
-        return Path(value)
-    return value
-
-
-def _wants(annotation: Any, kind: type) -> bool:
-    members = typing.get_args(annotation) if typing.get_origin(annotation) in _UNIONS else (annotation,)
-    for member in members:
-        target = typing.get_origin(member) or member
-        if inspect.isclass(target) and issubclass(target, kind):
-            return True
-    return False
-
-
-_UNIONS = (typing.Union, type(int | None))
 
 
 def _prints_as_yaml(value: Any) -> bool:
@@ -206,8 +200,10 @@ def _prints_as_yaml(value: Any) -> bool:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, set, frozenset)):
         return [_plain(item) for item in value]
     if isinstance(value, PurePath):
         return str(value)
+    if isinstance(value, enum.Enum):
+        return value.name
     return value

@@ -1,50 +1,52 @@
-"""Checking a config value against the annotation of the argument it is for, and giving it that type.
+"""Checking a config value against the annotation of the argument it is for.
 
 The result is plain data again (numbers, strings, booleans, None, lists, mappings, ``class_path``
-sections), so a checked config prints as YAML and reads back to the same thing. Text from the
-command line (:class:`~framework.cli.config.FlagText`) is read as YAML where the annotation allows
-more than a string. YAML 1.1 reads ``1e-3`` as a string; a ``float`` argument takes it as the number.
+sections), so a checked config prints as YAML and reads back to the same thing; an Enum is kept as
+its member's name and a callable as its import path. Text from the command line
+(:class:`~framework.cli.config.FlagText`) is read as YAML where the annotation allows more than a
+string.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
+import difflib
+import enum
+import importlib
 import inspect
 import os
-import re
 import types
 import typing
 from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
-import yaml
-
-from framework.cli.config import ConfigError, FlagText, Key
+from framework.cli.config import FlagText, is_class_node, names_a_class
+from framework.cli.errors import ConfigError, Key, placed
 from framework.cli.short_names import short_names
+from framework.cli.yaml_files import parse_text
 
 NONE_TEXTS = ("null", "None", "none", "~")
-_CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.MutableSequence,
-              collections.abc.Iterable, collections.abc.Collection, collections.abc.Set)
-_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.MutableSequence,
+             collections.abc.Iterable, collections.abc.Collection, collections.abc.Set)
+MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+ResolveClass = Callable[[dict, type, Key], dict]
 
 
 class Mismatch(Exception):
     """The value does not fit the annotation (raised inside, turned into a :class:`ConfigError` at the key)."""
 
 
-def is_class_node(value: Any) -> bool:
-    """A ``{class_path: ..., init_args: ...}`` section."""
-    return isinstance(value, dict) and "class_path" in value
+def union_members(annotation: Any) -> tuple:
+    """The members of ``A | B`` (or ``Optional[A]``); ``(annotation,)`` for anything else."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
 
 
-def parse_text(text: str) -> Any:
-    """Command-line text read as YAML (``3`` a number, ``[1, 2]`` a list), else the text itself."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return str(text)
+def is_callable_annotation(annotation: Any) -> bool:
+    return annotation is collections.abc.Callable or typing.get_origin(annotation) is collections.abc.Callable
 
 
 def describe_type(annotation: Any) -> str:
@@ -56,6 +58,10 @@ def describe_type(annotation: Any) -> str:
         return " | ".join(describe_type(arg) for arg in args)
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(arg) for arg in args)
+    if inspect.isclass(annotation) and issubclass(annotation, enum.Enum):
+        return f"{annotation.__name__} (one of {', '.join(annotation.__members__)})"
+    if is_callable_annotation(annotation):
+        return "a callable's import path (package.module.function)"
     if origin is not None:
         name = getattr(origin, "__name__", str(origin))
         return f"{name}[{', '.join('...' if arg is Ellipsis else describe_type(arg) for arg in args)}]"
@@ -64,7 +70,7 @@ def describe_type(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
-def check(value: Any, annotation: Any, key: Key, resolve_class: Callable[[dict, type, Key], dict]) -> Any:
+def check(value: Any, annotation: Any, key: Key, resolve_class: ResolveClass) -> Any:
     """``value`` as plain data of the type ``annotation`` asks for; raises :class:`Mismatch` where it cannot be.
 
     ``resolve_class(node, base, key)`` checks a ``class_path`` section that must name a subclass of ``base``.
@@ -82,18 +88,22 @@ def check(value: Any, annotation: Any, key: Key, resolve_class: Callable[[dict, 
         raise Mismatch
     if annotation in _SCALARS:
         return _SCALARS[annotation](value)
-    if annotation in _SEQUENCES or origin in _SEQUENCES:
+    if annotation in SEQUENCES or origin in SEQUENCES:
         return _sequence(value, annotation, origin, args, key, resolve_class)
-    if annotation in _MAPPINGS or origin in _MAPPINGS:
+    if annotation in MAPPINGS or origin in MAPPINGS:
         return _mapping(value, args, key, resolve_class)
+    if is_callable_annotation(annotation):
+        return _import_path(value)
+    if inspect.isclass(annotation) and issubclass(annotation, enum.Enum):
+        return _enum_member(value, annotation)
     if inspect.isclass(annotation) and issubclass(annotation, (PurePath, os.PathLike)):
         return _text(value)
     if inspect.isclass(annotation):
         return _class_section(value, annotation, key, resolve_class)
-    return _untyped(value, key, resolve_class)  # Callable, TypeVar and the like: taken as given
+    return _untyped(value, key, resolve_class)  # TypeVar and the like: taken as given
 
 
-def _untyped(value: Any, key: Key, resolve_class: Callable) -> Any:
+def _untyped(value: Any, key: Key, resolve_class: ResolveClass) -> Any:
     if isinstance(value, FlagText):
         value = parse_text(value)
     if is_class_node(value):
@@ -103,17 +113,6 @@ def _untyped(value: Any, key: Key, resolve_class: Callable) -> Any:
     if isinstance(value, dict):
         return {name: _untyped(item, key + (name,), resolve_class) for name, item in value.items()}
     return value
-
-
-def _class_section(value: Any, base: type, key: Key, resolve_class: Callable) -> dict:
-    """A class_path section; ``CSVLogger`` or ``mypackage.MyCallback`` alone names a class with no arguments."""
-    if isinstance(value, FlagText):
-        value = parse_text(value)
-    if isinstance(value, str) and _CLASS_NAME.fullmatch(value) and ("." in value or value in short_names()):
-        value = {"class_path": value}
-    if is_class_node(value):
-        return resolve_class(value, base, key)
-    raise Mismatch
 
 
 def _is_none(value: Any) -> bool:
@@ -137,15 +136,10 @@ def _int(value: Any) -> int:
 
 
 def _float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise Mismatch
-    if isinstance(value, (int, float)):
+    if isinstance(value, FlagText):
+        value = parse_text(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            raise Mismatch from None
     raise Mismatch
 
 
@@ -159,7 +153,7 @@ _SCALARS: dict[Any, Callable[[Any], Any]] = {bool: _bool, int: _int, float: _flo
 
 
 def _literal(value: Any, choices: tuple) -> Any:
-    candidates = [value, parse_text(value)] if isinstance(value, FlagText) else [value]
+    candidates = [str(value), parse_text(value)] if isinstance(value, FlagText) else [value]
     for candidate in candidates:
         for choice in choices:
             if candidate == choice and type(candidate) is type(choice):
@@ -167,7 +161,45 @@ def _literal(value: Any, choices: tuple) -> Any:
     raise Mismatch
 
 
-def _union(value: Any, members: tuple, key: Key, resolve_class: Callable) -> Any:
+def _enum_member(value: Any, kind: type[enum.Enum]) -> str:
+    """An Enum argument is given by its member's name (``BLUE``), or by the member's value."""
+    if isinstance(value, str) and str(value) in kind.__members__:
+        return str(value)
+    for candidate in ([parse_text(value), str(value)] if isinstance(value, FlagText) else [value]):
+        for member in kind:
+            if member.value == candidate and type(member.value) is type(candidate):
+                return member.name
+    raise Mismatch
+
+
+def _import_path(value: Any) -> str:
+    """A callable argument is given by its import path (``torch.tanh``); it must import to a callable."""
+    if isinstance(value, str) and "." in value:
+        module_name, _, name = str(value).rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module_name), name, None)
+        except ImportError:
+            found = None
+        if callable(found):
+            return str(value)
+    raise Mismatch
+
+
+def _class_section(value: Any, base: type, key: Key, resolve_class: ResolveClass) -> dict:
+    """A class_path section; ``CSVLogger`` or ``mypackage.MyCallback`` alone names a class with no arguments,
+    and a dataclass takes its fields as a plain mapping."""
+    if isinstance(value, FlagText):
+        value = parse_text(value)
+    if names_a_class(value):
+        value = {"class_path": value}
+    elif dataclasses.is_dataclass(base) and isinstance(value, dict) and not is_class_node(value):
+        value = {"class_path": f"{base.__module__}.{base.__qualname__}", "init_args": value}
+    if is_class_node(value):
+        return resolve_class(value, base, key)
+    raise Mismatch
+
+
+def _union(value: Any, members: tuple, key: Key, resolve_class: ResolveClass) -> Any:
     if type(None) in members and _is_none(value):
         return None
     # A value already of one member's type keeps it (1 stays an int for ``float | int``); text from the
@@ -183,7 +215,7 @@ def _union(value: Any, members: tuple, key: Key, resolve_class: Callable) -> Any
     raise Mismatch
 
 
-def _sequence(value: Any, annotation: Any, origin: Any, args: tuple, key: Key, resolve_class: Callable) -> list:
+def _sequence(value: Any, annotation: Any, origin: Any, args: tuple, key: Key, resolve_class: ResolveClass) -> list:
     if isinstance(value, FlagText):
         value = parse_text(value)
     if not isinstance(value, (list, tuple)):
@@ -198,7 +230,7 @@ def _sequence(value: Any, annotation: Any, origin: Any, args: tuple, key: Key, r
     return [check(item, args[0], key + (index,), resolve_class) for index, item in enumerate(value)]
 
 
-def _mapping(value: Any, args: tuple, key: Key, resolve_class: Callable) -> dict:
+def _mapping(value: Any, args: tuple, key: Key, resolve_class: ResolveClass) -> dict:
     if isinstance(value, FlagText):
         value = parse_text(value)
     if not isinstance(value, dict) or is_class_node(value):
@@ -209,15 +241,9 @@ def _mapping(value: Any, args: tuple, key: Key, resolve_class: Callable) -> dict
 
 def mismatch_error(key: Key, value: Any, annotation: Any, origin: str | None) -> ConfigError:
     """The error for a value that does not fit its argument: the key, the value, the type and the source."""
-    where = f" ({origin})" if origin else ""
-    shown = str(value) if isinstance(value, FlagText) else repr(value)
-    return ConfigError(f"{dotted(key)}{where}: expected {describe_type(annotation)}, got {shown}"
-                       f"{'' if isinstance(value, FlagText) else f' ({type(value).__name__})'}.")
-
-
-def dotted(key: Key) -> str:
-    """``trainer.callbacks[0].init_args.monitor``: a key path as one writes it."""
-    text = ""
-    for part in key:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
+    shown = repr(str(value)) if isinstance(value, FlagText) else f"{value!r} ({type(value).__name__})"
+    hint = ""
+    if isinstance(value, str) and "." not in value:
+        near = difflib.get_close_matches(str(value), list(short_names()), n=2)
+        hint = f" Did you mean {' or '.join(near)}?" if near else ""
+    return ConfigError(f"{placed(key, origin)}: expected {describe_type(annotation)}, got {shown}.{hint}")

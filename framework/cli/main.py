@@ -48,14 +48,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _trainer_command(argv: list[str]) -> int:
     import os
 
-    from framework.cli.trainer_commands import ConfigError, run
+    from framework.cli.trainer_commands import run
+    from framework.errors import CheckpointError, MisconfigurationError
 
     # As under ``python -m``: class_path names modules in the working directory too.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         run(args=argv)
-    except ConfigError as error:
+    except (MisconfigurationError, CheckpointError) as error:  # messages written to be read, not tracebacks
         print(f"framework {argv[0]}: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 
 from framework.callbacks.base import Callback
-from framework.cli.config import ConfigError
+from framework.cli.errors import ConfigError
 from framework.io import fs
 
 
@@ -27,8 +27,9 @@ class SaveConfig(Callback):
             taken = trainer.runtime.broadcast(taken)
         if taken:
             raise ConfigError(f"{path} already exists: it holds the config of an earlier run, which this run would "
-                              f"replace. Delete it, log this run elsewhere (trainer.default_root_dir, or a logger's "
-                              f"save_dir or version), or pass overwrite_config=True to framework.cli.run.")
+                              f"replace. Delete it, or log this run elsewhere: --trainer.default_root_dir=DIR, or a "
+                              f"logger (a new version folder per run). A script can pass overwrite_config=True to "
+                              f"framework.cli.run.")
         if trainer.is_global_zero:
             fs.make_dirs(str(trainer.log_dir))
             fs.write_bytes_atomic(path, self.text.encode())

@@ -32,20 +32,24 @@ import yaml
 
 import framework
 from framework.callbacks.base import Callback
+from framework.cli.build import instantiate, make
 from framework.cli.classes import (
     annotations_of,
     check_value,
-    instantiate,
     nearest_keys,
     parameters,
     require_subclass,
     resolve_arguments,
     resolve_class_node,
 )
-from framework.cli.coerce import dotted, is_class_node, mismatch_error
-from framework.cli.config import Config, ConfigError, read_yaml
+from framework.cli.coerce import mismatch_error
+from framework.cli.config import Config, FlagText, is_class_node, names_a_class, read_yaml
+from framework.cli.errors import ConfigError, placed
 from framework.cli.save_config import SaveConfig
+from framework.cli.yaml_files import parse_text
 from framework.datamodule import DataModule
+from framework.errors import CheckpointError, MisconfigurationError
+from framework.io import fs
 from framework.loggers.base import Logger
 from framework.module import Module
 from framework.seed import seed_everything
@@ -94,8 +98,12 @@ def run(ModelClass: type[Module] | None = None, DataModuleClass: type[DataModule
 
     With ``ModelClass`` (or ``DataModuleClass``) given, the config's ``model:`` (``data:``) section holds
     that class's arguments directly (``--model.lr=0.01``); a ``class_path`` there may still name a
-    subclass. ``args`` defaults to ``sys.argv[1:]``. Returns None after ``--help`` or ``--print_config``.
-    Bad configs raise :class:`~framework.cli.config.ConfigError` naming the key, the source and the fix.
+    subclass. Returns None after ``--help`` or ``--print_config``.
+
+    ``args`` (a list of strings) are the command line's words after the script's name. A bad config
+    then raises :class:`~framework.cli.errors.ConfigError`, naming the key, the source and the fix.
+    Without ``args``, ``sys.argv[1:]`` is read and such an error is printed and ends the script with
+    exit status 2, as argparse does.
 
     Example, ``train.py`` run as ``python train.py fit --config cfg.yaml --trainer.max_epochs=3``::
 
@@ -105,7 +113,13 @@ def run(ModelClass: type[Module] | None = None, DataModuleClass: type[DataModule
         if __name__ == "__main__":
             run(Net, Digits)
     """
-    request = parse_arguments(list(sys.argv[1:] if args is None else args))
+    if args is None:  # a script's own command line: errors end the script as argparse's do
+        try:
+            return run(ModelClass, DataModuleClass, sys.argv[1:], overwrite_config=overwrite_config)
+        except (MisconfigurationError, CheckpointError) as error:
+            print(f"{sys.argv[0]}: error: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
+    request = parse_arguments(list(args))
     if request.help:
         print(usage(request.subcommand))
         return None
@@ -118,8 +132,10 @@ def run(ModelClass: type[Module] | None = None, DataModuleClass: type[DataModule
 
 def parse_arguments(argv: list[str]) -> _Request:
     """The subcommand, then ``--config`` files and ``--key=value`` flags merged in order."""
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:
         raise ConfigError(f"a subcommand comes first: {', '.join(SUBCOMMANDS)}.\n\n{usage(None)}")
+    if argv[0] in ("-h", "--help"):
+        return _Request("", Config(), help=True)
     subcommand, rest = argv[0], argv[1:]
     if subcommand not in SUBCOMMANDS:
         raise ConfigError(f"unknown subcommand {subcommand!r}. {nearest_keys(subcommand, list(SUBCOMMANDS))}")
@@ -132,6 +148,8 @@ def parse_arguments(argv: list[str]) -> _Request:
             request.help = True
         elif token in ("--print_config", "--print-config"):
             request.print_config = True
+        elif token.startswith(("--print_config=", "--print-config=")):
+            raise ConfigError(f"{token}: --print_config takes no value; it prints the whole resolved config.")
         elif not token.startswith("--") or token == "--":
             raise ConfigError(f"unexpected argument {token!r}: options are --config FILE and --section.key=VALUE.")
         else:
@@ -165,17 +183,18 @@ def resolve(sources: Config, subcommand: str, ModelClass: type | None = None,  #
     annotations = {name: parameter.annotation for name, parameter in method.items()}
     resolved.update(resolve_arguments({name: tree[name] for name in method if name in tree}, method, annotations,
                                       False, (), sources, f"Trainer.{subcommand}"))
+    _check_checkpoint_exists(resolved.get("ckpt_path"), sources)
     return resolved
 
 
 def config_text(resolved: dict) -> str:
     """The resolved config as the YAML ``--print_config`` prints and ``config.yaml`` holds."""
-    return f"# framework=={framework.__version__}\n" + yaml.safe_dump(resolved, sort_keys=False)
+    return f"# framework=={framework.__version__}\n" + yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
 
 
 def usage(subcommand: str | None) -> str:
     """The help for ``framework <subcommand> --help``."""
-    name = subcommand or "fit|validate|test|predict"
+    name = subcommand or "|".join(SUBCOMMANDS)
     method = ", ".join(_method_parameters(subcommand)) if subcommand else "ckpt_path, ..."
     return (f"usage: framework {name} [--config FILE ...] [--section.key=VALUE ...] [--print_config]\n\n"
             f"Sources apply in order, later ones overriding earlier ones.\n"
@@ -210,18 +229,24 @@ def _execute(subcommand: str, resolved: dict, ModelClass: type | None,  # noqa: 
 def _instantiate_section(value: Any, fixed: type | None) -> Any:
     if value is None or is_class_node(value):
         return instantiate(value)
-    named, annotations, _ = parameters(fixed)
-    return fixed(**{name: instantiate(item, annotations.get(name, Any)) for name, item in value.items()})
+    return make(fixed, value)
 
 
 def _resolve_trainer(given: Any, sources: Config) -> dict:
     if given is None:
         given = {}
     if not isinstance(given, dict) or is_class_node(given):
-        raise ConfigError(f"trainer ({sources.origin(('trainer',))}): the trainer section holds the Trainer's "
-                          f"arguments by name (max_epochs: 3, ...), not a class; got {given!r}.")
+        where = placed(("trainer",), sources.origin(("trainer",)))
+        raise ConfigError(f"{where}: the trainer section holds the Trainer's arguments by name (max_epochs: 3, "
+                          f"...), not a class; got {given!r}.")
     named, annotations = _trainer_parameters()
     return resolve_arguments(given, named, annotations, False, ("trainer",), sources, "Trainer")
+
+
+def _check_checkpoint_exists(ckpt_path: Any, sources: Config) -> None:
+    if isinstance(ckpt_path, str) and ckpt_path not in ("last", "best") and not fs.exists(ckpt_path):
+        raise ConfigError(f"{placed(('ckpt_path',), sources.origin(('ckpt_path',)))}: no checkpoint at {ckpt_path!r}. "
+                          f"Give a checkpoint file (or a sharded checkpoint's folder), 'last' or 'best'.")
 
 
 def _trainer_parameters() -> tuple[dict[str, inspect.Parameter], dict[str, Any]]:
@@ -233,6 +258,10 @@ def _resolve_section(name: str, given: Any, base: type, fixed: type | None, sour
                      required: bool) -> dict | None:
     """``model:`` / ``data:``: a class_path section naming a ``base`` subclass, or the fixed class's arguments."""
     key = (name,)
+    if isinstance(given, FlagText):
+        given = parse_text(given)
+    if names_a_class(given) or (isinstance(given, str) and fixed is None):
+        given = {"class_path": given}  # ``model: mypackage.models.Net``
     if fixed is not None:
         require_subclass(fixed, base, key, "the class given to framework.cli.run")
         if is_class_node(given):
@@ -247,7 +276,7 @@ def _resolve_section(name: str, given: Any, base: type, fixed: type | None, sour
         raise ConfigError(f"no {name} given: name the {base.__name__} to train in a config file (model: "
                           f"{{class_path: mypackage.models.Net}}) or with --{name}=mypackage.models.Net.")
     if not is_class_node(given):
-        raise ConfigError(f"{name} ({sources.origin(key)}): the {name} section names a {base.__name__} subclass "
+        raise ConfigError(f"{placed(key, sources.origin(key))}: the {name} section names a {base.__name__} subclass "
                           f"with class_path (and its arguments under init_args); it has "
                           f"{', '.join(given) if isinstance(given, dict) else repr(given)} but no class_path.")
     return resolve_class_node(given, base, key, sources)
@@ -262,12 +291,11 @@ def _method_parameters(subcommand: str) -> dict[str, inspect.Parameter]:
 
 
 def _unknown_section(name: str, subcommand: str, valid: list[str], sources: Config) -> ConfigError:
-    where = f" ({sources.origin((name,))})" if sources.origin((name,)) else ""
+    where = placed((name,), sources.origin((name,)))
     if name in _NOT_OURS:
-        return ConfigError(f"{name}{where}: framework's command line takes no {name} section. {_NOT_OURS[name]}")
+        return ConfigError(f"{where}: framework's command line takes no {name} section. {_NOT_OURS[name]}")
     if name in SUBCOMMANDS:
-        return ConfigError(f"{name}{where}: a config for `framework {subcommand}` holds the sections themselves "
+        return ConfigError(f"{where}: a config for `framework {subcommand}` holds the sections themselves "
                            f"(trainer:, model:, ...) at the top, not under {name}:.")
-    return ConfigError(f"{dotted((name,))}{where}: unknown section for `framework {subcommand}`. "
-                       f"{nearest_keys(name, valid)}")
+    return ConfigError(f"{where}: unknown section for `framework {subcommand}`. {nearest_keys(name, valid)}")
 

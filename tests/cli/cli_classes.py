@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -59,6 +63,37 @@ class NeedsWidth(Net):
 
     def __init__(self, width: int) -> None:
         super().__init__(hidden=width)
+
+
+class Kwargs(Net):
+    """A Module passing ``**kwargs`` on: its extra arguments are not checked, only read as YAML."""
+
+    def __init__(self, scale: float = 1.0, **kwargs) -> None:
+        super().__init__(lr=kwargs.get("lr", 0.05))
+        self.scale = scale
+        self.extra = kwargs
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclasses.dataclass
+class Schedule:
+    warmup: int = 0
+    peak: float = 1.0
+
+
+class Options(Net):
+    """A Module whose arguments are the less common kinds: Enum, callable, dataclass, typed containers."""
+
+    def __init__(self, color: Color = Color.RED, activation: Callable = nn.functional.relu,
+                 schedule: Schedule | None = None, paths: list[Path] = (), pairs: list[tuple[int, int]] = (),
+                 tags: set[str] = frozenset(), bits: Literal["16", "32"] = "32", note: str = "") -> None:
+        super().__init__()
+        self.options = dict(color=color, activation=activation, schedule=schedule, paths=paths, pairs=pairs,
+                            tags=tags, bits=bits, note=note)
 
 
 class Data(framework.DataModule):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,9 +89,11 @@ def test_later_sources_override_earlier_ones_key_by_key(tmp_path, capsys):
     assert config["model"]["init_args"]["lr"] == 0.5 and config["model"]["init_args"]["hidden"] == 7
     assert config["seed_everything"] == 3
 
-    config = printed_config(capsys, "--config", base, "--model=tests.cli.cli_classes.WideNet", "--model.width=3")
-    # another class: the first one's arguments (lr: 0.1) go with it; the new class's defaults are filled in
-    assert config["model"] == {"class_path": "tests.cli.cli_classes.WideNet", "init_args": {"width": 3, "lr": 0.05}}
+    config = printed_config(capsys, "--config", base, "--model.hidden=5", "--model=tests.cli.cli_classes.WideNet",
+                            "--model.width=3")
+    # another class: the arguments given for the first that it takes too (lr) still apply, as in LightningCLI;
+    # the others (hidden) are dropped
+    assert config["model"] == {"class_path": "tests.cli.cli_classes.WideNet", "init_args": {"width": 3, "lr": 0.1}}
 
 
 @pytest.mark.parametrize(("flag", "key", "expected"), [
@@ -147,7 +150,7 @@ BAD_INPUTS = [
     (BASE + "optimizer: Adam\n", [], ["c.yaml:11", "no optimizer section", "configure_optimizers"]),
     (BASE + "trainr:\n  max_epochs: 1\n", [], ["trainr (", "c.yaml:11", "Did you mean trainer"]),
     (BASE, ["--trainer.max_epochs=three"], ["trainer.max_epochs (--trainer.max_epochs)", "expected int | None",
-                                            "got three"]),
+                                            "got 'three'"]),
     (BASE.replace("lr: 0.1", "lr: fast"), [], ["model.init_args.lr (", "c.yaml:8)", "expected float",
                                                "got 'fast' (str)"]),
     (BASE, ["--model.sizes=[1, x]"], ["model.init_args.sizes", "expected list[int]"]),
@@ -155,11 +158,11 @@ BAD_INPUTS = [
     (BASE.replace(NET, "tests.cli.no_such_module.Net"), [], ["c.yaml:6", "cannot import 'tests.cli.no_such_module'",
                                                              "PYTHONPATH"]),
     (BASE.replace(NET, "tests.cli.cli_classes.Nett"), [], ["has no 'Nett'", "Did you mean tests.cli.cli_classes.Net"]),
-    (BASE.replace(NET, "tests.cli.cli_classes.NotAModule"), [], ["NotAModule is not a Module",
+    (BASE.replace(NET, "tests.cli.cli_classes.NotAModule"), [], ["NotAModule is not a framework.Module",
                                                                  "subclass of framework.Module"]),
-    (BASE, ["--data=tests.cli.cli_classes.Net"], ["data (--data)", "Net is not a DataModule"]),
+    (BASE, ["--data=tests.cli.cli_classes.Net"], ["data (--data)", "Net is not a framework.DataModule"]),
     (BASE.replace("cpu\n", "cpu\n  callbacks:\n  - class_path: CSVLogger\n"), [],
-     ["trainer.callbacks[0]", "CSVLogger is not a Callback"]),
+     ["trainer.callbacks[0]", "CSVLogger is not a framework.Callback"]),
     (BASE.replace("cpu\n", "cpu\n  callbacks:\n  - class_path: ModelCheckpoint\n    monitor: val_loss\n"), [],
      ["trainer.callbacks[0].monitor", "put 'monitor' under init_args"]),
     ("trainer:\n  max_epochs: [1\n", [], ["c.yaml:3", "not valid YAML", "begun on line 2"]),
@@ -237,9 +240,9 @@ def test_run_with_fixed_classes_takes_their_arguments_directly(tmp_path, capsys)
     made = run(Net, Data, args=["fit", "--config", config, *QUIET, "--model=tests.cli.cli_classes.WideNet",
                                 "--model.width=5"])
     assert type(made.model) is WideNet and made.model.hparams.hidden == 5
-    with pytest.raises(ConfigError, match="Data is not a Net"):
+    with pytest.raises(ConfigError, match="Data is not a tests.cli.cli_classes.Net"):
         run(Net, Data, args=["fit", "--config", config, "--model=tests.cli.cli_classes.Data"])
-    with pytest.raises(ConfigError, match="Net is not a DataModule"):
+    with pytest.raises(ConfigError, match="Net is not a framework.DataModule"):
         run(Net, Net, args=["fit", "--config", config])
 
 
@@ -271,3 +274,112 @@ def test_help_names_the_sources_and_sections(capsys):
     assert "--config FILE" in text and "--print_config" in text and "ckpt_path" in text
     assert main(["--help"]) == 0
     assert "fit " in capsys.readouterr().out
+
+
+OPTIONS = BASE.replace(NET, "tests.cli.cli_classes.Options").replace("lr: 0.1", "{}")
+
+
+def test_less_common_argument_kinds_are_given_by_name_and_arrive_typed(tmp_path, capsys):
+    from tests.cli.cli_classes import Color, Schedule
+
+    args = ["--config", write(tmp_path, "c.yaml", OPTIONS), "--model.color=BLUE",
+            "--model.activation=torch.tanh", "--model.schedule={warmup: 3}", "--model.paths=[a, b/c]",
+            "--model.pairs=[[1, 2], [3, 4]]", "--model.tags=[x, y]", "--model.bits=16", "--model.note=héllo ✓"]
+    printed = printed_config(capsys, *args)["model"]["init_args"]
+    assert printed["color"] == "BLUE" and printed["activation"] == "torch.tanh" and printed["bits"] == "16"
+    assert printed["schedule"] == {"class_path": "tests.cli.cli_classes.Schedule",
+                                   "init_args": {"warmup": 3, "peak": 1.0}}
+    assert run(args=["fit", *args, "--print_config"]) is None
+    assert "note: héllo ✓" in capsys.readouterr().out  # printed as written, not escaped
+
+    options = run(args=["fit", *args, *QUIET, "--trainer.max_steps=1", "--trainer.logger=false"]).model.options
+    assert options["color"] is Color.BLUE and options["activation"] is torch.tanh
+    assert options["schedule"] == Schedule(warmup=3) and options["paths"] == [Path("a"), Path("b/c")]
+    assert options["pairs"] == [(1, 2), (3, 4)] and options["tags"] == {"x", "y"} and options["bits"] == "16"
+    with pytest.raises(ConfigError, match=r"expected Color \(one of RED, BLUE\), got 'GREEN'"):
+        printed_config(capsys, "--config", write(tmp_path, "c.yaml", OPTIONS), "--model.color=GREEN")
+    with pytest.raises(ConfigError, match="expected a callable's import path"):
+        printed_config(capsys, "--config", write(tmp_path, "c.yaml", OPTIONS), "--model.activation=torch.nope")
+
+
+def test_exponent_floats_in_yaml_are_numbers_even_where_nothing_is_typed(tmp_path):
+    text = BASE.replace(NET, "tests.cli.cli_classes.Kwargs").replace("lr: 0.1", "lr: 1e-3\n    factor: 5E+2")
+    made = run(args=["fit", "--config", write(tmp_path, "c.yaml", text), *QUIET, "--trainer.max_steps=1"])
+    assert made.model.hparams.lr == 0.001 and made.model.extra == {"lr": 0.001, "factor": 500.0}
+    assert type(made.model.extra["factor"]) is float
+
+
+def test_a_flag_can_replace_a_class_section_or_name_another_class_keeping_what_applies(tmp_path, capsys):
+    logged = BASE.replace("cpu\n", "cpu\n  logger:\n    class_path: CSVLogger\n    init_args:\n      save_dir: logs\n"
+                          "      name: first\n  callbacks:\n    class_path: ModelCheckpoint\n    init_args:\n"
+                          "      monitor: val_loss\n      save_top_k: 3\n  strategy:\n    class_path: DDPStrategy\n")
+    config = ["--config", write(tmp_path, "c.yaml", logged)]
+    assert printed_config(capsys, *config, "--trainer.logger=false")["trainer"]["logger"] is False
+    assert printed_config(capsys, *config, "--trainer.strategy=ddp")["trainer"]["strategy"] == "ddp"
+    assert printed_config(capsys, *config, "--data=null")["data"] is None
+    replaced = printed_config(capsys, *config, "--trainer.logger={class_path: CSVLogger, init_args: {save_dir: x}}")
+    assert replaced["trainer"]["logger"]["init_args"]["save_dir"] == "x"
+    assert replaced["trainer"]["logger"]["init_args"]["name"] == "lightning_logs"  # a whole section replaces
+    # another class for the same section keeps the arguments it also takes
+    switched = printed_config(capsys, *config, "--trainer.logger=TensorBoardLogger")["trainer"]["logger"]
+    assert switched["class_path"] == "framework.loggers.TensorBoardLogger"
+    assert switched["init_args"]["save_dir"] == "logs" and switched["init_args"]["name"] == "first"
+    same = printed_config(capsys, *config, "--trainer.callbacks=framework.callbacks.ModelCheckpoint")
+    assert same["trainer"]["callbacks"]["init_args"]["save_top_k"] == 3
+
+
+def test_a_mapping_argument_is_replaced_by_a_later_config_not_merged(tmp_path, capsys):
+    first = write(tmp_path, "a.yaml", BASE.replace("cpu\n", "cpu\n  max_time: {minutes: 5}\n"))
+    second = write(tmp_path, "b.yaml", "trainer:\n  max_time: {hours: 1}\n")
+    assert printed_config(capsys, "--config", first, "--config", second)["trainer"]["max_time"] == {"hours": 1}
+
+
+def test_a_section_may_name_its_class_alone(tmp_path, capsys):
+    text = BASE.replace(f"  class_path: {NET}\n  init_args:\n    lr: 0.1\n", "").replace("model:\n", f"model: {NET}\n")
+    assert printed_config(capsys, "--config", write(tmp_path, "c.yaml", text))["model"]["class_path"] == NET
+
+
+MORE_BAD_INPUTS = [
+    (BASE, ["--traner.max_epochs=3"], ["traner (--traner.max_epochs)", "Did you mean trainer"]),
+    (BASE.replace("lr: 0.1", "lr: !!python/object:os.system x"), [], ["c.yaml:8", "no YAML tags"]),
+    (BASE.replace("lr: 0.1", "1: 2"), [], ["c.yaml:8", "a key is a name, got '1'"]),
+    (BASE, ["--trainer.callbacks=ModelCheckpont"], ["got 'ModelCheckpont'", "Did you mean ModelCheckpoint"]),
+    (BASE, ["--trainer.callbacks=lightning.pytorch.callbacks.ModelCheckpoint"],
+     ["is Lightning's; framework's is framework.callbacks.ModelCheckpoint"]),
+    (BASE, ["--trainer.callbacks=[EarlyStopping]"], ["trainer.callbacks[0].init_args.monitor is required",
+                                                     "Give it in a config file."]),
+    (BASE, ["--ckpt_path=missing.ckpt"], ["ckpt_path (--ckpt_path): no checkpoint at 'missing.ckpt'"]),
+    (BASE, ["--print_config=comments"], ["--print_config takes no value"]),
+]
+
+
+@pytest.mark.parametrize(("text", "flags", "fragments"), MORE_BAD_INPUTS)
+def test_more_bad_input_gets_an_error_that_says_where_and_what(tmp_path, text, flags, fragments):
+    test_bad_input_gets_an_error_that_says_where_and_what(tmp_path, text, flags, fragments)
+
+
+def test_a_file_that_is_not_utf8_text_is_refused_by_name(tmp_path):
+    path = tmp_path / "latin.yaml"
+    path.write_bytes("model: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="latin.yaml: cannot be read as UTF-8 text"):
+        run(args=["fit", "--config", str(path)])
+
+
+def test_the_trainers_own_refusals_end_the_command_with_its_message_not_a_traceback(tmp_path, capsys):
+    config = write(tmp_path, "c.yaml", BASE)
+    assert main(["fit", "--config", config, "--trainer.accelerator=tpu"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("framework fit: error: ") and "accelerator" in error and "Traceback" not in error
+
+
+def test_a_script_calling_run_reports_bad_input_and_exits_2(tmp_path):
+    script = write(tmp_path, "train.py", "from framework.cli import run\nfrom tests.cli.cli_classes import Net, Data\n"
+                                         "run(Net, Data)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    bad = subprocess.run([sys.executable, script, "fit", "--model.lrr=1"], capture_output=True, text=True,
+                         cwd=tmp_path, env=env, timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert "train.py: error: model.lrr (--model.lrr): Net takes no argument 'lrr'. Did you mean lr?" in bad.stderr
+    helped = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, cwd=tmp_path,
+                            env=env, timeout=120)
+    assert helped.returncode == 0 and "usage: framework fit|validate|test|predict" in helped.stdout, helped.stderr
