@@ -206,4 +206,18 @@ def _plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, enum.Enum):
         return value.name
+    if callable(value) and not inspect.isclass(value):
+        return _import_path_of(value) or value
     return value
+
+
+def _import_path_of(function: Callable) -> str | None:
+    """``torch.nn.functional.relu`` for that function, when importing the path gives it back."""
+    module_name, name = getattr(function, "__module__", None), getattr(function, "__qualname__", "")
+    if not module_name or not name or "<" in name or "." in name:
+        return None
+    try:
+        found = getattr(importlib.import_module(module_name), name, None)
+    except ImportError:
+        return None
+    return f"{module_name}.{name}" if found is function else None

@@ -282,6 +282,10 @@ OPTIONS = BASE.replace(NET, "tests.cli.cli_classes.Options").replace("lr: 0.1", 
 def test_less_common_argument_kinds_are_given_by_name_and_arrive_typed(tmp_path, capsys):
     from tests.cli.cli_classes import Color, Schedule
 
+    defaults = printed_config(capsys, "--config", write(tmp_path, "c.yaml", OPTIONS))["model"]["init_args"]
+    assert defaults["color"] == "RED" and defaults["activation"] == "torch.nn.functional.relu"
+    assert defaults["tags"] == [] and defaults["schedule"] is None
+
     args = ["--config", write(tmp_path, "c.yaml", OPTIONS), "--model.color=BLUE",
             "--model.activation=torch.tanh", "--model.schedule={warmup: 3}", "--model.paths=[a, b/c]",
             "--model.pairs=[[1, 2], [3, 4]]", "--model.tags=[x, y]", "--model.bits=16", "--model.note=héllo ✓"]
