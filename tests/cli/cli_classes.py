@@ -8,47 +8,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
 import framework
-from tests.helpers import regression_data
+from tests.helpers import Regressor, regression_data
 
 
-class Net(framework.Module):
-    """A linear regressor with arguments of the types a config gives: float, int, str, Optional, list, Literal."""
+class Net(Regressor):
+    """A regressor with arguments of the types a config gives: float, int, str, Optional, list, Literal."""
 
     def __init__(self, lr: float = 0.05, hidden: int = 4, name: str = "net", dropout: float | None = None,
                  sizes: list[int] = (1, 2), mode: Literal["sum", "mean"] = "mean", shape: tuple[int, int] = (2, 3),
                  frozen: bool = False) -> None:
-        super().__init__()
+        super().__init__(lr=lr)
         self.save_hyperparameters()
         self.net = nn.Sequential(nn.Linear(4, hidden), nn.Linear(hidden, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-    def loss(self, batch) -> torch.Tensor:
-        x, y = batch
-        return nn.functional.mse_loss(self(x), y)
-
-    def training_step(self, batch, batch_idx):
-        loss = self.loss(batch)
-        self.log("train_loss", loss)
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        self.log("val_loss", self.loss(batch))
-
-    def test_step(self, batch, batch_idx):
-        self.log("test_loss", self.loss(batch))
-
-    def predict_step(self, batch, batch_idx):
-        return self(batch[0])
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
 class WideNet(Net):
