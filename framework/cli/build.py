@@ -8,14 +8,15 @@ for a callable's import path, a ``Path`` for a string.
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import enum
-import importlib
 import inspect
 import os
 import typing
 from pathlib import Path, PurePath
 from typing import Any
 
+from framework.cli.class_names import find
 from framework.cli.classes import import_class, parameters
 from framework.cli.coerce import MAPPINGS, SEQUENCES, is_callable_annotation, union_members
 from framework.cli.config import is_class_node
@@ -58,8 +59,10 @@ def _collection(value: list, members: tuple) -> Any:
     return [instantiate(item) for item in value]
 
 
-def _mapping(value: dict, members: tuple) -> dict:
+def _mapping(value: dict, members: tuple) -> Any:
     for member in members:
+        if dataclasses.is_dataclass(member):
+            return make(member, value)
         if (typing.get_origin(member) or member) in MAPPINGS:
             args = typing.get_args(member)
             return {name: instantiate(item, args[1] if len(args) == 2 else Any) for name, item in value.items()}
@@ -71,8 +74,7 @@ def _from_text(value: str, members: tuple) -> Any:
         if inspect.isclass(member) and issubclass(member, enum.Enum) and value in member.__members__:
             return member[value]
         if is_callable_annotation(member):
-            module_name, _, name = value.rpartition(".")
-            return getattr(importlib.import_module(module_name), name)
+            return find(value)
         if inspect.isclass(member) and issubclass(member, PurePath):
             return member(value)
         if member is os.PathLike:

@@ -18,10 +18,11 @@ from typing import Any
 
 import yaml
 
+from framework.cli.class_names import import_path_of, short_names
 from framework.cli.coerce import Mismatch, check, mismatch_error
-from framework.cli.config import CARRIED, CLASS_KEYS, Config
+from framework.cli.config import CLASS_KEYS, Config, FlagText
 from framework.cli.errors import ConfigError, Key, dotted, placed
-from framework.cli.short_names import short_names
+from framework.cli.yaml_files import parse_text
 
 _LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
 
@@ -34,8 +35,10 @@ def import_class(path: Any, key: Key, origin: str | None) -> type:
                           f"got {path!r}.")
     if "." not in path:
         if path not in short_names():
+            near = difflib.get_close_matches(path, list(short_names()), n=2)
+            hint = f" Did you mean {' or '.join(near)}?" if near else ""
             raise ConfigError(f"{where}: class_path {path!r} is not a full import path (package.module.{path}) "
-                              f"and no built-in callback, logger or strategy has that name.")
+                              f"and no built-in callback, logger or strategy has that name.{hint}")
         path = short_names()[path]
     module_name, _, name = path.rpartition(".")
     try:
@@ -111,13 +114,22 @@ def nearest_keys(name: str, valid: list[str]) -> str:
     return "--print_config shows every key it takes."
 
 
-def resolve_arguments(given: dict, named: dict[str, inspect.Parameter], annotations: dict[str, Any],
-                      takes_more: bool, key: Key, config: Config, owner: str) -> dict:
-    """``given`` checked against a signature: every argument, defaults filled in, values typed, in order."""
+def resolve_arguments(given: dict, named: dict[str, inspect.Parameter], annotations: dict[str, Any], key: Key,
+                      config: Config, owner: str, *, takes_more: bool = False,
+                      carried: dict[str, tuple[Any, str | None]] | None = None) -> dict:
+    """``given`` checked against a signature: every argument, defaults filled in, values typed, in order.
+
+    ``carried`` arguments (given for a class named earlier, with their sources) apply where not given anew
+    and the signature takes them; ``takes_more`` (``**kwargs``) lets other names through unchecked.
+    """
+    sources = {name: config.origin(key + (name,)) for name in given}
+    for name, (value, origin) in (carried or {}).items():
+        if name in named and name not in given:
+            given, sources[name] = {**given, name: value}, origin
     unknown = [name for name in given if name not in named]
     if unknown and not takes_more:
         name = unknown[0]
-        raise ConfigError(f"{placed(key + (name,), config.origin(key + (name,)))}: {owner} takes no argument "
+        raise ConfigError(f"{placed(key + (name,), sources[name])}: {owner} takes no argument "
                           f"{name!r}. {nearest_keys(name, list(named))}")
     resolved = {}
     for name, parameter in named.items():
@@ -129,24 +141,25 @@ def resolve_arguments(given: dict, named: dict[str, inspect.Parameter], annotati
             if _prints_as_yaml(parameter.default):
                 resolved[name] = _plain(parameter.default)
             continue
-        resolved[name] = check_value(given[name], annotations[name], key + (name,), config)
+        resolved[name] = check_value(given[name], annotations[name], key + (name,), config, sources[name])
     for name in unknown:
-        resolved[name] = check_value(given[name], Any, key + (name,), config)
+        resolved[name] = check_value(given[name], Any, key + (name,), config, sources[name])
     return resolved
 
 
-def check_value(value: Any, annotation: Any, key: Key, config: Config) -> Any:
-    """``value`` checked against ``annotation``; an error names the key, the expected type and the source."""
+def check_value(value: Any, annotation: Any, key: Key, config: Config, origin: str | None = None) -> Any:
+    """``value`` checked against ``annotation``; an error names the key, the expected type and the source
+    (``origin``, else where ``config`` says ``key`` came from)."""
     try:
         return check(value, annotation, key, lambda node, base, at: resolve_class_node(node, base, at, config))
     except Mismatch:
-        raise mismatch_error(key, value, annotation, config.origin(key)) from None
+        raise mismatch_error(key, value, annotation, origin or config.origin(key)) from None
 
 
 def resolve_class_node(node: dict, base: type, key: Key, config: Config) -> dict:
     """A ``class_path`` section as plain data: the class's import path and all its arguments, checked.
 
-    Arguments kept from a class a config named earlier (``CARRIED``) apply where this class takes them.
+    Arguments given for a class the section named earlier apply where this class takes them.
     """
     extra = [name for name in node if name not in CLASS_KEYS]
     if extra:
@@ -155,24 +168,15 @@ def resolve_class_node(node: dict, base: type, key: Key, config: Config) -> dict
     cls = import_class(node["class_path"], key + ("class_path",), config.origin(key + ("class_path",)))
     require_subclass(cls, base, key, config.origin(key + ("class_path",)))
     init_args = node.get("init_args") or {}
+    if isinstance(init_args, FlagText):
+        init_args = parse_text(init_args) or {}
     if not isinstance(init_args, dict):
         raise mismatch_error(key + ("init_args",), init_args, dict, config.origin(key + ("init_args",)))
     named, annotations, takes_more = parameters(cls)
-    init_args = {**_still_taken(node.get(CARRIED) or {}, named, key, config), **init_args}
-    arguments = resolve_arguments(init_args, named, annotations, takes_more, key + ("init_args",), config,
-                                  cls.__name__)
+    arguments = resolve_arguments(init_args, named, annotations, key + ("init_args",), config, cls.__name__,
+                                  takes_more=takes_more, carried=config.carried.get(key))
     given = str(node["class_path"])
     return {"class_path": given if "." in given else short_names()[given], "init_args": arguments}
-
-
-def _still_taken(carried: dict, named: dict[str, inspect.Parameter], key: Key, config: Config) -> dict:
-    """The arguments given for a class named earlier that the class named now also takes."""
-    taken = {name: value for name, value in carried.items() if name in named}
-    for name in taken:
-        origin = config.origin(key + (CARRIED, name))
-        if origin:
-            config.origins.setdefault(key + ("init_args", name), origin)
-    return taken
 
 
 def require_subclass(cls: type, base: type, key: Key, origin: str | None) -> None:
@@ -207,17 +211,5 @@ def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.name
     if callable(value) and not inspect.isclass(value):
-        return _import_path_of(value) or value
+        return import_path_of(value) or value
     return value
-
-
-def _import_path_of(function: Callable) -> str | None:
-    """``torch.nn.functional.relu`` for that function, when importing the path gives it back."""
-    module_name, name = getattr(function, "__module__", None), getattr(function, "__qualname__", "")
-    if not module_name or not name or "<" in name or "." in name:
-        return None
-    try:
-        found = getattr(importlib.import_module(module_name), name, None)
-    except ImportError:
-        return None
-    return f"{module_name}.{name}" if found is function else None

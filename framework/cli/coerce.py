@@ -13,7 +13,6 @@ import collections.abc
 import dataclasses
 import difflib
 import enum
-import importlib
 import inspect
 import os
 import types
@@ -22,9 +21,9 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
-from framework.cli.config import FlagText, is_class_node, names_a_class
+from framework.cli.class_names import find, names_a_class, short_names
+from framework.cli.config import FlagText, is_class_node
 from framework.cli.errors import ConfigError, Key, placed
-from framework.cli.short_names import short_names
 from framework.cli.yaml_files import parse_text
 
 NONE_TEXTS = ("null", "None", "none", "~")
@@ -174,26 +173,21 @@ def _enum_member(value: Any, kind: type[enum.Enum]) -> str:
 
 def _import_path(value: Any) -> str:
     """A callable argument is given by its import path (``torch.tanh``); it must import to a callable."""
-    if isinstance(value, str) and "." in value:
-        module_name, _, name = str(value).rpartition(".")
-        try:
-            found = getattr(importlib.import_module(module_name), name, None)
-        except ImportError:
-            found = None
-        if callable(found):
-            return str(value)
+    if isinstance(value, str) and callable(find(value)):
+        return str(value)
     raise Mismatch
 
 
 def _class_section(value: Any, base: type, key: Key, resolve_class: ResolveClass) -> dict:
-    """A class_path section; ``CSVLogger`` or ``mypackage.MyCallback`` alone names a class with no arguments,
-    and a dataclass takes its fields as a plain mapping."""
+    """A class_path section; ``CSVLogger`` or ``mypackage.MyCallback`` alone names a class with no arguments.
+    A dataclass is given (and printed) as the plain mapping of its fields."""
     if isinstance(value, FlagText):
         value = parse_text(value)
     if names_a_class(value):
         value = {"class_path": value}
     elif dataclasses.is_dataclass(base) and isinstance(value, dict) and not is_class_node(value):
-        value = {"class_path": f"{base.__module__}.{base.__qualname__}", "init_args": value}
+        section = {"class_path": f"{base.__module__}.{base.__qualname__}", "init_args": value}
+        return resolve_class(section, base, key)["init_args"]
     if is_class_node(value):
         return resolve_class(value, base, key)
     raise Mismatch
@@ -202,17 +196,33 @@ def _class_section(value: Any, base: type, key: Key, resolve_class: ResolveClass
 def _union(value: Any, members: tuple, key: Key, resolve_class: ResolveClass) -> Any:
     if type(None) in members and _is_none(value):
         return None
-    # A value already of one member's type keeps it (1 stays an int for ``float | int``); text from the
-    # command line tries the other types before ``str`` (``--x=3`` is 3 for ``int | str``).
-    exact = [member for member in members if inspect.isclass(member) and type(value) is member]
-    rest = [member for member in members if member is not str and member not in exact]
-    order = exact + rest + ([str] if str in members and str not in exact else [])
-    for member in order:
+    for member in _union_order(value, members):
         try:
             return check(value, member, key, resolve_class)
         except Mismatch:
             continue
+        except ConfigError:
+            if str in members and isinstance(value, str):
+                continue  # a name that imports nothing fitting: the str member takes it as it is
+            raise
     raise Mismatch
+
+
+def _union_order(value: Any, members: tuple) -> list:
+    """The members to try, in order, so a value reads the same from a file and from a flag.
+
+    A value of one member's own type keeps it (``3`` stays an int for ``float | int``; text is read as
+    YAML first). Where ``str`` is a member, text stays text unless it names a class of a class member
+    (``SingleDeviceStrategy`` for ``str | Strategy``): an Enum member's name, a callable's path or a
+    path would print as the same text and could not be told apart from the string when building.
+    """
+    parsed = parse_text(value) if isinstance(value, FlagText) else value
+    if str in members and isinstance(parsed, str):
+        classes = [member for member in members if inspect.isclass(member) and member not in _SCALARS
+                   and not issubclass(member, (enum.Enum, PurePath, os.PathLike))]
+        return (classes if names_a_class(parsed) else []) + [str]
+    exact = [member for member in members if inspect.isclass(member) and type(parsed) is member]
+    return exact + [member for member in members if member not in exact and member is not str]
 
 
 def _sequence(value: Any, annotation: Any, origin: Any, args: tuple, key: Key, resolve_class: ResolveClass) -> list:

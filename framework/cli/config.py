@@ -5,6 +5,10 @@ every value remembers where it came from (``file.yaml:12`` or the flag), so an e
 where to look. Sections (``trainer:``, ``model:``, a ``class_path`` section and its ``init_args``)
 merge key by key; any other value, a list or a mapping argument included, is replaced whole.
 
+A later source may name another class for a ``class_path`` section (``--model=pkg.Wide``); the
+arguments given for the earlier class are then kept aside (:attr:`Config.carried`) and those the new
+class also takes still apply, as in LightningCLI.
+
 Values given as flags stay text (:class:`FlagText`) until they are typed against the signature they
 are for, because ``--model.init_args.name=007`` means the string ``"007"`` to a ``str`` argument and
 the number 7 to an ``int`` one.
@@ -13,19 +17,15 @@ the number 7 to an ``int`` one.
 from __future__ import annotations
 
 import copy
-import re
+import inspect
 from pathlib import Path
 from typing import Any
 
 from framework.cli import yaml_files
+from framework.cli.class_names import find, names_a_class, short_names
 from framework.cli.errors import ConfigError, Key
-from framework.cli.short_names import short_names
 
-# The arguments given for a section's earlier class, kept aside when a later source names another class:
-# those the new class takes still apply (as in LightningCLI), the others are dropped.
-CARRIED = "<init_args of the class named before>"
-CLASS_KEYS = ("class_path", "init_args", CARRIED)
-_CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+CLASS_KEYS = ("class_path", "init_args")
 _MISSING = object()
 
 
@@ -36,12 +36,6 @@ class FlagText(str):
 def is_class_node(value: Any) -> bool:
     """A ``{class_path: ..., init_args: ...}`` section."""
     return isinstance(value, dict) and "class_path" in value
-
-
-def names_a_class(text: Any) -> bool:
-    """``mypackage.models.Net`` or a built-in's bare name (``ModelCheckpoint``), not ``true``, ``ddp`` or ``3``."""
-    return (isinstance(text, str) and _CLASS_NAME.fullmatch(text) is not None
-            and isinstance(yaml_files.parse_text(text), str) and ("." in text or text in short_names()))
 
 
 class Config:
@@ -58,6 +52,9 @@ class Config:
     def __init__(self, tree: dict | None = None, origins: dict[Key, str] | None = None) -> None:
         self.tree: dict = tree if tree is not None else {}
         self.origins: dict[Key, str] = origins if origins is not None else {}
+        # per class_path section: the arguments given for the classes it named before, for the one it names
+        # now, each as (value, where it was given)
+        self.carried: dict[Key, dict[str, tuple[Any, str | None]]] = {}
 
     def get(self, key: Key, default: Any = None) -> Any:
         """The value at ``key``, or ``default`` where there is none."""
@@ -84,43 +81,44 @@ class Config:
         self._merge_into(self._section(at), update, origins, at, ())
 
     def set_flag(self, flag: str, value: str) -> None:
-        """Apply ``--a.b.c`` with its text ``value``; ``--model=pkg.Net`` names the section's class."""
-        key = tuple(flag[2:].split("."))
-        if any(not part for part in key):
+        """Apply ``--a.b.c`` with its text ``value``; ``--model.lr`` is ``model.init_args.lr`` where the
+        model section names a class."""
+        parts = tuple(flag[2:].split("."))
+        if any(not part for part in parts):
             raise ConfigError(f"{flag}: a flag is --section.key=value, with no empty part between the dots.")
-        if "[" in flag:
+        if "[" in flag or any(part.isdigit() for part in parts):
             example = "--trainer.callbacks='[{class_path: EarlyStopping, init_args: {monitor: val_loss}}]'"
             raise ConfigError(f"{flag}: a flag names a key, not an item of a list; give the whole list, e.g. "
                               f"{example}.")
-        existing = {key[:end] for end in range(1, len(key)) if self.get(key[:end], _MISSING) is not _MISSING}
-        text = FlagText(value)
-        if key[-1] not in CLASS_KEYS and self._sets_the_class(key, text):
-            update, where = {"class_path": text}, key
-        else:
-            update, where = {key[-1]: text}, key[:-1]
-        self.merge(Config(update, {(name,): flag for name in update}), at=where)
-        for end in range(1, len(key)):
-            if key[:end] not in existing:  # a section this flag opened: errors about it name the flag
-                self.origins[key[:end]] = flag
+        key = self._path_of(parts)
+        opened = [key[:end] for end in range(1, len(key)) if not isinstance(self.get(key[:end]), dict)]
+        self.merge(Config({key[-1]: FlagText(value)}, {(key[-1],): flag}), at=key[:-1])
+        for section in opened:  # sections this flag opened: errors about them name the flag
+            self.origins[section] = flag
 
-    def _sets_the_class(self, key: Key, text: str) -> bool:
-        """``--model=pkg.Net`` and ``--trainer.logger=CSVLogger`` (over a class_path section) name a class;
-        ``--trainer.logger=false`` and ``--data=null`` replace the section."""
-        if len(key) == 1 and key[0] in ("model", "data"):
-            return yaml_files.parse_text(text) is not None
-        current = self.get(key)
-        return (is_class_node(current) or isinstance(current, str)) and names_a_class(text)
+    def _path_of(self, parts: Key) -> Key:
+        """The tree path a flag's dotted key means: ``init_args`` inserted under each class_path section."""
+        path: list = []
+        node: Any = self.tree
+        for part in parts:
+            if is_class_node(_as_section(node, tuple(path))) and part not in CLASS_KEYS:
+                path.append("init_args")
+                node = _as_section(node, tuple(path[:-1])).get("init_args")
+            path.append(part)
+            node = node.get(part) if isinstance(node, dict) else None
+        return tuple(path)
 
     def _section(self, at: Key) -> dict:
         node = self.tree
         for depth, part in enumerate(at):
-            child = node.get(part)
-            if isinstance(child, str) and names_a_class(child):  # --trainer.logger=CSVLogger then .save_dir=x
-                child = node[part] = {"class_path": child}
-                if at[: depth + 1] in self.origins:
-                    self.origins[at[: depth + 1] + ("class_path",)] = self.origins[at[: depth + 1]]
+            here = at[: depth + 1]
+            child = _as_section(node.get(part), here)
             if not isinstance(child, dict):
-                child = node[part] = {}
+                self._forget(here)  # a value (``logger: false``) that a flag now gives keys to
+                child = {}
+            elif child is not node.get(part) and here in self.origins:  # ``logger: CSVLogger`` given keys
+                self.origins[here + ("class_path",)] = self.origins[here]
+            node[part] = child
             node = child
         return node
 
@@ -133,24 +131,41 @@ class Config:
                 self._carry_init_args(base, at)
         for name, value in update.items():
             here = at + (name,)
-            if isinstance(value, dict) and isinstance(base.get(name), dict) and _merges(at, name, base[name], value):
+            current = base.get(name)
+            if isinstance(current, dict):  # a class named alone, or a flag's mapping, over a mapping
+                value = _as_section(value, here)
+            if isinstance(value, dict):  # keys for a class named alone
+                current = base[name] = _as_section(current, here)
+            if isinstance(value, dict) and isinstance(current, dict) and _merges(at, name, current, value):
                 if rel + (name,) in origins:
                     self.origins[here] = origins[rel + (name,)]
-                self._merge_into(base[name], value, origins, here, rel + (name,))
+                self._merge_into(current, value, origins, here, rel + (name,))
                 continue
-            _drop_origins(self.origins, here)
+            self._forget(here)
             base[name] = value
             for key, source in origins.items():
                 if key[: len(rel) + 1] == rel + (name,):
                     self.origins[at + key[len(rel):]] = source
 
     def _carry_init_args(self, node: dict, at: Key) -> None:
-        """Another class named: set the old class's arguments aside for the new one to take what it can."""
-        carried = {**node.get(CARRIED, {}), **node.pop("init_args", {})}
+        """Another class named: keep the arguments given so far aside, for the new class to take what it can.
+
+        Arguments carried from before the old class apply only where the old class took them too.
+        """
+        earlier = self.carried.pop(at, {})
+        took = _argument_names(node["class_path"])
+        carried = {name: given for name, given in earlier.items() if took is None or name in took}
+        for name, value in node.pop("init_args", {}).items():
+            carried[name] = (value, self.origin(at + ("init_args", name)))
+        self._forget(at + ("init_args",))
         if carried:
-            node[CARRIED] = carried
-        for key in [key for key in self.origins if key[: len(at) + 1] == at + ("init_args",)]:
-            self.origins[at + (CARRIED,) + key[len(at) + 1:]] = self.origins.pop(key)
+            self.carried[at] = carried
+
+    def _forget(self, prefix: Key) -> None:
+        """Drop what is known of a replaced value: where its parts came from and what they carried."""
+        for known in (self.origins, self.carried):
+            for key in [key for key in known if key[: len(prefix)] == prefix]:
+                del known[key]
 
 
 def read_yaml(path: str | Path) -> Config:
@@ -162,14 +177,29 @@ def read_yaml(path: str | Path) -> Config:
     return Config(*yaml_files.load(path))
 
 
+def _as_section(value: Any, key: Key) -> Any:
+    """``CSVLogger`` as ``{class_path: CSVLogger}`` (so keys can be added to it); any other value as it is.
+
+    Under ``model:`` and ``data:``, which always name a class, any name does (``model: Net``). A mapping
+    given as a flag's text (``--model.schedule={warmup: 3}``) is that mapping.
+    """
+    if isinstance(value, FlagText) and isinstance(yaml_files.parse_text(value), dict):
+        return yaml_files.parse_text(value)
+    if names_a_class(value) or (key in (("model",), ("data",)) and isinstance(value, str) and value
+                                and isinstance(yaml_files.parse_text(value), str)):
+        return {"class_path": value}
+    return value
+
+
 def _merges(at: Key, name: Any, old: dict, new: dict) -> bool:
     """Whether two mappings merge key by key (sections) or the newer replaces the older (argument values)."""
-    return not at or name in ("init_args", CARRIED) or is_class_node(old) or is_class_node(new)
+    return not at or name == "init_args" or is_class_node(old) or is_class_node(new)
 
 
 def _gather_init_args(node: dict, origins: dict[Key, str], at: Key) -> None:
     """``model: {class_path: X, lr: 0.1}`` and ``--model.lr`` are short for ``model.init_args.lr``."""
-    if "init_args" in node and node["init_args"] is None:  # ``init_args:`` left empty
+    given = node.get("init_args", {})
+    if given is None or (isinstance(given, FlagText) and yaml_files.parse_text(given) is None):  # left empty
         node["init_args"] = {}
     loose = [name for name in node if name not in CLASS_KEYS]
     if not loose:
@@ -181,6 +211,12 @@ def _gather_init_args(node: dict, origins: dict[Key, str], at: Key) -> None:
             origins[at + ("init_args",) + key[len(at):]] = origins.pop(key)
 
 
-def _drop_origins(origins: dict[Key, str], prefix: Key) -> None:
-    for key in [key for key in origins if key[: len(prefix)] == prefix]:
-        del origins[key]
+def _argument_names(class_path: Any) -> set[str] | None:
+    """The names ``class_path``'s class takes, or None where it takes any (``**kwargs``) or cannot be found."""
+    found = find(short_names().get(class_path, class_path)) if isinstance(class_path, str) else None
+    if not inspect.isclass(found):
+        return None
+    parameters = list(inspect.signature(found.__init__).parameters.values())[1:]
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    return {parameter.name for parameter in parameters}

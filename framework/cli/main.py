@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_USAGE, end="")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command in ("fit", "validate", "test", "predict"):
+    if command in ("fit", "validate", "test", "predict"):  # trainer_commands.SUBCOMMANDS, without importing torch
         return _trainer_command(argv)
     if command == "launch":
         from framework.cli.launch import launch

@@ -33,6 +33,7 @@ import yaml
 import framework
 from framework.callbacks.base import Callback
 from framework.cli.build import instantiate, make
+from framework.cli.class_names import names_a_class
 from framework.cli.classes import (
     annotations_of,
     check_value,
@@ -43,7 +44,7 @@ from framework.cli.classes import (
     resolve_class_node,
 )
 from framework.cli.coerce import mismatch_error
-from framework.cli.config import Config, FlagText, is_class_node, names_a_class, read_yaml
+from framework.cli.config import Config, FlagText, is_class_node, read_yaml
 from framework.cli.errors import ConfigError, placed
 from framework.cli.save_config import SaveConfig
 from framework.cli.yaml_files import parse_text
@@ -65,7 +66,7 @@ _TRAINER_CLASS_ARGUMENTS = {
     "logger": Logger | list[Logger] | bool | None,
     "strategy": str | Strategy,
 }
-_NOT_OURS = {
+_LIGHTNING_CLI_ONLY = {
     "optimizer": "The Module's configure_optimizers makes the optimizer; give its settings (such as lr) as "
                  "model arguments.",
     "lr_scheduler": "The Module's configure_optimizers makes the scheduler; give its settings as model arguments.",
@@ -134,8 +135,8 @@ def parse_arguments(argv: list[str]) -> _Request:
     """The subcommand, then ``--config`` files and ``--key=value`` flags merged in order."""
     if not argv:
         raise ConfigError(f"a subcommand comes first: {', '.join(SUBCOMMANDS)}.\n\n{usage(None)}")
-    if argv[0] in ("-h", "--help"):
-        return _Request("", Config(), help=True)
+    if "-h" in argv or "--help" in argv:  # help wins over whatever else is there, as with argparse
+        return _Request(argv[0] if argv[0] in SUBCOMMANDS else "", Config(), help=True)
     subcommand, rest = argv[0], argv[1:]
     if subcommand not in SUBCOMMANDS:
         raise ConfigError(f"unknown subcommand {subcommand!r}. {nearest_keys(subcommand, list(SUBCOMMANDS))}")
@@ -144,9 +145,7 @@ def parse_arguments(argv: list[str]) -> _Request:
     while position < len(rest):
         token = rest[position]
         position += 1
-        if token in ("-h", "--help"):
-            request.help = True
-        elif token in ("--print_config", "--print-config"):
+        if token in ("--print_config", "--print-config"):
             request.print_config = True
         elif token.startswith(("--print_config=", "--print-config=")):
             raise ConfigError(f"{token}: --print_config takes no value; it prints the whole resolved config.")
@@ -182,7 +181,7 @@ def resolve(sources: Config, subcommand: str, ModelClass: type | None = None,  #
                                         required=False)
     annotations = {name: parameter.annotation for name, parameter in method.items()}
     resolved.update(resolve_arguments({name: tree[name] for name in method if name in tree}, method, annotations,
-                                      False, (), sources, f"Trainer.{subcommand}"))
+                                      (), sources, f"Trainer.{subcommand}"))
     _check_checkpoint_exists(resolved.get("ckpt_path"), sources)
     return resolved
 
@@ -233,6 +232,8 @@ def _instantiate_section(value: Any, fixed: type | None) -> Any:
 
 
 def _resolve_trainer(given: Any, sources: Config) -> dict:
+    if isinstance(given, FlagText):  # --trainer='{max_epochs: 2}'
+        given = parse_text(given)
     if given is None:
         given = {}
     if not isinstance(given, dict) or is_class_node(given):
@@ -240,7 +241,7 @@ def _resolve_trainer(given: Any, sources: Config) -> dict:
         raise ConfigError(f"{where}: the trainer section holds the Trainer's arguments by name (max_epochs: 3, "
                           f"...), not a class; got {given!r}.")
     named, annotations = _trainer_parameters()
-    return resolve_arguments(given, named, annotations, False, ("trainer",), sources, "Trainer")
+    return resolve_arguments(given, named, annotations, ("trainer",), sources, "Trainer")
 
 
 def _check_checkpoint_exists(ckpt_path: Any, sources: Config) -> None:
@@ -269,7 +270,8 @@ def _resolve_section(name: str, given: Any, base: type, fixed: type | None, sour
         if given is not None and not isinstance(given, dict):
             raise mismatch_error(key, given, dict, sources.origin(key))
         named, annotations, takes_more = parameters(fixed)
-        return resolve_arguments(given or {}, named, annotations, takes_more, key, sources, fixed.__name__)
+        return resolve_arguments(given or {}, named, annotations, key, sources, fixed.__name__,
+                                 takes_more=takes_more, carried=sources.carried.get(key))
     if given is None:
         if not required:
             return None
@@ -292,8 +294,8 @@ def _method_parameters(subcommand: str) -> dict[str, inspect.Parameter]:
 
 def _unknown_section(name: str, subcommand: str, valid: list[str], sources: Config) -> ConfigError:
     where = placed((name,), sources.origin((name,)))
-    if name in _NOT_OURS:
-        return ConfigError(f"{where}: framework's command line takes no {name} section. {_NOT_OURS[name]}")
+    if name in _LIGHTNING_CLI_ONLY:
+        return ConfigError(f"{where}: framework's command line takes no {name} section. {_LIGHTNING_CLI_ONLY[name]}")
     if name in SUBCOMMANDS:
         return ConfigError(f"{where}: a config for `framework {subcommand}` holds the sections themselves "
                            f"(trainer:, model:, ...) at the top, not under {name}:.")

@@ -65,10 +65,12 @@ class Options(Net):
 
     def __init__(self, color: Color = Color.RED, activation: Callable = nn.functional.relu,
                  schedule: Schedule | None = None, paths: list[Path] = (), pairs: list[tuple[int, int]] = (),
-                 tags: set[str] = frozenset(), bits: Literal["16", "32"] = "32", note: str = "") -> None:
+                 tags: set[str] = frozenset(), bits: Literal["16", "32"] = "32", note: str = "",
+                 shade: Color | str = "plain", scale: float | int = 1,
+                 helper: framework.Callback | None = None) -> None:
         super().__init__()
         self.options = dict(color=color, activation=activation, schedule=schedule, paths=paths, pairs=pairs,
-                            tags=tags, bits=bits, note=note)
+                            tags=tags, bits=bits, note=note, shade=shade, scale=scale, helper=helper)
 
 
 class Data(framework.DataModule):

@@ -291,8 +291,7 @@ def test_less_common_argument_kinds_are_given_by_name_and_arrive_typed(tmp_path,
             "--model.pairs=[[1, 2], [3, 4]]", "--model.tags=[x, y]", "--model.bits=16", "--model.note=héllo ✓"]
     printed = printed_config(capsys, *args)["model"]["init_args"]
     assert printed["color"] == "BLUE" and printed["activation"] == "torch.tanh" and printed["bits"] == "16"
-    assert printed["schedule"] == {"class_path": "tests.cli.cli_classes.Schedule",
-                                   "init_args": {"warmup": 3, "peak": 1.0}}
+    assert printed["schedule"] == {"warmup": 3, "peak": 1.0}  # a dataclass is its fields
     assert run(args=["fit", *args, "--print_config"]) is None
     assert "note: héllo ✓" in capsys.readouterr().out  # printed as written, not escaped
 
@@ -323,7 +322,7 @@ def test_a_flag_can_replace_a_class_section_or_name_another_class_keeping_what_a
     assert printed_config(capsys, *config, "--data=null")["data"] is None
     replaced = printed_config(capsys, *config, "--trainer.logger={class_path: CSVLogger, init_args: {save_dir: x}}")
     assert replaced["trainer"]["logger"]["init_args"]["save_dir"] == "x"
-    assert replaced["trainer"]["logger"]["init_args"]["name"] == "lightning_logs"  # a whole section replaces
+    assert replaced["trainer"]["logger"]["init_args"]["name"] == "first"  # a class section merges, as from a file
     # another class for the same section keeps the arguments it also takes
     switched = printed_config(capsys, *config, "--trainer.logger=TensorBoardLogger")["trainer"]["logger"]
     assert switched["class_path"] == "framework.loggers.TensorBoardLogger"
@@ -354,6 +353,11 @@ MORE_BAD_INPUTS = [
                                                      "Give it in a config file."]),
     (BASE, ["--ckpt_path=missing.ckpt"], ["ckpt_path (--ckpt_path): no checkpoint at 'missing.ckpt'"]),
     (BASE, ["--print_config=comments"], ["--print_config takes no value"]),
+    (BASE.replace("cpu\n", "cpu\n  logger: false\n"), ["--trainer.logger.save_dir=x"],
+     ["trainer.logger (--trainer.logger.save_dir)"]),
+    (BASE, ["--trainer.callbacks.0.init_args.monitor=x"], ["not an item of a list"]),
+    (BASE.replace("cpu\n", "cpu\n  callbacks:\n  - class_path: ModelCheckpont\n"), [],
+     ["c.yaml:6", "Did you mean ModelCheckpoint"]),
 ]
 
 
@@ -387,3 +391,75 @@ def test_a_script_calling_run_reports_bad_input_and_exits_2(tmp_path):
     helped = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, cwd=tmp_path,
                             env=env, timeout=120)
     assert helped.returncode == 0 and "usage: framework fit|validate|test|predict" in helped.stdout, helped.stderr
+
+
+def test_a_dotted_string_stays_a_string_where_no_class_is_taken(tmp_path, capsys):
+    text = BASE.replace("cpu\n", "cpu\n  default_root_dir: runs\n").replace("lr: 0.1", "name: first")
+    config = ["--config", write(tmp_path, "c.yaml", text)]
+    printed = printed_config(capsys, *config, "--trainer.default_root_dir=runs.v2", "--model.name=resnet.small")
+    assert printed["trainer"]["default_root_dir"] == "runs.v2"
+    assert printed["model"]["init_args"]["name"] == "resnet.small"
+
+
+def test_keys_under_a_class_named_alone_go_to_its_init_args_at_any_depth(tmp_path, capsys):
+    config = ["--config", write(tmp_path, "c.yaml", OPTIONS)]
+    printed = printed_config(capsys, *config, "--model.helper=EarlyStopping", "--model.helper.monitor=val_loss",
+                             "--model.schedule={warmup: 3}", "--model.schedule.peak=2")["model"]["init_args"]
+    assert printed["helper"]["class_path"] == "framework.callbacks.EarlyStopping"
+    assert printed["helper"]["init_args"]["monitor"] == "val_loss"
+    assert printed["schedule"] == {"warmup": 3, "peak": 2.0}
+
+
+def test_a_class_named_alone_in_a_later_file_keeps_the_arguments_it_takes(tmp_path, capsys):
+    base = write(tmp_path, "a.yaml", BASE.replace("cpu\n", "cpu\n  logger:\n    class_path: CSVLogger\n"
+                                                  "    init_args: {save_dir: logs, name: first}\n"))
+    wide = write(tmp_path, "b.yaml", "model: tests.cli.cli_classes.WideNet\ntrainer:\n  logger: TensorBoardLogger\n")
+    printed = printed_config(capsys, "--config", base, "--config", wide)
+    assert printed["model"] == {"class_path": "tests.cli.cli_classes.WideNet", "init_args": {"width": 8, "lr": 0.1}}
+    assert printed["trainer"]["logger"]["class_path"] == "framework.loggers.TensorBoardLogger"
+    assert printed["trainer"]["logger"]["init_args"]["save_dir"] == "logs"
+
+    named = write(tmp_path, "c.yaml", f"model: {NET}\n")
+    more = write(tmp_path, "d.yaml", "model:\n  init_args: {lr: 0.2}\n")
+    assert printed_config(capsys, "--config", named, "--config", more)["model"]["init_args"]["lr"] == 0.2
+
+
+def test_arguments_carried_across_two_class_changes_are_those_each_class_took(tmp_path, capsys):
+    printed = printed_config(capsys, "--config", write(tmp_path, "c.yaml", BASE), "--model.hidden=7",
+                             "--model=tests.cli.cli_classes.WideNet", f"--model={NET}")["model"]["init_args"]
+    assert printed["hidden"] == 4 and printed["lr"] == 0.1  # WideNet took lr, not hidden
+
+
+def test_a_union_reads_the_same_from_a_file_and_a_flag_and_builds_what_it_checked(tmp_path, capsys):
+    from_flags = ["--config", write(tmp_path, "c.yaml", OPTIONS), "--model.shade=BLUE", "--model.scale=3",
+                  "--trainer.strategy=SingleDeviceStrategy"]
+    text = OPTIONS.replace("{}", "{shade: BLUE, scale: 3}").replace("cpu\n", "cpu\n  strategy: SingleDeviceStrategy\n")
+    from_file = ["--config", write(tmp_path, "d.yaml", text)]
+    printed = printed_config(capsys, *from_flags)
+    assert printed == printed_config(capsys, *from_file)
+    assert printed["model"]["init_args"]["shade"] == "BLUE" and type(printed["model"]["init_args"]["scale"]) is int
+    made = run(args=["fit", *from_file, *QUIET, "--trainer.max_steps=1", "--trainer.logger=false"])
+    assert made.model.options["shade"] == "BLUE" and made.model.options["scale"] == 3  # str stays str
+    assert type(made.trainer.strategy).__name__ == "SingleDeviceStrategy"
+
+
+def test_a_whole_section_can_be_given_or_dropped_by_one_flag(tmp_path, capsys):
+    config = ["--config", write(tmp_path, "c.yaml", BASE)]
+    printed = printed_config(capsys, *config, f"--model={{class_path: {NET}, init_args: {{lr: 0.3}}}}",
+                             "--trainer={max_epochs: 4}", "--data.init_args=null")
+    assert printed["model"]["init_args"]["lr"] == 0.3 and printed["trainer"]["max_epochs"] == 4
+    assert printed["trainer"]["accelerator"] == "cpu"  # merged into the trainer section, as from a file
+    assert printed["data"]["init_args"] == {"batch_size": 8, "n": 32}
+    assert printed_config(capsys, *config, "--trainer=null")["trainer"]["max_epochs"] is None
+
+
+def test_help_wins_over_anything_else_on_the_line(capsys):
+    assert main(["fit", "--help", "--bogus"]) == 0
+    assert "usage: framework fit" in capsys.readouterr().out
+
+
+def test_only_usable_classes_are_known_by_bare_name():
+    from framework.cli.class_names import short_names
+
+    assert {"ModelCheckpoint", "CSVLogger", "DDPStrategy"} <= set(short_names())
+    assert not {"Callback", "Logger", "Strategy", "EarlyStoppingReason", "Ranks"} & set(short_names())
