@@ -116,7 +116,7 @@ class Config:
             if not isinstance(child, dict):
                 self._forget(here)  # a value (``logger: false``) that a flag now gives keys to
                 child = {}
-            elif child is not node.get(part) and here in self.origins:  # ``logger: CSVLogger`` given keys
+            elif child is not node.get(part) and is_class_node(child) and here in self.origins:  # CSVLogger given keys
                 self.origins[here + ("class_path",)] = self.origins[here]
             node[part] = child
             node = child
