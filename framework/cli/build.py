@@ -17,9 +17,10 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from framework.cli.class_names import find
-from framework.cli.classes import import_class, parameters
+from framework.cli.classes import import_class
 from framework.cli.coerce import MAPPINGS, SEQUENCES, is_callable_annotation, union_members
 from framework.cli.config import is_class_node
+from framework.cli.signatures import parameters
 
 
 def instantiate(value: Any, annotation: Any = Any) -> Any:

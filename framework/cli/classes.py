@@ -11,8 +11,6 @@ import difflib
 import enum
 import importlib
 import inspect
-import typing
-from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
@@ -22,6 +20,7 @@ from framework.cli.class_names import import_path_of, short_names
 from framework.cli.coerce import Mismatch, check, mismatch_error
 from framework.cli.config import CLASS_KEYS, Config, FlagText
 from framework.cli.errors import ConfigError, Key, dotted, placed
+from framework.cli.signatures import parameters
 from framework.cli.yaml_files import parse_text
 
 _LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
@@ -71,37 +70,6 @@ def public_path(cls: type) -> str:
 def class_path_of(cls: type) -> str:
     """The import path a config names ``cls`` by."""
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def parameters(cls: type) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
-    """``cls``'s constructor arguments by name, their annotations, and whether it takes ``**kwargs`` too."""
-    signature = inspect.signature(cls.__init__)
-    named = {name: parameter for name, parameter in list(signature.parameters.items())[1:]
-             if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)}
-    takes_more = any(parameter.kind is parameter.VAR_KEYWORD for parameter in signature.parameters.values())
-    return named, annotations_of(cls.__init__, named), takes_more
-
-
-def annotations_of(function: Callable, named: dict[str, inspect.Parameter]) -> dict[str, Any]:
-    """The annotations of ``function``'s arguments, evaluated; one that cannot be evaluated checks nothing."""
-    try:
-        hints = typing.get_type_hints(function)
-    except Exception:  # a name only imported under TYPE_CHECKING: evaluate the arguments one by one
-        hints = {}
-        for name, parameter in named.items():
-            try:
-                hints[name] = typing.get_type_hints(_with_annotation(parameter.annotation), function.__globals__)["x"]
-            except Exception:
-                hints[name] = Any
-    return {name: hints.get(name, parameter.annotation) for name, parameter in named.items()}
-
-
-def _with_annotation(annotation: Any) -> Callable:
-    def holder(x):  # noqa: ANN001 - only carries the annotation
-        pass
-
-    holder.__annotations__ = {"x": annotation}
-    return holder
 
 
 def nearest_keys(name: str, valid: list[str]) -> str:

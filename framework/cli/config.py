@@ -24,6 +24,7 @@ from typing import Any
 from framework.cli import yaml_files
 from framework.cli.class_names import find, names_a_class, short_names
 from framework.cli.errors import ConfigError, Key
+from framework.cli.signatures import parameters
 
 CLASS_KEYS = ("class_path", "init_args")
 _MISSING = object()
@@ -216,7 +217,5 @@ def _argument_names(class_path: Any) -> set[str] | None:
     found = find(short_names().get(class_path, class_path)) if isinstance(class_path, str) else None
     if not inspect.isclass(found):
         return None
-    parameters = list(inspect.signature(found.__init__).parameters.values())[1:]
-    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
-        return None
-    return {parameter.name for parameter in parameters}
+    named, _, takes_more = parameters(found)
+    return None if takes_more else set(named)

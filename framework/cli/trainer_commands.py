@@ -34,19 +34,12 @@ import framework
 from framework.callbacks.base import Callback
 from framework.cli.build import instantiate, make
 from framework.cli.class_names import names_a_class
-from framework.cli.classes import (
-    annotations_of,
-    check_value,
-    nearest_keys,
-    parameters,
-    require_subclass,
-    resolve_arguments,
-    resolve_class_node,
-)
+from framework.cli.classes import check_value, nearest_keys, require_subclass, resolve_arguments, resolve_class_node
 from framework.cli.coerce import mismatch_error
 from framework.cli.config import Config, FlagText, is_class_node, read_yaml
 from framework.cli.errors import ConfigError, placed
 from framework.cli.save_config import SaveConfig
+from framework.cli.signatures import annotations_of, parameters
 from framework.cli.yaml_files import parse_text
 from framework.datamodule import DataModule
 from framework.errors import CheckpointError, MisconfigurationError
