@@ -7,6 +7,7 @@ makes the objects from exactly that, so what ``--print_config`` shows is what ge
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import enum
 import importlib
@@ -109,7 +110,10 @@ def resolve_arguments(given: dict, named: dict[str, inspect.Parameter], annotati
             if _prints_as_yaml(parameter.default):
                 resolved[name] = _plain(parameter.default)
             continue
-        resolved[name] = check_value(given[name], annotations[name], key + (name,), config, sources[name])
+        annotation = annotations[name]
+        if parameter.default is None:  # ``tag: str = None`` takes None, whatever its annotation says
+            annotation = annotation | None if annotation not in (inspect.Parameter.empty, Any) else annotation
+        resolved[name] = check_value(given[name], annotation, key + (name,), config, sources[name])
     for name in unknown:
         resolved[name] = check_value(given[name], Any, key + (name,), config, sources[name])
     return resolved
@@ -129,10 +133,6 @@ def resolve_class_node(node: dict, base: type, key: Key, config: Config) -> dict
 
     Arguments given for a class the section named earlier apply where this class takes them.
     """
-    extra = [name for name in node if name not in CLASS_KEYS]
-    if extra:
-        raise ConfigError(f"{placed(key + (extra[0],), config.origin(key + (extra[0],)))}: a class_path section "
-                          f"holds only class_path and init_args; put {extra[0]!r} under init_args.")
     cls = import_class(node["class_path"], key + ("class_path",), config.origin(key + ("class_path",)))
     require_subclass(cls, base, key, config.origin(key + ("class_path",)))
     init_args = node.get("init_args") or {}
@@ -140,6 +140,8 @@ def resolve_class_node(node: dict, base: type, key: Key, config: Config) -> dict
         init_args = parse_text(init_args) or {}
     if not isinstance(init_args, dict):
         raise mismatch_error(key + ("init_args",), init_args, dict, config.origin(key + ("init_args",)))
+    # keys beside class_path are its init_args, as ``--model.lr`` is ``--model.init_args.lr``
+    init_args = {**init_args, **{name: value for name, value in node.items() if name not in CLASS_KEYS}}
     named, annotations, takes_more = parameters(cls)
     arguments = resolve_arguments(init_args, named, annotations, key + ("init_args",), config, cls.__name__,
                                   takes_more=takes_more, carried=config.carried.get(key))
@@ -178,6 +180,8 @@ def _plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, enum.Enum):
         return value.name
+    if dataclasses.is_dataclass(value) and not inspect.isclass(value):
+        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value) if field.init}
     if callable(value) and not inspect.isclass(value):
         return import_path_of(value) or value
     return value

@@ -217,12 +217,13 @@ def _union_order(value: Any, members: tuple) -> list:
     path would print as the same text and could not be told apart from the string when building.
     """
     parsed = parse_text(value) if isinstance(value, FlagText) else value
-    if str in members and isinstance(parsed, str):
+    last = [str] if str in members else []
+    if last and isinstance(parsed, str):
         classes = [member for member in members if inspect.isclass(member) and member not in _SCALARS
                    and not issubclass(member, (enum.Enum, PurePath, os.PathLike))]
-        return (classes if names_a_class(parsed) else []) + [str]
+        return (classes if names_a_class(parsed) else []) + last
     exact = [member for member in members if inspect.isclass(member) and type(parsed) is member]
-    return exact + [member for member in members if member not in exact and member is not str]
+    return exact + [member for member in members if member not in exact and member is not str] + last
 
 
 def _sequence(value: Any, annotation: Any, origin: Any, args: tuple, key: Key, resolve_class: ResolveClass) -> list:

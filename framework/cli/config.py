@@ -113,15 +113,21 @@ class Config:
         node = self.tree
         for depth, part in enumerate(at):
             here = at[: depth + 1]
-            child = _as_section(node.get(part), here)
+            child = self._section_from(node.get(part), here)
             if not isinstance(child, dict):
                 self._forget(here)  # a value (``logger: false``) that a flag now gives keys to
                 child = {}
-            elif child is not node.get(part) and is_class_node(child) and here in self.origins:  # CSVLogger given keys
-                self.origins[here + ("class_path",)] = self.origins[here]
             node[part] = child
             node = child
         return node
+
+    def _section_from(self, value: Any, key: Key) -> Any:
+        """``value`` at ``key`` as a section keys can be added to, where it is one: a class named alone
+        (``logger: CSVLogger``, which keeps its source) or a flag's mapping."""
+        section = _as_section(_parsed_mapping(value), key)
+        if is_class_node(section) and section is not value and key in self.origins:
+            self.origins[key + ("class_path",)] = self.origins[key]
+        return section
 
     def _merge_into(self, base: dict, update: dict, origins: dict[Key, str], at: Key, rel: Key) -> None:
         if is_class_node(base) or is_class_node(update):
@@ -132,11 +138,12 @@ class Config:
                 self._carry_init_args(base, at)
         for name, value in update.items():
             here = at + (name,)
+            value = _parsed_mapping(value)
             current = base.get(name)
-            if isinstance(current, dict):  # a class named alone, or a flag's mapping, over a mapping
+            if isinstance(current, dict):  # a class named alone over a mapping
                 value = _as_section(value, here)
-            if isinstance(value, dict):  # keys for a class named alone
-                current = base[name] = _as_section(current, here)
+            if isinstance(value, dict) and name in base:  # keys for a class named alone
+                current = base[name] = self._section_from(current, here)
             if isinstance(value, dict) and isinstance(current, dict) and _merges(at, name, current, value):
                 if rel + (name,) in origins:
                     self.origins[here] = origins[rel + (name,)]
@@ -178,14 +185,21 @@ def read_yaml(path: str | Path) -> Config:
     return Config(*yaml_files.load(path))
 
 
+def _parsed_mapping(value: Any) -> Any:
+    """A flag's text that is a YAML mapping (``--model.schedule={warmup: 3}``) as that mapping, so it merges
+    as the same mapping in a file would; any other value as it is."""
+    if isinstance(value, FlagText) and value.lstrip().startswith("{"):
+        parsed = yaml_files.parse_text(value)
+        if isinstance(parsed, dict):
+            return {name: FlagText(item) if isinstance(item, str) else item for name, item in parsed.items()}
+    return value
+
+
 def _as_section(value: Any, key: Key) -> Any:
     """``CSVLogger`` as ``{class_path: CSVLogger}`` (so keys can be added to it); any other value as it is.
 
-    Under ``model:`` and ``data:``, which always name a class, any name does (``model: Net``). A mapping
-    given as a flag's text (``--model.schedule={warmup: 3}``) is that mapping.
+    Under ``model:`` and ``data:``, which always name a class, any name does (``model: Net``).
     """
-    if isinstance(value, FlagText) and isinstance(yaml_files.parse_text(value), dict):
-        return yaml_files.parse_text(value)
     if names_a_class(value) or (key in (("model",), ("data",)) and isinstance(value, str) and value
                                 and isinstance(yaml_files.parse_text(value), str)):
         return {"class_path": value}

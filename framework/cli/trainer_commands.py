@@ -28,8 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 import framework
 from framework.callbacks.base import Callback
 from framework.cli.build import instantiate, make
@@ -40,7 +38,7 @@ from framework.cli.config import Config, FlagText, is_class_node, read_yaml
 from framework.cli.errors import ConfigError, placed
 from framework.cli.save_config import SaveConfig
 from framework.cli.signatures import annotations_of, parameters
-from framework.cli.yaml_files import parse_text
+from framework.cli.yaml_files import dump, parse_text
 from framework.datamodule import DataModule
 from framework.errors import CheckpointError, MisconfigurationError
 from framework.io import fs
@@ -181,7 +179,7 @@ def resolve(sources: Config, subcommand: str, ModelClass: type | None = None,  #
 
 def config_text(resolved: dict) -> str:
     """The resolved config as the YAML ``--print_config`` prints and ``config.yaml`` holds."""
-    return f"# framework=={framework.__version__}\n" + yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
+    return f"# framework=={framework.__version__}\n" + dump(resolved)
 
 
 def usage(subcommand: str | None) -> str:
@@ -272,8 +270,7 @@ def _resolve_section(name: str, given: Any, base: type, fixed: type | None, sour
                           f"{{class_path: mypackage.models.Net}}) or with --{name}=mypackage.models.Net.")
     if not is_class_node(given):
         raise ConfigError(f"{placed(key, sources.origin(key))}: the {name} section names a {base.__name__} subclass "
-                          f"with class_path (and its arguments under init_args); it has "
-                          f"{', '.join(given) if isinstance(given, dict) else repr(given)} but no class_path.")
+                          f"with class_path (and its arguments under init_args); {_what_it_has(given)}.")
     return resolve_class_node(given, base, key, sources)
 
 
@@ -294,3 +291,8 @@ def _unknown_section(name: str, subcommand: str, valid: list[str], sources: Conf
                            f"(trainer:, model:, ...) at the top, not under {name}:.")
     return ConfigError(f"{where}: unknown section for `framework {subcommand}`. {nearest_keys(name, valid)}")
 
+
+def _what_it_has(given: Any) -> str:
+    if given == {}:
+        return "it is empty"
+    return f"it has {', '.join(map(str, given)) if isinstance(given, dict) else repr(given)} but no class_path"

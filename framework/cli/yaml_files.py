@@ -23,14 +23,23 @@ class ConfigLoader(yaml.SafeLoader):
     """The safe loader, reading exponent-only floats (``1e-3``, ``5E+2``) as numbers."""
 
 
-# A copy of the resolver table: adding to the inherited one would change yaml.SafeLoader for everyone.
-ConfigLoader.yaml_implicit_resolvers = {
-    first: list(resolvers) for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+class ConfigDumper(yaml.SafeDumper):
+    """The safe dumper, quoting the strings :class:`ConfigLoader` would read as numbers (``"1e5"``)."""
+
+
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+for _cls, _base in ((ConfigLoader, yaml.SafeLoader), (ConfigDumper, yaml.SafeDumper)):
+    # A copy of the resolver table: adding to the inherited one would change PyYAML's own classes.
+    _cls.yaml_implicit_resolvers = {first: list(rules) for first, rules in _base.yaml_implicit_resolvers.items()}
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789"))
+
+# More values than a config can sensibly hold: YAML aliases can make a short file expand without end.
+_MOST_VALUES = 100_000
+
+
+def dump(data: Any) -> str:
+    """``data`` as YAML that :func:`load` reads back to the same values."""
+    return yaml.dump(data, Dumper=ConfigDumper, sort_keys=False, allow_unicode=True)
 
 
 def parse_text(text: str) -> Any:
@@ -57,6 +66,7 @@ def load(path: str | Path) -> tuple[dict, dict[Key, str]]:
         if not isinstance(root, yaml.MappingNode):
             raise ConfigError(f"{path}:{root.start_mark.line + 1}: a config file is a mapping of sections "
                               f"(trainer:, model:, data: ...), not a {_node_kind(root)}.")
+        _check_size(root, path)
         _check_keys(root, path)
         tree = ConfigLoader(text).get_single_data()
     except yaml.constructor.ConstructorError as error:
@@ -65,6 +75,28 @@ def load(path: str | Path) -> tuple[dict, dict[Key, str]]:
     except yaml.YAMLError as error:
         raise ConfigError(f"{_yaml_place(path, error)}: not valid YAML: {_yaml_problem(error)}") from None
     return tree, {key: f"{path}:{node.start_mark.line + 1}" for key, node in _walk(root, ())}
+
+
+def _check_size(root: yaml.Node, path: Path) -> None:
+    """Refuse a document whose aliases refer to themselves or expand past :data:`_MOST_VALUES` values."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise ConfigError(f"{path}:{node.start_mark.line + 1}: a YAML alias here refers to the value holding it.")
+        open_nodes.add(id(node))
+        children = [child for pair in node.value for child in pair] if isinstance(node, yaml.MappingNode) else (
+            node.value if isinstance(node, yaml.SequenceNode) else [])
+        sizes[id(node)] = min(1 + sum(size(child) for child in children), _MOST_VALUES + 1)
+        open_nodes.discard(id(node))
+        return sizes[id(node)]
+
+    if size(root) > _MOST_VALUES:
+        raise ConfigError(f"{path}: its aliases expand to more than {_MOST_VALUES:,} values; a config is not "
+                          f"that large. Write the values out, or alias fewer.")
 
 
 def _walk(node: yaml.Node, key: Key) -> Iterator[tuple[Key, yaml.Node]]:

@@ -67,10 +67,12 @@ class Options(Net):
                  schedule: Schedule | None = None, paths: list[Path] = (), pairs: list[tuple[int, int]] = (),
                  tags: set[str] = frozenset(), bits: Literal["16", "32"] = "32", note: str = "",
                  shade: Color | str = "plain", scale: float | int = 1,
-                 helper: framework.Callback | None = None) -> None:
+                 helper: framework.Callback | None = None, label: str = None, limits: dict = None,
+                 stages: Schedule = Schedule(warmup=1, peak=0.5)) -> None:  # noqa: B008 - a default to print
         super().__init__()
         self.options = dict(color=color, activation=activation, schedule=schedule, paths=paths, pairs=pairs,
-                            tags=tags, bits=bits, note=note, shade=shade, scale=scale, helper=helper)
+                            tags=tags, bits=bits, note=note, shade=shade, scale=scale, helper=helper, label=label,
+                            limits=limits, stages=stages)
 
 
 class Data(framework.DataModule):

@@ -163,8 +163,7 @@ BAD_INPUTS = [
     (BASE, ["--data=tests.cli.cli_classes.Net"], ["data (--data)", "Net is not a framework.DataModule"]),
     (BASE.replace("cpu\n", "cpu\n  callbacks:\n  - class_path: CSVLogger\n"), [],
      ["trainer.callbacks[0]", "CSVLogger is not a framework.Callback"]),
-    (BASE.replace("cpu\n", "cpu\n  callbacks:\n  - class_path: ModelCheckpoint\n    monitor: val_loss\n"), [],
-     ["trainer.callbacks[0].monitor", "put 'monitor' under init_args"]),
+    ("model: {}\n", [], ["c.yaml:1)", "it is empty"]),
     ("trainer:\n  max_epochs: [1\n", [], ["c.yaml:3", "not valid YAML", "begun on line 2"]),
     ("trainer:\n  max_epochs: 1\n  max_epochs: 2\n", [], ["c.yaml:3", "'max_epochs' is given twice", "line 2"]),
     ("- trainer\n", [], ["c.yaml:1", "not a list"]),
@@ -337,9 +336,18 @@ def test_a_mapping_argument_is_replaced_by_a_later_config_not_merged(tmp_path, c
     assert printed_config(capsys, "--config", first, "--config", second)["trainer"]["max_time"] == {"hours": 1}
 
 
-def test_a_section_may_name_its_class_alone(tmp_path, capsys):
+def test_a_section_may_name_its_class_alone_or_hold_its_arguments_beside_class_path(tmp_path, capsys):
     text = BASE.replace(f"  class_path: {NET}\n  init_args:\n    lr: 0.1\n", "").replace("model:\n", f"model: {NET}\n")
     assert printed_config(capsys, "--config", write(tmp_path, "c.yaml", text))["model"]["class_path"] == NET
+    printed = printed_config(capsys, "--config", write(tmp_path, "c.yaml", text), "--model={lr: 3}",
+                             "--trainer.logger=CSVLogger", "--trainer.logger={save_dir: x}")
+    assert printed["model"]["init_args"]["lr"] == 3.0 and printed["trainer"]["logger"]["init_args"]["save_dir"] == "x"
+
+    flat = BASE.replace("    lr: 0.1\n", "").replace("  init_args:\n", "  lr: 0.4\n").replace(
+        "cpu\n", "cpu\n  callbacks:\n  - class_path: ModelCheckpoint\n    monitor: val_loss\n")
+    printed = printed_config(capsys, "--config", write(tmp_path, "flat.yaml", flat))
+    assert printed["model"]["init_args"]["lr"] == 0.4
+    assert printed["trainer"]["callbacks"][0]["init_args"]["monitor"] == "val_loss"
 
 
 MORE_BAD_INPUTS = [
@@ -463,3 +471,45 @@ def test_only_usable_classes_are_known_by_bare_name():
 
     assert {"ModelCheckpoint", "CSVLogger", "DDPStrategy"} <= set(short_names())
     assert not {"Callback", "Logger", "Strategy", "EarlyStoppingReason", "Ranks"} & set(short_names())
+
+
+def test_text_that_reads_as_a_number_round_trips_as_text(tmp_path, capsys):
+    printed = printed_config(capsys, "--config", write(tmp_path, "c.yaml", BASE), "--model.name=1e5",
+                             "--trainer.gradient_clip_algorithm=007")
+    assert printed["model"]["init_args"]["name"] == "1e5" and printed["trainer"]["gradient_clip_algorithm"] == "007"
+    assert run(args=["fit", "--config", write(tmp_path, "c.yaml", BASE), "--model.name=1e5", "--print_config"]) is None
+    again = write(tmp_path, "printed.yaml", capsys.readouterr().out)
+    assert printed_config(capsys, "--config", again)["model"]["init_args"]["name"] == "1e5"
+
+
+def test_a_none_default_takes_none_whatever_the_annotation(tmp_path, capsys):
+    config = ["--config", write(tmp_path, "c.yaml", OPTIONS)]
+    printed = printed_config(capsys, *config, "--model.label=null")["model"]["init_args"]
+    assert printed["label"] is None and printed["limits"] is None
+    again = write(tmp_path, "printed.yaml", yaml.safe_dump({"model": {"class_path": "tests.cli.cli_classes.Options",
+                                                                      "init_args": printed}}))
+    assert printed_config(capsys, "--config", again)["model"]["init_args"] == printed
+
+
+def test_a_dataclass_default_prints_as_its_fields(tmp_path, capsys):
+    printed = printed_config(capsys, "--config", write(tmp_path, "c.yaml", OPTIONS))["model"]["init_args"]
+    assert printed["stages"] == {"warmup": 1, "peak": 0.5}
+
+
+def test_an_error_names_the_file_that_named_the_class(tmp_path):
+    typo = write(tmp_path, "typo.yaml", "model: tests.cli.cli_classes.Nett\n")
+    more = write(tmp_path, "more.yaml", "model:\n  init_args: {hidden: 3}\n")
+    with pytest.raises(ConfigError, match="model.class_path .*typo.yaml:1.*has no 'Nett'"):
+        run(args=["fit", "--config", typo, "--config", more, "--print_config"])
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("trainer:\n  plugins: &a [*a]\n", "refers to the value holding it"),
+    ("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
+     "expand to more than 100,000 values"),
+])
+def test_yaml_aliases_that_never_end_are_refused(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        run(args=["fit", "--config", write(tmp_path, "c.yaml", text), "--print_config"])
