@@ -187,16 +187,20 @@ def test_zero3_in_float16_skips_a_step_on_every_rank_when_one_rank_part_overflow
 
 # -- memory: the bytes each rank holds ---
 
-class _Blocks(framework.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
+class _TrainsLayers(framework.Module):
+    """The training step and optimizer of a Module whose ``layers`` are four 64x64 linears."""
 
     def training_step(self, batch, batch_idx):
         return self.layers(batch[0]).pow(2).mean()
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+class _Blocks(_TrainsLayers):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
 
 
 class _MeasureState(Callback):
@@ -232,7 +236,7 @@ def test_each_rank_holds_what_the_zero_arithmetic_says(strategy, theory):
 
 # -- a model built sharded on the meta device ---
 
-class _BuiltSharded(framework.Module):
+class _BuiltSharded(_TrainsLayers):
     """Its layers are created on the meta device in configure_model: no rank ever allocates them whole."""
 
     def __init__(self) -> None:
@@ -244,12 +248,6 @@ class _BuiltSharded(framework.Module):
             return
         with torch.device("meta"):
             self.layers = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
-
-    def training_step(self, batch, batch_idx):
-        return self.layers(batch[0]).pow(2).mean()
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
 class _HeldAtStart(Callback):
