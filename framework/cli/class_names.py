@@ -37,6 +37,11 @@ def names_a_class(text: Any) -> bool:
             and isinstance(parse_text(text), str) and ("." in text or text in short_names()))
 
 
+def class_path_of(cls: type) -> str:
+    """The import path a config names ``cls`` by."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def find(path: str) -> Any:
     """The object an import path (``torch.nn.functional.relu``) names, or None where it names nothing."""
     module_name, _, name = path.rpartition(".")

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from framework.cli.class_names import import_path_of, short_names
+from framework.cli.class_names import class_path_of, import_path_of, short_names
 from framework.cli.coerce import Mismatch, check, mismatch_error
 from framework.cli.config import CLASS_KEYS, Config, FlagText
 from framework.cli.errors import ConfigError, Key, dotted, placed
@@ -66,11 +66,6 @@ def public_path(cls: type) -> str:
     package = cls.__module__.split(".")[0]
     exported = getattr(importlib.import_module(package), cls.__name__, None)
     return f"{package}.{cls.__name__}" if exported is cls else class_path_of(cls)
-
-
-def class_path_of(cls: type) -> str:
-    """The import path a config names ``cls`` by."""
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def nearest_keys(name: str, valid: list[str]) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
-from framework.cli.class_names import find, names_a_class, short_names
+from framework.cli.class_names import class_path_of, find, names_a_class, short_names
 from framework.cli.config import FlagText, is_class_node
 from framework.cli.errors import ConfigError, Key, placed
 from framework.cli.yaml_files import parse_text
@@ -186,7 +186,7 @@ def _class_section(value: Any, base: type, key: Key, resolve_class: ResolveClass
     if names_a_class(value):
         value = {"class_path": value}
     elif dataclasses.is_dataclass(base) and isinstance(value, dict) and not is_class_node(value):
-        section = {"class_path": f"{base.__module__}.{base.__qualname__}", "init_args": value}
+        section = {"class_path": class_path_of(base), "init_args": value}
         return resolve_class(section, base, key)["init_args"]
     if is_class_node(value):
         return resolve_class(value, base, key)

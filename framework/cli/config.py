@@ -27,7 +27,6 @@ from framework.cli.errors import ConfigError, Key
 from framework.cli.signatures import parameters
 
 CLASS_KEYS = ("class_path", "init_args")
-_MISSING = object()
 
 
 class FlagText(str):
