@@ -49,6 +49,10 @@ def report() -> str:
 
 
 def _version_of(package: str) -> str:
+    if package == "torch":  # torch's own string names the build ("2.14.1+cu130"); the wheel's metadata may not
+        import torch
+
+        return torch.__version__
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
