@@ -58,7 +58,7 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer:
     if is_writer and fs.exists(inner_temporary):
         fs.rm(inner_temporary, recursive=True)
     barrier()
-    dcp.save(tensors, storage_writer=_writer(temporary))
+    dcp.save(tensors, storage_writer=_writer(temporary, on_host=all(t.device.type == "cpu" for t in tensors.values())))
     if is_writer:
         write_atomic(f"{temporary}/{META_FILE}", lambda file: torch.save(skeleton, file))
         _move_into_place(temporary, path)
@@ -165,15 +165,18 @@ def _move_into_place(temporary: str, path: str) -> None:
         fs.mv(inner_temporary, inner, recursive=True)
 
 
-def _writer(path: str) -> Any:
+def _writer(path: str, on_host: bool) -> Any:
+    # Wherever CUDA is available, DCP copies tensors to the host ahead of writing them on a CUDA stream, and so
+    # initialises CUDA in a CPU run (which fails in a forked rank); with every tensor on the host it copies none.
+    options = {"per_thread_copy_ahead": 0} if on_host else {}
     fs, inner = filesystem(path)
     if is_local(fs):
         from torch.distributed.checkpoint import FileSystemWriter
 
-        return FileSystemWriter(inner)
+        return FileSystemWriter(inner, **options)
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-    return FsspecWriter(path)
+    return FsspecWriter(path, **options)
 
 
 def _reader(path: str) -> Any:
