@@ -10,9 +10,10 @@ from typing import Any
 import torch
 
 from framework.runtime.launchers import start_processes
+from framework.runtime.start_method import choose_start_method
 
 
-def spawn(world_size: int, fn: Callable[..., Any], *args: Any, start_method: str = "fork",
+def spawn(world_size: int, fn: Callable[..., Any], *args: Any, start_method: str = "auto",
           timeout: float = 60.0) -> list[Any]:
     """Run ``fn(rank, *args)`` on ``world_size`` real processes joined in a gloo process group; each rank's result.
 
@@ -21,16 +22,21 @@ def spawn(world_size: int, fn: Callable[..., Any], *args: Any, start_method: str
     seconds fails instead of hanging the test. A Trainer or Runtime created inside ``fn``
     joins these ranks.
 
+    The processes are forked where that is safe and spawned elsewhere (on a machine with GPUs,
+    see ``framework.runtime.start_method``): define ``fn``, and the classes its arguments hold, at
+    the top level of a module, so that a spawned process can import them.
+
     Example::
 
-        def total(rank):
+        def total(rank):      # at the top level of the test file
             value = torch.tensor([rank + 1.0])
             torch.distributed.all_reduce(value)
             return value.item()
 
         assert framework.testing.spawn(2, total) == [3.0, 3.0]
     """
-    return start_processes(_in_process_group, (fn, args, timeout), world_size, start_method)
+    method = choose_start_method(start_method, script_available=False)
+    return start_processes(_in_process_group, (fn, args, timeout), world_size, method)
 
 
 def state_bytes(module: Any, optimizer: Any = None) -> dict[str, int]:

@@ -9,13 +9,18 @@ from dataclasses import dataclass
 
 from framework.errors import MisconfigurationError
 
+# Set in the ranks that run the script again (rank 0 included), to tell them from ranks torchrun started.
+SCRIPT_RANKS_VARIABLE = "FRAMEWORK_SCRIPT_RANKS"
+
 
 @dataclass(frozen=True)
 class ClusterEnvironment:
     """Where this process stands among the ranks of one run, and how the ranks find each other.
 
     ``source`` says who set the ranks up: ``"torchrun"`` (also ``framework launch`` and the
-    framework's own launcher, which speak torchrun's variables) or ``"slurm"``.
+    framework's forked or spawned ranks, which speak torchrun's variables), ``"script"`` (ranks that
+    run the script again, started by rank 0: ``start_method="auto"`` where forking is unsafe, or
+    ``runtime.launch()``) or ``"slurm"``.
     """
 
     world_size: int
@@ -49,7 +54,7 @@ def _torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
     return ClusterEnvironment(
         world_size=world_size, global_rank=_int(environ, "RANK"), local_rank=_int(environ, "LOCAL_RANK"),
         node_rank=node_rank, local_world_size=local_world_size, main_address=environ["MASTER_ADDR"],
-        main_port=_int(environ, "MASTER_PORT"), source="torchrun",
+        main_port=_int(environ, "MASTER_PORT"), source="script" if SCRIPT_RANKS_VARIABLE in environ else "torchrun",
     )
 
 

@@ -17,12 +17,13 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from framework.errors import MisconfigurationError
+from framework.runtime.start_method import fork_hazard, warn_if_fork_is_unsafe
 
-START_METHODS = ("auto", "fork", "spawn")
 # How long stopped workers get to exit on SIGTERM before they are killed.
 TERMINATE_GRACE_S = 5.0
 
@@ -42,32 +43,6 @@ class _RemoteTraceback(Exception):
         return self.text
 
 
-def resolve_start_method(start_method: str) -> str:
-    """``"fork"`` or ``"spawn"`` for ``start_method`` ("auto" forks where that is safe: POSIX, CUDA not started)."""
-    if start_method not in START_METHODS:
-        raise MisconfigurationError(
-            f"start_method={start_method!r} is not supported. Accepted: {', '.join(map(repr, START_METHODS))}."
-        )
-    can_fork = "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
-    if start_method == "auto":
-        return "fork" if can_fork and not _cuda_started() else "spawn"
-    if start_method == "fork":
-        if not can_fork:
-            raise MisconfigurationError(f"start_method='fork' is not available on {sys.platform}; use 'spawn'.")
-        if _cuda_started():
-            raise MisconfigurationError(
-                "CUDA was already initialised in this process, and a forked child cannot use it. Use "
-                "strategy='ddp_spawn', or create no CUDA tensors before the Trainer starts its processes."
-            )
-    return start_method
-
-
-def _cuda_started() -> bool:
-    import torch
-
-    return torch.cuda.is_initialized()
-
-
 def free_port() -> int:
     """A TCP port on this machine that nothing listens on now (for the ranks' rendezvous)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -75,23 +50,27 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_processes(function: Callable[..., Any], args: Sequence[Any], world_size: int,
-                    start_method: str = "auto") -> list[Any]:
+def start_processes(function: Callable[..., Any], args: Sequence[Any], world_size: int, method: str,
+                    environment: dict[str, str] | None = None) -> list[Any]:
     """Run ``function(*args)`` in ``world_size`` new processes (ranks 0 .. world_size-1); their results in rank order.
 
+    ``method``: ``"fork"``, ``"forkserver"`` or ``"spawn"`` (``start_method.choose_start_method``
+    decides); ``environment``: variables each rank gets on top of this process's environment.
     If a rank raises, the others are stopped and its exception is raised here, with the rank
     and its traceback attached; if a rank dies, ``RankExitedError`` says which and how.
 
     Example::
 
-        results = start_processes(train, (config,), world_size=2)   # [rank 0's, rank 1's]
+        results = start_processes(train, (config,), world_size=2, method="spawn")   # [rank 0's, rank 1's]
     """
-    method = resolve_start_method(start_method)
-    context = multiprocessing.get_context(method)
+    if method == "fork":
+        warn_if_fork_is_unsafe()
+    context = _context(method)
     # A forked child has its own copy of everything. Spawn pickles the arguments, and torch makes
     # multiprocessing's pickler pass tensors as shared memory: every rank would train one shared set of
     # weights. Plain pickling copies them.
     work: Any = (function, tuple(args)) if method == "fork" else _pickled_for_spawn(function, tuple(args))
+    inherited = _Inherited.from_caller(method, environment or {})
     port = free_port()
     workers: list[Any] = []
     channels: list[Connection] = []
@@ -100,7 +79,7 @@ def start_processes(function: Callable[..., Any], args: Sequence[Any], world_siz
             receiver, sender = context.Pipe(duplex=False)
             worker = context.Process(
                 target=_run_worker, name=f"framework-rank-{rank}",
-                args=(rank, world_size, port, os.getpid(), sender, work),
+                args=(rank, world_size, port, inherited, sender, work),
             )
             worker.start()
             sender.close()  # the child's copy is the one that writes; the parent's would keep EOF away
@@ -115,21 +94,85 @@ def start_processes(function: Callable[..., Any], args: Sequence[Any], world_siz
             channel.close()
 
 
+@dataclass
+class _Inherited:
+    """What a rank takes over from the calling process, however it was started.
+
+    A forkserver's children would otherwise have the server's environment and standard streams,
+    fixed when it started (a test under pytest's capture would lose its ranks' output).
+    """
+
+    environment: dict[str, str]
+    parent_pid: int | None  # the process whose death ends the rank; None: the forkserver's, found at start-up
+    streams: tuple[Any, ...] = ()  # stdout and stderr, as the caller has them
+
+    @classmethod
+    def from_caller(cls, method: str, environment: dict[str, str]) -> _Inherited:
+        variables = {**os.environ, **environment}
+        if method != "forkserver":
+            return cls(variables, os.getpid())
+        return cls(variables, None, (_CallerStream(1), _CallerStream(2)))
+
+    def take_over(self) -> None:
+        """In the rank: end with the parent, and use the caller's environment and streams."""
+        _die_with_parent(self.parent_pid)
+        os.environ.clear()
+        os.environ.update(self.environment)
+        for target, stream in enumerate(self.streams, start=1):
+            os.dup2(stream.detach(), target)
+
+
+class _CallerStream:
+    """One of the caller's file descriptors, sent along to a rank as multiprocessing sends descriptors."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from multiprocessing.reduction import DupFd
+
+        return (_received, (DupFd(self.fd),))  # DupFd works only while multiprocessing pickles a Process
+
+
+def _received(duplicate: Any) -> Any:
+    return duplicate
+
+
+def _context(method: str) -> Any:
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        # The server imports these once, when it starts; every rank forked from it has them imported (torch's
+        # first optimizer imports torch._dynamo, ~2 s; torchmetrics, where the caller uses it, ~0.6 s).
+        preload = ["framework.runtime.launchers", "torch._dynamo"]
+        if "torchmetrics" in sys.modules:
+            preload.append("torchmetrics")
+        context.set_forkserver_preload(preload)
+    return context
+
+
 def _pickled_for_spawn(function: Callable[..., Any], args: tuple) -> bytes:
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     if main_file is not None and not os.path.exists(main_file):  # `python -` or `python -c`: nothing to re-import
         raise MisconfigurationError(
             f"Starting the ranks with 'spawn' re-imports the main script, and this one ({main_file}) is no file. "
-            "Put the code in a file, or use strategy='ddp_fork' (the default 'ddp' forks where it can)."
+            f"Put the code in a file{_fork_instead()}."
         )
     try:
         return pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, AttributeError, TypeError) as error:
         raise MisconfigurationError(
-            f"Starting the ranks with 'spawn' needs everything they run picklable, and this is not: {error}. "
-            "Define the Module, its data and callbacks at the top level of an importable file (not in a "
-            "notebook cell or inside a function), or use strategy='ddp_fork'."
+            f"The ranks are started with 'spawn', which needs everything they run picklable, and this is not: "
+            f"{error}. Define the Module, its data and callbacks at the top level of an importable file (not in a "
+            f"notebook cell or inside a function){_fork_instead()}."
         ) from error
+
+
+def _fork_instead() -> str:
+    """The advice to fork instead, with the hazard that stopped ``start_method="auto"`` from forking, if any."""
+    hazard = fork_hazard()
+    if hazard is None:
+        return ", or use strategy='ddp_fork'"
+    return f", or fork anyway with strategy='ddp_fork' (not chosen by default because {hazard})"
 
 
 def _collect(workers: list[Any], channels: list[Connection]) -> list[Any]:
@@ -205,9 +248,9 @@ def _stop(workers: list[Any]) -> None:
             worker.join()
 
 
-def _run_worker(rank: int, world_size: int, port: int, parent_pid: int, channel: Connection,
+def _run_worker(rank: int, world_size: int, port: int, inherited: _Inherited, channel: Connection,
                 work: tuple[Callable[..., Any], tuple] | bytes) -> None:
-    _die_with_parent(parent_pid)
+    inherited.take_over()
     os.environ.update(rank_variables(rank, world_size, port))
     _forget_inherited_process_group()
     try:
@@ -263,8 +306,8 @@ def _unpickled(work: bytes) -> tuple[Callable[..., Any], tuple]:
     except (AttributeError, ImportError) as error:
         raise MisconfigurationError(
             f"A spawned rank could not rebuild what it should run: {error}. Classes and functions defined in a "
-            "notebook, a REPL or `python -c` exist only in the calling process; define them in an importable "
-            "file, or use strategy='ddp_fork' (the default 'ddp' forks where it can)."
+            "notebook, a REPL or `python -c` exist only in the calling process: define them in an importable "
+            "file (strategy='ddp_fork' forks instead, where forking is safe)."
         ) from error
 
 
@@ -303,7 +346,7 @@ def die_with_parent() -> None:
             pass
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent(parent_pid: int | None) -> None:
     die_with_parent()
-    if os.getppid() != parent_pid:  # the parent died before the line above took effect
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before the line above took effect
         os._exit(1)

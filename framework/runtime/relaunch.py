@@ -1,6 +1,7 @@
-"""``runtime.launch()`` without a function: this process becomes rank 0 and runs the script again for the others.
+"""Ranks started by running the script again: this process becomes rank 0, the others run the same command.
 
-This is how a Fabric script with ``fabric.launch()`` starts its ranks. The ranks started here
+This is how a Fabric script with ``fabric.launch()`` starts its ranks, and how ``start_method="auto"``
+starts them from a script where forking is unsafe (as torchrun and Lightning's ``ddp`` do). The ranks started here
 are watched: one that fails stops all (this process included, with a message naming it, not
 just the collective error its loss causes here); when this process ends, it waits for them, or
 stops them if it failed.
@@ -15,6 +16,7 @@ import sys
 from typing import Any
 
 from framework.errors import MisconfigurationError
+from framework.runtime.environment import SCRIPT_RANKS_VARIABLE
 from framework.runtime.launchers import TERMINATE_GRACE_S, die_with_parent, free_port, rank_variables
 
 # How long rank 0, at its end, waits for the ranks it started to end too.
@@ -24,40 +26,70 @@ _FINISH_GRACE_S = 120.0
 def relaunch_script(world_size: int) -> None:
     """Make this process rank 0 and start ranks 1 .. world_size-1 as new runs of the same script.
 
-    For ``runtime.launch()`` without a function: everything after the call runs on every rank.
-    A rank that fails stops the others (this one included); when this one ends, it waits for
-    the others, or stops them if it failed.
+    For ``runtime.launch()`` without a function, and for the ranks ``start_method="auto"`` starts
+    from a script where forking is unsafe: everything after the call runs on every rank. A rank
+    that fails stops the others (this one included); when this one ends, it waits for the others,
+    or stops them if it failed.
     """
-    command = _script_command()
+    command = script_command()
+    if command is None:
+        raise MisconfigurationError(_no_script_message())
     port = free_port()
     children = []
     for rank in range(1, world_size):
-        environment = {**os.environ, **rank_variables(rank, world_size, port)}
-        children.append(subprocess.Popen(command, env=environment, preexec_fn=die_with_parent))
-    os.environ.update(rank_variables(0, world_size, port))
+        child_environment = {**os.environ, **_script_rank_variables(rank, world_size, port)}
+        children.append(subprocess.Popen(command, env=child_environment, preexec_fn=die_with_parent))
+    os.environ.update(_script_rank_variables(0, world_size, port))
     watcher = _ScriptRanks(children)
     watcher.start()
 
 
-def _script_command() -> list[str]:
+def _script_rank_variables(rank: int, world_size: int, port: int) -> dict[str, str]:
+    return {**rank_variables(rank, world_size, port), SCRIPT_RANKS_VARIABLE: "1"}
+
+
+# Programs that run other code: running them again would not run the user's script again (pytest would run the
+# whole test session in every rank).
+_NOT_SCRIPTS = {"pytest", "py.test", "_pytest", "unittest", "ipykernel_launcher", "ipykernel", "IPython"}
+
+
+def script_command() -> list[str] | None:
+    """The command that runs this process's script again, or None where there is none to run again.
+
+    None in an interactive session (REPL, notebook), for ``python -c`` and ``python -`` (stdin),
+    and under a test runner (pytest, unittest), whose run is not the user's script.
+
+    Example::
+
+        $ python train.py --lr 0.1      ->  [sys.executable, "/abs/train.py", "--lr", "0.1"]
+        $ python -m pkg.train           ->  [sys.executable, "-m", "pkg.train"]
+    """
+    if hasattr(sys, "ps1"):  # at an interactive prompt, whatever started the interpreter
+        return None
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    module = spec.name.removesuffix(".__main__") if spec is not None and spec.name else ""
+    path = getattr(main, "__file__", None)
+    program = module.split(".")[0] if module else os.path.splitext(os.path.basename(path or ""))[0]
+    if program in _NOT_SCRIPTS or os.path.basename(path or "") in _NOT_SCRIPTS:
+        return None
+    if module and module != "__main__":
+        return [sys.executable, "-m", module, *sys.argv[1:]]
+    if not path or not os.path.isfile(path):
+        return None
+    return [sys.executable, os.path.abspath(path), *sys.argv[1:]]
+
+
+def _no_script_message() -> str:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     running = (spec.name if spec is not None else "") or os.path.basename(getattr(main, "__file__", "") or "")
     if running.startswith(("pytest", "py.test", "_pytest")):
-        raise MisconfigurationError(
-            "runtime.launch() without a function would start the other ranks by running pytest again. In a test, "
-            "call runtime.launch(fn) (fn gets the runtime), or use framework.testing.spawn."
-        )
-    if spec is not None and spec.name and spec.name != "__main__":
-        return [sys.executable, "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
-    path = getattr(main, "__file__", None)
-    if not path or not os.path.exists(path):
-        raise MisconfigurationError(
-            "runtime.launch() without a function starts the other ranks by running this script again, and there "
+        return ("runtime.launch() without a function would start the other ranks by running pytest again. In a "
+                "test, call runtime.launch(fn) (fn gets the runtime), or use framework.testing.spawn.")
+    return ("runtime.launch() without a function starts the other ranks by running this script again, and there "
             "is no script here (a notebook, a REPL or `python -c`). Put the training in a function and call "
-            "runtime.launch(train), or use a strategy that forks: Runtime(..., strategy='ddp_fork')."
-        )
-    return [sys.executable, os.path.abspath(path), *sys.argv[1:]]
+            "runtime.launch(train), or use a strategy that forks: Runtime(..., strategy='ddp_fork').")
 
 
 class _ScriptRanks:

@@ -140,32 +140,63 @@ class Runtime:
         """
         if function is None:
             if self.needs_launch:
-                if getattr(self.strategy, "start_method", "auto") != "auto" or self.num_nodes > 1:
+                requested = getattr(self.strategy, "start_method", "auto")
+                if requested not in ("auto", "popen") or self.num_nodes > 1:
                     raise MisconfigurationError(
                         f"runtime.launch() without a function cannot start ranks with strategy={self.strategy.name!r} "
-                        f"({self.strategy.start_method}) or on several nodes. Call runtime.launch(train) with the "
+                        f"({requested}) or on several nodes. Call runtime.launch(train) with the "
                         "training in a function, or start the script with `framework launch` (or torchrun)."
                     )
-                from framework.runtime.relaunch import relaunch_script
-
-                relaunch_script(self.world_size)
-                self._join_launched()
+                self.become_rank_zero()
             self.setup_environment()
             return None
         return self.run_in_ranks(function, *args, **kwargs)[0]
 
+    def start_method(self) -> str | None:
+        """How this run's ranks start: None where they need no starting (one process, or a launcher started
+        them); else ``"fork"``, ``"forkserver"``, ``"spawn"`` or ``"popen"`` (the script run again), by the rule in
+        ``framework.runtime.start_method``."""
+        if not self.needs_launch:
+            return None
+        from framework.runtime.relaunch import script_command
+        from framework.runtime.start_method import choose_start_method
+
+        return choose_start_method(getattr(self.strategy, "start_method", "auto"), script_command() is not None)
+
     def run_in_ranks(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
-        """``function(runtime, *args, **kwargs)`` on every rank (processes started if needed); their results."""
+        """``function(runtime, *args, **kwargs)`` on every rank; the results of the ranks this process waited for.
+
+        Where ranks are forked or spawned, this process waits for all of them and gets every
+        rank's result; where the script is run again (``"popen"``), this process is rank 0 and
+        gets its own.
+        """
         if not callable(function):
             raise TypeError(f"launch(function={describe(function)}): the function must be callable.")
-        if not self.needs_launch:
-            self.setup_environment()
-            return [function(self, *args, **kwargs)]
-        from framework.runtime.launchers import start_processes
+        method = self.start_method()
+        if method in ("fork", "forkserver", "spawn"):
+            from framework.runtime.launchers import start_processes
 
-        start_method = getattr(self.strategy, "start_method", "auto")
-        return start_processes(_run_as_rank, (self, rng_states(), function, args, kwargs), self.world_size,
-                               start_method)
+            return start_processes(_run_as_rank, (self, rng_states(), function, args, kwargs), self.world_size,
+                                   method, self._rank_environment())
+        if method == "popen":
+            self.become_rank_zero()
+        self.setup_environment()
+        return [function(self, *args, **kwargs)]
+
+    def become_rank_zero(self) -> None:
+        """Start ranks 1 .. N-1 as new runs of this script and join them as rank 0 (everything after runs on every
+        rank)."""
+        from framework.runtime.relaunch import relaunch_script
+
+        relaunch_script(self.world_size)
+        self._join_launched()
+
+    def _rank_environment(self) -> dict[str, str]:
+        """What forked or spawned ranks get in their environment: a CPU run's ranks see no CUDA device, so neither
+        torch (Adam's step, ``pin_memory``, torch.compile) nor user code initialise CUDA in them. Not for ranks
+        that run the script again: rank 0, this process, sees the devices, and the ranks must agree (torch's
+        DeviceMesh makes one more process group where CUDA is available)."""
+        return {"CUDA_VISIBLE_DEVICES": ""} if self.accelerator == "cpu" else {}
 
     def _join_launched(self) -> None:
         """In a process the launcher started: take up this rank's device and share the machine's cores."""

@@ -17,7 +17,7 @@ from torch import nn
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import Strategy
 
-_START_METHODS = ("auto", "fork", "spawn")
+_START_METHODS = ("auto", "fork", "spawn", "forkserver", "popen")
 _EXIT_BARRIER_TIMEOUT = timedelta(seconds=60)
 _REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 

@@ -76,6 +76,16 @@ def _adopt(trainer: Any, report: dict[str, Any]) -> None:
     trainer.ckpt_path = report["ckpt_path"]
 
 
+def predictions_of_every_rank(trainer: Any, predictions: Any) -> Any:
+    """On ranks that run the script again (started by the Trainer where forking is unsafe), every rank's
+    predictions joined in dataset order, on every rank: what the caller of forked ranks gets."""
+    environment = trainer.runtime.environment
+    if predictions is None or environment is None or environment.source != "script":
+        return predictions
+    per_rank = trainer.runtime.strategy.all_gather_object(predictions)
+    return _predictions_in_order(per_rank, len(trainer.eval_loaders["predict"]))
+
+
 def _predictions_in_order(per_rank: list[Any], loader_count: int) -> Any:
     """Each rank predicted a contiguous part of the data, in rank order: joined, they are the dataset's order."""
     if per_rank[0] is None:

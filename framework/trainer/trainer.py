@@ -29,7 +29,7 @@ from framework.trainer.defaults import default_loggers, with_default_callbacks
 from framework.trainer.dispatch import HookRunner, merge_module_callbacks
 from framework.trainer.eval_loop import run_predict, run_validate_or_test
 from framework.trainer.fit_loop import FitLoop
-from framework.trainer.launch import run_launched
+from framework.trainer.launch import predictions_of_every_rank, run_launched
 from framework.trainer.metrics import MetricStore, log_hyperparams
 from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy
 from framework.trainer.properties import TrainerProperties
@@ -245,8 +245,9 @@ class Trainer(TrainerProperties):
 
         With ranks the Trainer started itself, each rank predicts a contiguous part of the data and
         the caller gets every rank's predictions joined in dataset order (a DistributedSampler of
-        your own keeps its own order; its parts are joined rank by rank). Where a launcher started
-        the ranks (torchrun, SLURM), each rank returns its own part, as in Lightning.
+        your own keeps its own order; its parts are joined rank by rank); where it ran the script
+        again for them, every rank gets them all. Where a launcher started the ranks (torchrun,
+        SLURM), each rank returns its own part, as in Lightning.
         """
         datamodule, dataloaders = _datamodule_or_loaders("predict", datamodule, dataloaders)
         self._keep_predictions = return_predictions is not False
@@ -269,7 +270,9 @@ class Trainer(TrainerProperties):
         if fn != TrainerFn.FITTING:  # here, once, not on each rank the Trainer may start
             ckpt_path = evaluation_ckpt_path(self, fn, ckpt_path)
         if self.runtime.needs_launch:
-            return self._run_launched(fn, model, datamodule, loaders, ckpt_path, weights_only)
+            if self.runtime.start_method() != "popen":
+                return self._run_launched(fn, model, datamodule, loaders, ckpt_path, weights_only)
+            self.runtime.become_rank_zero()  # the other ranks run the script again; this one goes on as rank 0
         self.given_loaders = loaders
         self._weights_only = weights_only
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
@@ -286,7 +289,7 @@ class Trainer(TrainerProperties):
                 self.fit_loop = FitLoop(self)
                 outcome = self.fit_loop.fit(ckpt_path)
             elif fn == TrainerFn.PREDICTING:
-                outcome = run_predict(self, ckpt_path)
+                outcome = predictions_of_every_rank(self, run_predict(self, ckpt_path))
             else:
                 outcome = run_validate_or_test(self, fn, ckpt_path)
             self._teardown(stage)
