@@ -1,0 +1,74 @@
+"""Fits two CPU ranks with every strategy, each in another precision, with the built-in callbacks and both loggers,
+then validates and predicts; a backward pass in this process comes first. Rank 0 writes what came out to
+OUT/results.pt.
+
+Usage: every_strategy_run.py OUT [--touch-cuda]. ``tests/runtime/test_start_method.py`` runs it as a script,
+from a function (``python -c``: no script to run again), and under ``framework launch``, with CUDA made to look
+present (``tests/fake_cuda``) and without. ``--touch-cuda`` adds a callback that calls into CUDA because it is
+available, what a CPU run must never do, to show that such a call is caught.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+import framework
+from framework.callbacks import (
+    Callback,
+    EarlyStopping,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ThroughputMonitor,
+    Timer,
+)
+from framework.loggers import CSVLogger, TensorBoardLogger
+from tests.helpers import Regressor, loader
+
+RUNS = [("ddp", "32-true"), ("ddp_spawn", "16-mixed"), ("zero1", "bf16-mixed"), ("zero2", "16-mixed"),
+        ("zero3", "bf16-mixed"), ("zero3_offload", "32-true")]
+
+
+class TouchesCuda(Callback):
+    """A CUDA call made because CUDA is available, in a run on the CPU."""
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+
+def fit_validate_predict(out: str, strategy: str, precision: str, touch_cuda: bool) -> dict:
+    torch.manual_seed(0)
+    model = Regressor()
+    folder = os.path.join(out, strategy)
+    callbacks = [ModelCheckpoint(monitor="val_loss", save_last=True), EarlyStopping("val_loss", patience=3),
+                 LearningRateMonitor(), Timer(), ThroughputMonitor()]
+    if touch_cuda:
+        callbacks.append(TouchesCuda())
+    trainer = framework.Trainer(
+        accelerator="cpu", devices=2, strategy=strategy, precision=precision, max_epochs=2, default_root_dir=folder,
+        callbacks=callbacks, logger=[CSVLogger(folder), TensorBoardLogger(folder)],
+        log_every_n_steps=1,
+    )
+    trainer.fit(model, loader(shuffle=True), loader(n=24))
+    validated = trainer.validate(model, loader(n=24), verbose=False)
+    predictions = trainer.predict(model, loader(n=24))
+    weights = {name: value.full_tensor() if hasattr(value, "full_tensor") else value  # sharded where ranks run here
+               for name, value in model.state_dict().items()}
+    return {"weights": {name: value.detach().float().cpu() for name, value in weights.items()},
+            "val_loss": validated[0]["val_loss"], "predictions": torch.cat(predictions).float(),
+            "best": os.path.basename(trainer.checkpoint_callback.best_model_path),
+            "global_step": trainer.global_step, "is_global_zero": trainer.is_global_zero}
+
+
+def main(out: str, touch_cuda: bool = False) -> None:
+    torch.nn.Linear(4, 1)(torch.randn(2, 4)).sum().backward()  # where CUDA devices exist, autograd's threads start
+    results = {strategy: fit_validate_predict(out, strategy, precision, touch_cuda) for strategy, precision in RUNS}
+    if all(result["is_global_zero"] for result in results.values()):
+        torch.save(results, os.path.join(out, "results.pt"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], touch_cuda="--touch-cuda" in sys.argv)
