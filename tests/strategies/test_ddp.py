@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -548,21 +549,22 @@ def _wrapper_settings(runtime: framework.Runtime) -> tuple[bool, float]:
     return model._forward_module.find_unused_parameters, runtime.strategy.timeout.total_seconds()
 
 
+def _total(rank: int) -> float:
+    value = torch.tensor([rank + 1.0])
+    torch.distributed.all_reduce(value)
+    return value.item()
+
+
+def _fails_on_rank_one(rank: int) -> None:
+    if rank == 1:
+        raise KeyError("missing on rank 1")
+    torch.distributed.barrier()
+
+
 def test_testing_spawn_joins_a_gloo_group_and_reraises():
-    def total(rank):
-        value = torch.tensor([rank + 1.0])
-        torch.distributed.all_reduce(value)
-        return value.item()
-
-    assert spawn(2, total) == [3.0, 3.0]
-
-    def fails(rank):
-        if rank == 1:
-            raise KeyError("missing on rank 1")
-        torch.distributed.barrier()
-
+    assert spawn(2, _total) == [3.0, 3.0]
     with pytest.raises(KeyError, match="missing on rank 1"):
-        spawn(2, fails)
+        spawn(2, _fails_on_rank_one)
 
 
 def _parallel_matmul(rank: int, a: torch.Tensor) -> float:
@@ -677,15 +679,22 @@ except framework.MisconfigurationError as error:
 """
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
-def test_a_module_typed_into_a_repl_trains_on_two_ranks_or_gets_told_why_not(strategy):
-    done = subprocess.run([sys.executable, "-"], input=REPL_SESSION.replace("STRATEGY", repr(strategy)),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    if strategy == "ddp":  # forks: nothing needs pickling
-        assert "steps 2" in done.stdout
+@pytest.mark.parametrize(("strategy", "cuda_present"), [("ddp", False), ("ddp", True), ("ddp_spawn", False)])
+def test_a_module_typed_into_a_repl_trains_on_two_ranks_or_gets_told_why_not(strategy, cuda_present):
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    if cuda_present:  # as on a GPU machine (tests/fake_cuda/sitecustomize.py)
+        environment["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "fake_cuda")
     else:
-        assert "refused:" in done.stdout and "ddp_fork" in done.stdout
+        environment["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, "-"], input=REPL_SESSION.replace("STRATEGY", repr(strategy)),
+                          capture_output=True, text=True, timeout=120, env=environment)
+    assert done.returncode == 0, done.stderr
+    if strategy == "ddp" and not cuda_present:  # forks: nothing needs pickling
+        assert "steps 2" in done.stdout
+    else:  # spawned, or from a forkserver: the typed-in class cannot reach the ranks
+        assert "refused:" in done.stdout and "Put the code in a file" in done.stdout and "ddp_fork" in done.stdout
+    if cuda_present:
+        assert "not chosen by default because this machine has 2 CUDA devices" in done.stdout
 
 
 def _fit_without_sharding(rank: int) -> tuple[int, list[int]]:
