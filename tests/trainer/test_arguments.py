@@ -22,7 +22,12 @@ def test_misconfiguration_error_is_a_value_error():
 
 # -- Trainer(...) arguments ---------------------------------------------------------------------------
 
-_NOT_A_CALLBACK = object()
+class _NotACallback:
+    def __repr__(self) -> str:  # the default names an address, which would make the test's id differ by process
+        return "_NotACallback()"
+
+
+_NOT_A_CALLBACK = _NotACallback()
 
 # (keyword, bad value, a phrase of what is accepted that the message must also contain)
 BAD_ARGUMENTS = [
