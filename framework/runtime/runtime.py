@@ -97,12 +97,7 @@ class Runtime:
                 f"{strategy!r} ({type(self.strategy).__name__}) does not do. Use devices=1, or strategy='ddp'."
             )
         if launched and world_size != self.environment.world_size:
-            raise MisconfigurationError(
-                f"The launcher ({self.environment.source}) started {self.environment.world_size} processes "
-                f"(WORLD_SIZE), but devices={devices!r} and num_nodes={num_nodes} make {world_size}. Start "
-                "devices x num_nodes processes (e.g. torchrun --nproc-per-node=<devices> --nnodes=<num_nodes>), "
-                "or make the Trainer/Runtime arguments match."
-            )
+            raise MisconfigurationError(_other_world_size(self.environment, devices, num_nodes, world_size))
         if launched:
             ranks = _attached_ranks(self.environment)
         else:
@@ -552,6 +547,18 @@ def _attached_ranks(environment: ClusterEnvironment) -> Ranks:
     return Ranks(world_size=environment.world_size, global_rank=environment.global_rank,
                   local_rank=environment.local_rank, node_rank=environment.node_rank,
                   local_world_size=environment.local_world_size)
+
+
+def _other_world_size(environment: ClusterEnvironment, devices: Any, num_nodes: int, world_size: int) -> str:
+    asked = f"devices={devices!r} and num_nodes={num_nodes} make {world_size}"
+    if environment.source == "script":
+        return (f"This process is one of {environment.world_size} ranks that an earlier fit (or launch) in this "
+                f"script started by running it again, but {asked}. Every Trainer or Runtime after it in the script "
+                "runs on those ranks: give them the same devices and num_nodes, or start the script with "
+                "`framework launch` to choose the number of processes yourself.")
+    return (f"The launcher ({environment.source}) started {environment.world_size} processes (WORLD_SIZE), but "
+            f"{asked}. Start devices x num_nodes processes (e.g. torchrun --nproc-per-node=<devices> "
+            "--nnodes=<num_nodes>), or make the Trainer/Runtime arguments match.")
 
 
 def _share_cores(local_world_size: int) -> None:

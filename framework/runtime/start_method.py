@@ -49,15 +49,17 @@ def fork_hazard() -> str | None:
 
     if torch.cuda.is_initialized():
         return "CUDA is initialised in this process, and a forked child cannot use it"
-    devices = _accelerator_devices(torch)
+    devices = _accelerator_devices()
     if devices:
         return (f"this machine has {devices}: once anything in this process ran a backward pass, autograd's "
                 "per-device threads make a forked child fail at its first backward")
     return None
 
 
-def _accelerator_devices(torch: object) -> str | None:
+def _accelerator_devices() -> str | None:
     """``"2 CUDA devices"`` (or XPU ...), without initialising any of them; None where there are none."""
+    import torch
+
     count = torch.cuda.device_count()  # NVML-based where it can be: leaves this process safe to fork
     if count:
         return f"{count} CUDA device{'s' if count > 1 else ''}"
@@ -109,11 +111,14 @@ def _check_fork_possible() -> None:
 
 
 def warn_if_fork_is_unsafe() -> None:
-    """Before forking as asked by name: a warning naming the hazard, where there is one (shown once per process)."""
+    """Before forking as asked by name: a warning naming the hazard, where there is one.
+
+    Python shows a warning once per place it is raised from, so once per process here.
+    """
     hazard = fork_hazard()
     if hazard is not None:
         warnings.warn(
             f"Forking the ranks as asked (start_method='fork' / strategy='ddp_fork'), although {hazard}. A rank "
             "that then crashes or hangs is why; the default start_method='auto' starts them safely here.",
-            UserWarning, stacklevel=4,
+            UserWarning, stacklevel=2,
         )

@@ -18,10 +18,11 @@ class DDPStrategy(ParallelStrategy):
     """One process per device, each with the whole model; gradients all-reduced during ``backward``.
 
     ``gloo`` on CPU, ``nccl`` on CUDA (``process_group_backend`` chooses another). When no
-    launcher started the processes, the Trainer starts them: ``start_method="fork"`` (fast,
-    works from notebooks and pytest; not once CUDA is initialised), ``"spawn"``, or ``"auto"``
-    (fork where it is safe). ``timeout`` bounds every collective. Other keyword arguments go
-    to ``torch.nn.parallel.DistributedDataParallel``.
+    launcher started the processes, the Trainer starts them: ``start_method="auto"`` forks them
+    where that is safe (a machine without GPUs) and otherwise runs the script again for them (or,
+    from pytest or a notebook, starts them from a forkserver); ``"fork"``, ``"spawn"``,
+    ``"forkserver"`` and ``"popen"`` choose (see ``ParallelStrategy``). ``timeout`` bounds every
+    collective. Other keyword arguments go to ``torch.nn.parallel.DistributedDataParallel``.
 
     Example::
 

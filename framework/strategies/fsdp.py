@@ -54,6 +54,9 @@ class FSDPStrategy(ParallelStrategy):
       its part to, loadable with any number of ranks, ``framework consolidate`` makes one
       file of them) or ``"full"`` (one file, gathered on rank 0).
     - ``mixed_precision``: a ``MixedPrecisionPolicy`` replacing the one built from the precision.
+    - ``start_method``, ``timeout``, ``process_group_backend``: as for DDP (``ParallelStrategy``):
+      ranks are forked where that is safe, and on a machine with GPUs the script runs again for
+      them (or, from pytest or a notebook, a forkserver starts them).
 
     Layers created on the meta device (in ``configure_model``, or under ``trainer.init_module(
     empty_init=True)``) are allocated directly sharded and initialised by their

@@ -66,9 +66,16 @@ class ParallelStrategy(Strategy):
     """One process per device, joined in a process group (gloo on CPU, nccl on CUDA).
 
     The base of DDP, ZeRO-1 and FSDP: it starts and ends the process group and implements
-    the collectives; subclasses decide how the module is wrapped. ``start_method`` is how
-    the Trainer starts ranks no launcher started (``"fork"``, ``"spawn"`` or ``"auto"``: fork
-    where it is safe); ``timeout`` bounds every collective.
+    the collectives; subclasses decide how the module is wrapped. ``timeout`` bounds every
+    collective.
+
+    ``start_method`` is how the Trainer (or ``runtime.launch``) starts the ranks no launcher
+    started. ``"auto"`` forks them where that is safe (no CUDA devices in the machine, CUDA not
+    initialised, not macOS); elsewhere it runs the script again for ranks 1 .. N-1 with the calling
+    process as rank 0, as torchrun and Lightning do, where there is a script, and starts them from
+    a forkserver where there is none (pytest, a notebook, a REPL: what they run must then pickle).
+    ``"fork"``, ``"spawn"``, ``"forkserver"`` and ``"popen"`` (the script run again) choose one; a
+    fork where it is unsafe warns, naming the hazard. The full rule: ``framework.runtime.start_method``.
     """
 
     name = "parallel"

@@ -130,3 +130,23 @@ def test_a_cuda_call_in_a_cpu_run_is_caught_where_cuda_looks_present(tmp_path):
     done = _run([sys.executable, RUN, str(tmp_path), "--touch-cuda"], cuda_present=True)
     assert done.returncode != 0
     assert REFUSAL in done.stderr
+
+
+SECOND_TRAINER = """
+import framework
+from tests.helpers import Regressor, loader, quiet_trainer
+quiet_trainer(devices=2, max_epochs=1).fit(Regressor(), loader())
+try:
+    quiet_trainer(devices=1, max_epochs=1)
+except framework.MisconfigurationError as error:
+    print("refused:", error)
+"""
+
+
+def test_a_later_trainer_in_a_script_run_again_is_told_it_runs_on_the_ranks_the_first_one_started(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SECOND_TRAINER)
+    done = _run([sys.executable, str(script)], cuda_present=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("refused: This process is one of 2 ranks that an earlier fit") == 2  # on both ranks
+    assert "give them the same devices and num_nodes" in done.stdout
