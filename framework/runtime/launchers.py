@@ -8,6 +8,7 @@ sets in each of them, so the rest of the framework sees one way of being launche
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import pickle
@@ -16,6 +17,7 @@ import socket
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -69,7 +71,7 @@ def start_processes(function: Callable[..., Any], args: Sequence[Any], world_siz
     # A forked child has its own copy of everything. Spawn pickles the arguments, and torch makes
     # multiprocessing's pickler pass tensors as shared memory: every rank would train one shared set of
     # weights. Plain pickling copies them.
-    work: Any = (function, tuple(args)) if method == "fork" else _pickled_for_spawn(function, tuple(args))
+    work: Any = (function, tuple(args)) if method == "fork" else _pickled_for_spawn(function, tuple(args), method)
     inherited = _Inherited.from_caller(method, environment or {})
     port = free_port()
     workers: list[Any] = []
@@ -150,21 +152,39 @@ def _context(method: str) -> Any:
     return context
 
 
-def _pickled_for_spawn(function: Callable[..., Any], args: tuple) -> bytes:
+def _pickled_for_spawn(function: Callable[..., Any], args: tuple, method: str) -> bytes:
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    if main_file is not None and not os.path.exists(main_file):  # `python -` or `python -c`: nothing to re-import
+    if main_file is not None and not os.path.exists(main_file):  # `python -`: nothing to re-import
         raise MisconfigurationError(
-            f"Starting the ranks with 'spawn' re-imports the main script, and this one ({main_file}) is no file. "
-            f"Put the code in a file{_fork_instead()}."
+            f"Starting the ranks with {method!r} imports the main script again, and this one ({main_file}) is no "
+            f"file. Put the code in a file{_fork_instead()}."
         )
+    buffer = io.BytesIO()
     try:
-        return pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)
+        _RankPickler(buffer, main_importable=main_file is not None).dump((function, args))
     except (pickle.PicklingError, AttributeError, TypeError) as error:
         raise MisconfigurationError(
-            f"The ranks are started with 'spawn', which needs everything they run picklable, and this is not: "
+            f"The ranks are started with {method!r}, which hands them what they run pickled, and this cannot be: "
             f"{error}. Define the Module, its data and callbacks at the top level of an importable file (not in a "
             f"notebook cell or inside a function){_fork_instead()}."
         ) from error
+    return buffer.getvalue()
+
+
+class _RankPickler(pickle.Pickler):
+    """Plain pickling, which refuses what a started rank could not import back: classes and functions of a
+    ``__main__`` that is no file (a notebook, a REPL, ``python -c``). The rank would fail to rebuild them."""
+
+    def __init__(self, file: io.BytesIO, main_importable: bool) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.main_importable = main_importable
+
+    def reducer_override(self, obj: Any) -> Any:
+        if (not self.main_importable and isinstance(obj, (type, types.FunctionType))
+                and obj.__module__ == "__main__"):
+            raise pickle.PicklingError(f"{obj.__qualname__} is defined in a notebook, a REPL or `python -c`, which "
+                                       "a started process cannot import")
+        return NotImplemented
 
 
 def _fork_instead() -> str:

@@ -676,6 +676,7 @@ try:
     print("steps", trainer.global_step)
 except framework.MisconfigurationError as error:
     print("refused:", error)
+
 """
 
 
@@ -686,13 +687,14 @@ def test_a_module_typed_into_a_repl_trains_on_two_ranks_or_gets_told_why_not(str
         environment["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "fake_cuda")
     else:
         environment["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run([sys.executable, "-"], input=REPL_SESSION.replace("STRATEGY", repr(strategy)),
+    done = subprocess.run([sys.executable, "-q", "-i"], input=REPL_SESSION.replace("STRATEGY", repr(strategy)),
                           capture_output=True, text=True, timeout=120, env=environment)
     assert done.returncode == 0, done.stderr
     if strategy == "ddp" and not cuda_present:  # forks: nothing needs pickling
         assert "steps 2" in done.stdout
-    else:  # spawned, or from a forkserver: the typed-in class cannot reach the ranks
-        assert "refused:" in done.stdout and "Put the code in a file" in done.stdout and "ddp_fork" in done.stdout
+    else:  # spawned, or from a forkserver: the typed-in class cannot reach the ranks, and no rank is started
+        assert "refused: The ranks are started with" in done.stdout
+        assert "Tiny is defined in a notebook, a REPL or `python -c`" in done.stdout and "ddp_fork" in done.stdout
     if cuda_present:
         assert "not chosen by default because this machine has 2 CUDA devices" in done.stdout
 
