@@ -3,7 +3,10 @@
 Rows:
 
 - framework: ``Trainer(accelerator="cpu", devices=N)`` in a script; with N=2 the Trainer starts
-  its ranks itself (fork).
+  its ranks itself, by each start method in turn: ``fork`` (what ``"auto"`` does on a machine
+  without GPUs), ``popen`` (the script run again: what ``"auto"`` does from a script on a GPU
+  machine), ``forkserver`` (from pytest or a notebook there; the first fit in a process starts the
+  server, later ones fork from it) and ``spawn``.
 - Lightning (when ``lightning`` is importable: run with an interpreter that has it and
   ``framework`` on PYTHONPATH): ``lightning.Trainer(accelerator="cpu", devices=N, strategy="ddp")``,
   which starts its other ranks by running the script again.
@@ -34,6 +37,10 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+import framework
+import framework.callbacks
+import framework.strategies
 
 WIDTH, BATCH = 256, 64
 HERE = Path(__file__).resolve()
@@ -66,51 +73,61 @@ class Steps:
 
 
 class StepClock:
-    """Records when each training batch ended (rank 0), through whichever callback base the trainer wants."""
+    """Records when each training batch ended and writes the times to ``out`` at the end (rank 0), through
+    whichever callback base the trainer wants."""
 
-    def __init__(self) -> None:
+    def __init__(self, out: str) -> None:
+        super().__init__()
+        self.out = out
         self.ends: list[float] = []
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         self.ends.append(time.monotonic())
 
+    def on_train_end(self, trainer, module):
+        if trainer.global_rank == 0:
+            Path(self.out).write_text(json.dumps({"ends": self.ends}))
 
-def run_trainer(kind: str, devices: int, steps: int, out: str) -> None:
+
+# At the top level, so that ranks started by spawn or a forkserver can import them.
+class FrameworkModel(Steps, framework.Module):
+    pass
+
+
+class FrameworkClock(StepClock, framework.callbacks.Callback):
+    pass
+
+
+def run_trainer(kind: str, devices: int, steps: int, out: str, start_method: str, fits: int) -> None:
     if kind == "framework":
-        import framework as library
-        from framework.callbacks import Callback
-        base = library.Module
+        library, Model, Clock = framework, FrameworkModel, FrameworkClock
     else:
         import lightning as library
         from lightning.pytorch.callbacks import Callback
-        base = library.LightningModule
 
-    class Model(Steps, base):
-        pass
+        class Model(Steps, library.LightningModule):
+            pass
 
-    class Clock(StepClock, Callback):
-        def __init__(self) -> None:
-            StepClock.__init__(self)
-            Callback.__init__(self)
-
-        def on_train_end(self, trainer, module):
-            if trainer.global_rank == 0:
-                Path(out).write_text(json.dumps({"ends": self.ends}))
+        class Clock(StepClock, Callback):
+            pass
 
     # The first optimizer made in a process imports torch._dynamo (1.5-2 s on this CPU). Lightning imports it
     # with itself, the framework when it is first needed: imported here for both, so the clock below
     # measures launching and set-up, not that import.
     import torch._dynamo  # noqa: F401
 
-    clock = Clock()
     strategy = "ddp" if devices > 1 else "auto"
-    trainer = library.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_steps=steps, logger=False,
-                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                              callbacks=[clock])
-    model = Model()
-    loader = DataLoader(make_data(steps, devices), batch_size=BATCH)
-    started = time.monotonic()
-    trainer.fit(model, loader)
+    if kind == "framework" and devices > 1:
+        strategy = framework.strategies.DDPStrategy(start_method=start_method)
+    for _ in range(fits):  # the last fit is measured
+        clock = Clock(out)
+        trainer = library.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_steps=steps,
+                                  logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                                  enable_model_summary=False, callbacks=[clock])
+        model = Model()
+        loader = DataLoader(make_data(steps, devices), batch_size=BATCH)
+        started = time.monotonic()
+        trainer.fit(model, loader)
     if trainer.global_rank == 0:
         record = json.loads(Path(out).read_text())
         record["started"] = started
@@ -142,11 +159,20 @@ def run_plain(steps: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def measure(kind: str, devices: int, steps: int, warmup: int) -> tuple[float | None, float]:
+# (kind, devices, start method, fits in the process): each a row; the last fit of each run is measured.
+CONFIGS = [("framework", 1, "auto", 1), ("lightning", 1, "auto", 1), ("plain", 1, "auto", 1),
+           ("framework", 2, "fork", 1), ("framework", 2, "popen", 1), ("framework", 2, "forkserver", 1),
+           ("framework", 2, "forkserver", 2), ("framework", 2, "spawn", 1), ("lightning", 2, "auto", 1),
+           ("plain", 2, "auto", 1)]
+
+
+def measure(kind: str, devices: int, start_method: str, fits: int, steps: int,
+            warmup: int) -> tuple[float | None, float]:
     """(launch-to-first-step seconds or None, mean step milliseconds) of one run in a fresh process."""
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "times.json")
-        script = [str(HERE), "--one", kind, "--devices", str(devices), "--steps", str(steps), "--out", out]
+        script = [str(HERE), "--one", kind, "--devices", str(devices), "--steps", str(steps), "--out", out,
+                  "--start-method", start_method, "--fits", str(fits)]
         if kind == "plain":
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                        str(devices), *script]
@@ -174,35 +200,47 @@ def main() -> None:
     parser.add_argument("--one", choices=("framework", "lightning", "plain"), help=argparse.SUPPRESS)
     parser.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--start-method", default="auto", help=argparse.SUPPRESS)
+    parser.add_argument("--fits", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one == "plain":
         return run_plain(args.steps, args.out)
     if args.one is not None:
-        return run_trainer(args.one, args.devices, args.steps, args.out)
+        return run_trainer(args.one, args.devices, args.steps, args.out, args.start_method, args.fits)
 
     try:
         import lightning  # noqa: F401
-        kinds = ["framework", "lightning", "plain"]
+        configs = CONFIGS
     except ImportError:
-        kinds = ["framework", "plain"]
-    configs = [(kind, devices) for devices in (1, 2) for kind in kinds]
-    results: dict[tuple[str, int], list[tuple[float | None, float]]] = {config: [] for config in configs}
+        configs = [config for config in CONFIGS if config[0] != "lightning"]
+    results: dict[tuple, list[tuple[float | None, float]]] = {config: [] for config in configs}
     for _ in range(args.runs):
-        for kind, devices in configs:
-            results[(kind, devices)].append(measure(kind, devices, args.steps, args.warmup))
+        for config in configs:
+            results[config].append(measure(*config, args.steps, args.warmup))
 
-    names = {"framework": "framework", "lightning": "Lightning", "plain": "plain DDP (torchrun)"}
     print(f"torch {torch.__version__}, {args.steps} steps of batch {BATCH} per rank, MLP {WIDTH}x{WIDTH}x{WIDTH}, "
           f"median of {args.runs} runs")
-    print(f"| ranks | {'run':<22} | fit() to first step (s) | step time per rank (ms) | vs plain DDP |")
-    print("|------:|:-----------------------|------------------------:|------------------------:|-------------:|")
-    for kind, devices in configs:
-        runs = results[(kind, devices)]
+    print(f"| ranks | {'run':<30} | fit() to first step (s) | step time per rank (ms) | vs plain DDP |")
+    print(f"|------:|:{'-' * 30}-|------------------------:|------------------------:|-------------:|")
+    for config in configs:
+        kind, devices, start_method, fits = config
+        runs = results[config]
         firsts = [first for first, _ in runs if first is not None]
         step = statistics.median(step for _, step in runs)
-        plain = statistics.median(step for _, step in results[("plain", devices)])
+        plain = statistics.median(step for _, step in results[("plain", devices, "auto", 1)])
         first_text = f"{statistics.median(firsts):.2f}" if firsts else "—"
-        print(f"| {devices} | {names[kind]:<22} | {first_text:>23} | {step:>23.3f} | {step / plain:>11.2f}x |")
+        print(f"| {devices} | {_row_name(config):<30} | {first_text:>23} | {step:>23.3f} | {step / plain:>11.2f}x |")
+
+
+def _row_name(config: tuple) -> str:
+    kind, devices, start_method, fits = config
+    if kind == "plain":
+        return "plain DDP (torchrun)"
+    if kind == "lightning":
+        return "Lightning"
+    if devices == 1:
+        return "framework"
+    return f"framework, {start_method}" + (f", fit no. {fits}" if fits > 1 else "")
 
 
 if __name__ == "__main__":
