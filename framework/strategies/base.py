@@ -36,6 +36,8 @@ class Strategy:
     name = "base"
     # Whether the strategy runs one process per device (and so may need the ranks started).
     multi_process = False
+    # Whether setup_module puts sharded parameters in place of the module's own (FSDP's fully_shard does).
+    replaces_parameters = False
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")

@@ -68,6 +68,7 @@ class FSDPStrategy(ParallelStrategy):
     """
 
     name = "fsdp"
+    replaces_parameters = True
 
     def __init__(self, auto_wrap_policy: Any = "auto", activation_checkpointing_policy: Any = None,
                  sharding_strategy: Any = "FULL_SHARD", cpu_offload: Any = False, state_dict_type: str = "sharded",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 from framework import console
@@ -187,8 +186,7 @@ def resolve_ckpt_path(trainer: Any, ckpt_path: Any) -> str | None:
     if ckpt_path == "best":
         callbacks = trainer.checkpoint_callbacks
         if len(callbacks) > 1:
-            warnings.warn("ckpt_path='best' with several checkpoint callbacks uses the first one's best file.",
-                          stacklevel=5)
+            console.warn_user("ckpt_path='best' with several checkpoint callbacks uses the first one's best file.")
         best = getattr(callbacks[0], "best_model_path", "") if callbacks else ""
         if not best:
             raise MisconfigurationError(
@@ -205,8 +203,8 @@ def resolve_ckpt_path(trainer: Any, ckpt_path: Any) -> str | None:
             elif getattr(callback, "last_model_path", "") and exists(callback.last_model_path):
                 candidates.add(callback.last_model_path)
         if not candidates:
-            warnings.warn("ckpt_path='last' is set, but there is no last checkpoint yet, so none is loaded. "
-                          "ModelCheckpoint(save_last=True) writes one.", stacklevel=5)
+            console.warn_user("ckpt_path='last' is set, but there is no last checkpoint yet, so none is loaded. "
+                              "ModelCheckpoint(save_last=True) writes one.")
             return None
         return max(candidates, key=modified_time)
     if not isinstance(ckpt_path, (str, os.PathLike)):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -90,10 +89,9 @@ class FitLoop:
             restore_training_state(trainer, checkpoint)
         trainer.hooks.call(Hook.ON_FIT_START)
         if not module.training:
-            warnings.warn(
+            console.warn_user(
                 f"{type(module).__qualname__} is in eval mode at the start of fit, so dropout and batch norm behave "
                 "as in evaluation while training. Call model.train() first if that is not intended.",
-                stacklevel=4,
             )
         with torch.autograd.set_detect_anomaly(trainer.detect_anomaly):  # restores the caller's setting on exit
             self.run()

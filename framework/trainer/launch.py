@@ -9,6 +9,8 @@ version). Predictions come from every rank, concatenated in dataset order.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
 from framework.nested import map_tensors
@@ -53,13 +55,7 @@ def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodu
 
 def _adopt(trainer: Any, report: dict[str, Any]) -> None:
     module = trainer.module
-    if set(report["weights"]) - set(module.state_dict()):
-        module.configure_model()  # the layers it builds were built on the ranks only (it must be idempotent)
-    on_meta = any(tensor.is_meta for tensor in module.state_dict().values())  # built on the meta device for sharding
-    if not on_meta:
-        trainer.runtime.precision.convert_module(module)  # as on the ranks ("bf16-true": bf16 parameters)
-    module.load_state_dict(report["weights"], assign=on_meta)
-    trainer.model = module
+    adopt_weights(trainer, module, report["weights"])
     trainer.state = report["state"]
     trainer.metrics.callback, trainer.metrics.logged, trainer.metrics.progress_bar = report["metrics"]
     # as on the ranks: the Module's configure_callbacks replace the Trainer's of the same type
@@ -74,6 +70,34 @@ def _adopt(trainer: Any, report: dict[str, Any]) -> None:
     for logger, state in zip(trainer.loggers, report["loggers"], strict=True):
         logger.load_run_state(state)
     trainer.ckpt_path = report["ckpt_path"]
+
+
+def adopt_weights(trainer: Any, module: Any, weights: dict[str, Any]) -> None:
+    """Load the whole trained ``weights`` into ``module``, which did not train itself, and make it the Trainer's."""
+    if set(weights) - set(module.state_dict()):
+        module.configure_model()  # the layers it builds were built on the ranks only (it must be idempotent)
+    on_meta = any(tensor.is_meta for tensor in module.state_dict().values())  # built on the meta device for sharding
+    if not on_meta:
+        trainer.runtime.precision.convert_module(module)  # as on the ranks ("bf16-true": bf16 parameters)
+    module.load_state_dict(weights, assign=on_meta)
+    trainer.module = trainer.model = module
+    module.trainer = trainer
+    trainer._module_setup = False  # a next run sets the module up anew
+
+
+def trains_a_copy(trainer: Any) -> bool:
+    """Whether this run trains a copy of the Module: on ranks that run the script again (started by the Trainer
+    where forking is unsafe), with a strategy that puts sharded parameters in place of the Module's own."""
+    environment = trainer.runtime.environment
+    return environment is not None and environment.source == "script" and trainer.runtime.strategy.replaces_parameters
+
+
+def run_on_a_copy(trainer: Any, module: Any, run: Callable[[Any], Any]) -> Any:
+    """``run(copy of module)``, then ``module`` holds the whole trained weights: what the caller of forked ranks
+    gets, and what a script written for them uses after ``fit`` (a plain Module, not a sharded one)."""
+    outcome = run(copy.deepcopy(module))
+    adopt_weights(trainer, module, trainer.runtime.strategy.full_module_state_dict(trainer.model))
+    return outcome
 
 
 def predictions_of_every_rank(trainer: Any, predictions: Any) -> Any:

@@ -7,8 +7,9 @@ progress, and the keys Lightning names after a class (the precision plugin's, th
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
+
+from framework import console
 
 # Top-level keys Lightning writes that have no counterpart here, and that losing costs nothing.
 _LIGHTNING_METADATA = {"pytorch-lightning_version", "legacy_pytorch-lightning_version", "hparams_type"}
@@ -85,8 +86,7 @@ def _warn_left_out(checkpoint: dict[str, Any], path: str, left_out: list[str]) -
         "order, so the run will not equal an uninterrupted one (a resume from this framework's checkpoints does)",
         *left_out,
     ]
-    warnings.warn(
+    console.warn_user(
         f"Resuming from {path!r}, written by Lightning {checkpoint['pytorch-lightning_version']}. Restored: "
         f"{', '.join(restored)}. Not restored: {'; '.join(not_restored)}.",
-        stacklevel=7,
     )

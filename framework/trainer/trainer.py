@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
 import torch
 
+from framework import console
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
 from framework.duration import parse_duration
@@ -29,7 +29,7 @@ from framework.trainer.defaults import default_loggers, with_default_callbacks
 from framework.trainer.dispatch import HookRunner, merge_module_callbacks
 from framework.trainer.eval_loop import run_predict, run_validate_or_test
 from framework.trainer.fit_loop import FitLoop
-from framework.trainer.launch import predictions_of_every_rank, run_launched
+from framework.trainer.launch import predictions_of_every_rank, run_launched, run_on_a_copy, trains_a_copy
 from framework.trainer.metrics import MetricStore, log_hyperparams
 from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy
 from framework.trainer.properties import TrainerProperties
@@ -273,6 +273,14 @@ class Trainer(TrainerProperties):
             if self.runtime.start_method() != "popen":
                 return self._run_launched(fn, model, datamodule, loaders, ckpt_path, weights_only)
             self.runtime.become_rank_zero()  # the other ranks run the script again; this one goes on as rank 0
+        if trains_a_copy(self):
+            return run_on_a_copy(self, module, lambda copy: self._run_here(
+                fn, self._attach(fn, copy, datamodule), loaders, ckpt_path, weights_only))
+        return self._run_here(fn, module, loaders, ckpt_path, weights_only)
+
+    def _run_here(self, fn: TrainerFn, module: Module, loaders: dict[str, Any], ckpt_path: Any,
+                  weights_only: bool | None) -> Any:
+        """Run ``fn`` in this process, as one rank or the only one."""
         self.given_loaders = loaders
         self._weights_only = weights_only
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
@@ -302,8 +310,8 @@ class Trainer(TrainerProperties):
             self._finalize_loggers("interrupted")
             if self.world_size > 1:
                 raise  # the others wait for this rank in a collective: its launcher must stop them all
-            warnings.warn("Detected KeyboardInterrupt: the run was stopped (trainer.state.status is 'interrupted').",
-                          stacklevel=3)
+            console.warn_user("Detected KeyboardInterrupt: the run was stopped (trainer.state.status is "
+                              "'interrupted').")
             return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
         except BaseException as error:
             self.state.status = TrainerStatus.INTERRUPTED
@@ -323,8 +331,8 @@ class Trainer(TrainerProperties):
             return run_launched(self, fn, model, datamodule, loaders, ckpt_path, weights_only)
         except KeyboardInterrupt:
             self.state.status = TrainerStatus.INTERRUPTED
-            warnings.warn("Detected KeyboardInterrupt: the ranks were stopped (trainer.state.status is "
-                          "'interrupted').", stacklevel=4)
+            console.warn_user("Detected KeyboardInterrupt: the ranks were stopped (trainer.state.status is "
+                              "'interrupted').")
             return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
         except BaseException:
             self.state.status = TrainerStatus.INTERRUPTED

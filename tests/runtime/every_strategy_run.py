@@ -55,9 +55,10 @@ def fit_validate_predict(out: str, strategy: str, precision: str, touch_cuda: bo
     trainer.fit(model, loader(shuffle=True), loader(n=24))
     validated = trainer.validate(model, loader(n=24), verbose=False)
     predictions = trainer.predict(model, loader(n=24))
-    weights = {name: value.full_tensor() if hasattr(value, "full_tensor") else value  # sharded where ranks run here
+    sharded = any(hasattr(value, "full_tensor") for value in model.state_dict().values())
+    weights = {name: value.full_tensor() if hasattr(value, "full_tensor") else value  # launched ranks: sharded
                for name, value in model.state_dict().items()}
-    return {"weights": {name: value.detach().float().cpu() for name, value in weights.items()},
+    return {"weights": {name: value.detach().float().cpu() for name, value in weights.items()}, "sharded": sharded,
             "val_loss": validated[0]["val_loss"], "predictions": torch.cat(predictions).float(),
             "best": os.path.basename(trainer.checkpoint_callback.best_model_path),
             "global_step": trainer.global_step, "is_global_zero": trainer.is_global_zero}
