@@ -81,10 +81,7 @@ def script_command() -> list[str] | None:
 
 
 def _no_script_message() -> str:
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    running = (spec.name if spec is not None else "") or os.path.basename(getattr(main, "__file__", "") or "")
-    if running.startswith(("pytest", "py.test", "_pytest")):
+    if "PYTEST_CURRENT_TEST" in os.environ:  # set by pytest around each test, in xdist's workers too
         return ("runtime.launch() without a function would start the other ranks by running pytest again. In a "
                 "test, call runtime.launch(fn) (fn gets the runtime), or use framework.testing.spawn.")
     return ("runtime.launch() without a function starts the other ranks by running this script again, and there "
