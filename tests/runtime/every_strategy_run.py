@@ -1,6 +1,6 @@
 """Fits two CPU ranks with every strategy, each in another precision, with the built-in callbacks and both loggers,
-then validates and predicts; a backward pass in this process comes first. Rank 0 writes what came out to
-OUT/results.pt.
+then validates and predicts, and runs a hand-written loop on the Runtime; a backward pass in this process comes
+first. Rank 0 writes what came out to OUT/results.pt.
 
 Usage: every_strategy_run.py OUT [--touch-cuda]. ``tests/runtime/test_start_method.py`` runs it as a script,
 from a function (``python -c``: no script to run again), and under ``framework launch``, with CUDA made to look
@@ -28,7 +28,7 @@ from framework.loggers import CSVLogger, TensorBoardLogger
 from tests.helpers import Regressor, loader
 
 RUNS = [("ddp", "32-true"), ("ddp_spawn", "16-mixed"), ("zero1", "bf16-mixed"), ("zero2", "16-mixed"),
-        ("zero3", "bf16-mixed"), ("zero3_offload", "32-true")]
+        ("zero3", "bf16-mixed"), ("zero3_offload", "32-true"), ("ddp", "bf16-true"), ("ddp", "64-true")]
 
 
 class TouchesCuda(Callback):
@@ -42,7 +42,7 @@ class TouchesCuda(Callback):
 def fit_validate_predict(out: str, strategy: str, precision: str, touch_cuda: bool) -> dict:
     torch.manual_seed(0)
     model = Regressor()
-    folder = os.path.join(out, strategy)
+    folder = os.path.join(out, f"{strategy}-{precision}")
     callbacks = [ModelCheckpoint(monitor="val_loss", save_last=True), EarlyStopping("val_loss", patience=3),
                  LearningRateMonitor(), Timer(), ThroughputMonitor()]
     if touch_cuda:
@@ -64,9 +64,29 @@ def fit_validate_predict(out: str, strategy: str, precision: str, touch_cuda: bo
             "global_step": trainer.global_step, "is_global_zero": trainer.is_global_zero}
 
 
+def own_loop(runtime: framework.Runtime, out: str) -> dict:
+    """A hand-written loop on the Runtime (Fabric's API), saving a sharded checkpoint at its end."""
+    torch.manual_seed(0)
+    model = Regressor()
+    model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.05))
+    for _ in range(2):
+        for x, y in runtime.setup_dataloaders(loader()):
+            runtime.backward(torch.nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+    runtime.save(os.path.join(out, "own_loop.ckpt"), {"model": model, "optimizer": optimizer})
+    weights = {name: value.full_tensor() if hasattr(value, "full_tensor") else value
+               for name, value in model.state_dict().items()}
+    return {"weights": {name: value.detach().float().cpu() for name, value in weights.items()},
+            "is_global_zero": runtime.is_global_zero}
+
+
 def main(out: str, touch_cuda: bool = False) -> None:
     torch.nn.Linear(4, 1)(torch.randn(2, 4)).sum().backward()  # where CUDA devices exist, autograd's threads start
-    results = {strategy: fit_validate_predict(out, strategy, precision, touch_cuda) for strategy, precision in RUNS}
+    results = {f"{strategy} {precision}": fit_validate_predict(out, strategy, precision, touch_cuda)
+               for strategy, precision in RUNS}
+    runtime = framework.Runtime(accelerator="cpu", devices=2, strategy="zero3", precision="bf16-mixed")
+    results["own loop, zero3"] = runtime.launch(own_loop, out)
     if all(result["is_global_zero"] for result in results.values()):
         torch.save(results, os.path.join(out, "results.pt"))
 

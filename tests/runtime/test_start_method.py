@@ -116,14 +116,16 @@ def test_every_strategy_fits_two_cpu_ranks_where_cuda_looks_present_as_forked_ra
     assert done.returncode == 0, done.stdout + done.stderr
     results = torch.load(tmp_path / "results.pt", weights_only=True)
     assert results.keys() == forked_results.keys()
-    for strategy, result in results.items():
-        expected = forked_results[strategy]
+    for run, result in results.items():
+        expected = forked_results[run]
         for name, value in result["weights"].items():
-            torch.testing.assert_close(value, expected["weights"][name], rtol=0, atol=0, msg=f"{strategy}: {name}")
+            torch.testing.assert_close(value, expected["weights"][name], rtol=0, atol=0, msg=f"{run}: {name}")
+        if run.startswith("own loop"):
+            continue
         assert (result["val_loss"], result["best"], result["global_step"]) == (
-            expected["val_loss"], expected["best"], expected["global_step"]), strategy
+            expected["val_loss"], expected["best"], expected["global_step"]), run
         # the Module holds whole weights after fit as the caller of forked ranks does, but where a launcher ran it
-        assert result["sharded"] == (how == "launched" and strategy.startswith(("zero2", "zero3")))
+        assert result["sharded"] == (how == "launched" and run.startswith(("zero2", "zero3")))
         if how != "launched":  # launched ranks each return their own part, as in Lightning
             torch.testing.assert_close(result["predictions"], expected["predictions"], rtol=0, atol=0)
 
