@@ -137,13 +137,15 @@ def test_a_cuda_call_in_a_cpu_run_is_caught_where_cuda_looks_present(tmp_path):
 
 
 SECOND_TRAINER = """
+import sys
 import framework
 from tests.helpers import Regressor, loader, quiet_trainer
 quiet_trainer(devices=2, max_epochs=1).fit(Regressor(), loader())
 try:
     quiet_trainer(devices=1, max_epochs=1)
 except framework.MisconfigurationError as error:
-    print("refused:", error)
+    sys.stdout.write(f"refused: {error}\\n")  # one write: both ranks print into one pipe
+    sys.stdout.flush()
 """
 
 
