@@ -133,11 +133,12 @@ class _CallerStream:
     def __reduce__(self) -> tuple[Any, ...]:
         from multiprocessing.reduction import DupFd
 
-        return (_received, (DupFd(self.fd),))  # DupFd works only while multiprocessing pickles a Process
+        return (_as_received, (DupFd(self.fd),))  # DupFd works only while multiprocessing pickles a Process
 
 
-def _received(duplicate: Any) -> Any:
-    return duplicate
+def _as_received(descriptor: Any) -> Any:
+    """In the rank: the descriptor multiprocessing handed over (its ``detach()`` gives the file descriptor)."""
+    return descriptor
 
 
 def _context(method: str) -> Any:

@@ -41,10 +41,9 @@ def fork_hazard() -> str | None:
         >>> fork_hazard()          # on a GPU machine
         'this machine has 8 CUDA devices: ...'
     """
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return f"{sys.platform} cannot fork"
-    if sys.platform == "darwin":
-        return "macOS system libraries are not safe to use in a forked child"
+    platform = _platform_hazard()
+    if platform is not None:
+        return platform
     import torch
 
     if torch.cuda.is_initialized():
@@ -53,6 +52,14 @@ def fork_hazard() -> str | None:
     if devices:
         return (f"this machine has {devices}: once anything in this process ran a backward pass, autograd's "
                 "per-device threads make a forked child fail at its first backward")
+    return None
+
+
+def _platform_hazard() -> str | None:
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return f"{sys.platform} cannot fork"
+    if sys.platform == "darwin":
+        return "macOS system libraries are not safe to use in a forked child"
     return None
 
 
@@ -98,7 +105,7 @@ def choose_start_method(requested: str, script_available: bool) -> str:
 
 
 def _check_fork_possible() -> None:
-    if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
+    if _platform_hazard() is not None:
         raise MisconfigurationError(f"start_method='fork' is not available on {sys.platform}; use 'spawn'.")
     import torch
 
