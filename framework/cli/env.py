@@ -63,7 +63,10 @@ def _devices() -> list[tuple[str, str]]:
     import torch
 
     if torch.cuda.is_available():
-        names = ", ".join(torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count()))
+        try:
+            names = ", ".join(torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count()))
+        except (RuntimeError, AssertionError) as error:  # a driver that fails to start is worth reporting as such
+            names = f"they fail to start: {error}"
         cuda = f"{torch.cuda.device_count()} ({names}); CUDA {torch.version.cuda}"
     else:
         cuda = f"none (torch built with CUDA {torch.version.cuda})" if torch.version.cuda else "none (CPU build)"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -34,3 +38,12 @@ def test_env_refuses_arguments_it_does_not_take(capsys):
     assert "takes no arguments" in capsys.readouterr().err
     assert main(["env", "--help"]) == 0
     assert "usage: framework env" in capsys.readouterr().out
+
+
+def test_env_reports_cuda_devices_that_fail_to_start_instead_of_failing():
+    root = Path(__file__).resolve().parents[2]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "fake_cuda"), str(root)])}
+    done = subprocess.run([sys.executable, "-m", "framework", "env"], capture_output=True, text=True,
+                          env=environment, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cuda devices:         2 (they fail to start: A CUDA call in a process that must not use CUDA" in done.stdout
