@@ -412,16 +412,32 @@ def test_a_keyboard_interrupt_on_one_rank_stops_all_and_fit_returns_interrupted(
     assert time.monotonic() - started < 20 and trainer.interrupted
 
 
-def test_ddp_spawn_trains_like_fork():
-    def train(strategy: str) -> dict[str, torch.Tensor]:
+class _Prints(framework.callbacks.Callback):
+    def on_train_end(self, trainer, module):
+        print(f"rank {trainer.global_rank} ends, sees {os.environ.get('FRAMEWORK_TEST_MARK')}", flush=True)
+
+
+def test_spawned_and_forkserver_ranks_train_like_forked_ones_print_and_see_the_callers_environment(capfd,
+                                                                                                    monkeypatch):
+    def train(start_method: str) -> dict[str, torch.Tensor]:
         torch.manual_seed(2)
         model = Regressor()
-        quiet_trainer(devices=2, strategy=strategy, max_epochs=1).fit(model, DataLoader(regression_data(32), 4))
+        strategy = framework.strategies.DDPStrategy(start_method=start_method)
+        quiet_trainer(devices=2, strategy=strategy, max_epochs=1, callbacks=[_Prints()]).fit(
+            model, DataLoader(regression_data(32), 4))
         return model.state_dict()
 
-    forked, spawned = train("ddp_fork"), train("ddp_spawn")
-    for name, value in forked.items():
-        assert torch.equal(value, spawned[name]), name
+    forked = train("fork")
+    with capfd.disabled():  # the forkserver starts (if no earlier test started it) with other standard streams
+        train("forkserver")
+    for start_method in ("spawn", "forkserver"):
+        monkeypatch.setenv("FRAMEWORK_TEST_MARK", start_method)  # set after the forkserver started
+        capfd.readouterr()
+        started = train(start_method)
+        for name, value in forked.items():
+            assert torch.equal(value, started[name]), (start_method, name)
+        printed = sorted(capfd.readouterr().out.split("\n")[:-1])
+        assert printed == [f"rank {rank} ends, sees {start_method}" for rank in (0, 1)]
 
 
 # -- the Runtime, for hand-written loops -------------------------------------------------------------------
