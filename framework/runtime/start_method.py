@@ -28,8 +28,7 @@ import sys
 import warnings
 
 from framework.errors import MisconfigurationError
-
-START_METHODS = ("auto", "fork", "spawn", "forkserver", "popen")
+from framework.strategies.parallel import START_METHODS
 
 
 def fork_hazard() -> str | None:

@@ -17,7 +17,8 @@ from torch import nn
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import Strategy
 
-_START_METHODS = ("auto", "fork", "spawn", "forkserver", "popen")
+# How the ranks no launcher started may be started (framework.runtime.start_method holds the rule for "auto").
+START_METHODS = ("auto", "fork", "spawn", "forkserver", "popen")
 _EXIT_BARRIER_TIMEOUT = timedelta(seconds=60)
 _REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 
@@ -84,10 +85,10 @@ class ParallelStrategy(Strategy):
     def __init__(self, start_method: str = "auto", timeout: timedelta | float | None = None,
                  process_group_backend: str | None = None) -> None:
         super().__init__()
-        if start_method not in _START_METHODS:
+        if start_method not in START_METHODS:
             raise MisconfigurationError(
                 f"{type(self).__name__}(start_method={describe(start_method)}): accepted "
-                f"{', '.join(map(repr, _START_METHODS))}."
+                f"{', '.join(map(repr, START_METHODS))}."
             )
         self.start_method = start_method
         self.timeout = _as_timeout(timeout)

@@ -85,11 +85,17 @@ def adopt_weights(trainer: Any, module: Any, weights: dict[str, Any]) -> None:
     trainer._module_setup = False  # a next run sets the module up anew
 
 
-def trains_a_copy(trainer: Any) -> bool:
-    """Whether this run trains a copy of the Module: on ranks that run the script again (started by the Trainer
-    where forking is unsafe), with a strategy that puts sharded parameters in place of the Module's own."""
+def _on_script_ranks(trainer: Any) -> bool:
+    """Whether this process is one of the ranks that run the script again (the Trainer started them so where
+    forking is unsafe): each of them must end a run as the caller of forked ranks does."""
     environment = trainer.runtime.environment
-    return environment is not None and environment.source == "script" and trainer.runtime.strategy.replaces_parameters
+    return environment is not None and environment.source == "script"
+
+
+def trains_a_copy(trainer: Any) -> bool:
+    """Whether this run trains a copy of the Module: on ranks that run the script again, with a strategy that puts
+    sharded parameters in place of the Module's own."""
+    return _on_script_ranks(trainer) and trainer.runtime.strategy.replaces_parameters
 
 
 def run_on_a_copy(trainer: Any, module: Any, run: Callable[[Any], Any]) -> Any:
@@ -101,10 +107,9 @@ def run_on_a_copy(trainer: Any, module: Any, run: Callable[[Any], Any]) -> Any:
 
 
 def predictions_of_every_rank(trainer: Any, predictions: Any) -> Any:
-    """On ranks that run the script again (started by the Trainer where forking is unsafe), every rank's
-    predictions joined in dataset order, on every rank: what the caller of forked ranks gets."""
-    environment = trainer.runtime.environment
-    if predictions is None or environment is None or environment.source != "script":
+    """On ranks that run the script again, every rank's predictions joined in dataset order, on every rank: what
+    the caller of forked ranks gets."""
+    if predictions is None or not _on_script_ranks(trainer):
         return predictions
     per_rank = trainer.runtime.strategy.all_gather_object(predictions)
     return _predictions_in_order(per_rank, len(trainer.eval_loaders["predict"]))
