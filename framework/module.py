@@ -49,6 +49,7 @@ class Module(ModuleHooks, nn.Module):
         super().__init__(*args, **kwargs)
         self._trainer: Any = None
         self._results: Any = None
+        self._logged_while_compiling: list[tuple] = []  # self.log calls inside a compiled step, not yet recorded
         self._hparams = AttributeDict()
         self._hparams_initial = AttributeDict()
         self._hparams_name = "kwargs"
@@ -64,7 +65,7 @@ class Module(ModuleHooks, nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         """Pickling or deep-copying a module leaves its Trainer behind (a copy holds no loaders or loops)."""
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        return {**state, "_trainer": None, "_results": None}
+        return {**state, "_trainer": None, "_results": None, "_logged_while_compiling": []}
 
     # -- what the trainer tells the module ---
     @property
@@ -180,8 +181,23 @@ class Module(ModuleHooks, nn.Module):
             warnings.warn(f"self.log({name!r}, ...) was called outside a Trainer loop; the value is dropped.",
                           stacklevel=2)
             return
-        results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx,
-                    batch_size)
+        logged = (name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx,
+                  batch_size)
+        if torch.compiler.is_compiling():
+            # Inside a compiled step the call is only noted, and recorded once the step has run
+            # (record_logs_of_compiled_step): traced, recording would read the loop's counters, and
+            # torch.compile would compile the step again on every batch.
+            self._logged_while_compiling.append(logged)
+            return
+        results.log(*logged)
+
+    def record_logs_of_compiled_step(self) -> None:
+        """Record the ``self.log`` calls a compiled step made (the Trainer calls this after each compiled step)."""
+        logged = self._logged_while_compiling
+        if logged:
+            self._logged_while_compiling = []
+            for call in logged:
+                self._results.log(*call)
 
     def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool | None = None,
                  on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str | Callable = "mean",

@@ -1,17 +1,24 @@
-"""``compile=``: ``torch.compile`` applied to the set-up module, in place, once."""
+"""``compile=`` and ``fit(torch.compile(model))``: what a step computes runs under ``torch.compile``.
+
+A ``StepCompiler`` compiles functions (the step methods ``training_step`` ...) and a module's
+forward, with either the ``torch.compile`` keyword arguments ``compile=`` gave or the context
+of a module the user compiled himself. Compiling a step, not only ``forward``, lets the loss
+and whatever else the step computes fuse with the model, as in a hand-compiled loop.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from framework.errors import MisconfigurationError, describe
 
 
 class CompileError(RuntimeError):
-    """``torch.compile`` could not compile or run the module; the cause is chained and named in the message."""
+    """``torch.compile`` could not compile or run a step or forward; the cause is chained and named in the message."""
 
 
 def compile_options(compile: Any) -> dict[str, Any] | None:
@@ -28,27 +35,73 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
     )
 
 
-def compile_module(module: nn.Module, options: dict[str, Any]) -> nn.Module:
-    """Compile ``module``'s forward in place (``nn.Module.compile``) and return it.
+def is_compiled_module(value: Any) -> bool:
+    """Whether ``value`` is what ``torch.compile(module)`` returned (an ``OptimizedModule``), without importing
+    dynamo where nothing was compiled."""
+    return hasattr(value, "_orig_mod") and hasattr(value, "dynamo_ctx") and isinstance(value, nn.Module)
 
-    In place, so ``state_dict()`` keys stay those of the eager module (no ``_orig_mod.``
-    prefix) and every reference to the module, the Trainer's and the user's, runs compiled.
-    A module compiled already is left as it is. Compiling happens at the first call; a
-    failure then raises ``CompileError`` naming the module and the cause.
+
+class StepCompiler:
+    """Compiles step functions and forwards with one set of ``torch.compile`` options.
+
+    Example::
+
+        compiler = StepCompiler.from_options({"mode": "max-autotune"})
+        step = compiler.function(model.training_step, "Classifier.training_step")
+        compiler.module(model)    # model's forward compiled in place
     """
-    if getattr(module, "_compiled_call_impl", None) is not None:
+
+    def __init__(self, compile_function: Callable[[Callable[..., Any]], Callable[..., Any]], described: str) -> None:
+        self._compile = compile_function
+        self.described = described  # how the options are shown in errors
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> StepCompiler:
+        """``torch.compile(fn, **options)``; options torch refuses raise ``MisconfigurationError`` here."""
+        try:
+            torch.compile(_nothing, **options)  # torch checks mode and backend when called, not when run
+        except Exception as error:
+            raise MisconfigurationError(f"compile={options!r}: torch.compile refused it: {error}") from error
+        return cls(lambda fn: torch.compile(fn, **options), f"compile={options!r}")
+
+    @classmethod
+    def from_compiled_module(cls, compiled: nn.Module) -> StepCompiler:
+        """The options of ``compiled = torch.compile(module, ...)``: its dynamo context compiles other functions
+        as it compiles the module's forward (what Lightning does for ``fit(torch.compile(model))``)."""
+        return cls(compiled.dynamo_ctx, "torch.compile(model, ...)")
+
+    def function(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """``fn`` compiled; compiling happens at the first call, and a failure then raises ``CompileError``
+        naming ``name`` and the cause."""
+        return _naming_failures(self._compile(fn), name, self.described)
+
+    def module(self, module: nn.Module) -> nn.Module:
+        """Compile ``module``'s forward in place and return it.
+
+        In place, so ``state_dict()`` keys stay those of the eager module (no ``_orig_mod.``
+        prefix) and every reference to the module, the Trainer's and the user's, runs compiled.
+        A module compiled already is left as it is. Inside a compiled step the forward is
+        traced as part of the step (one graph), not called as a graph of its own.
+        """
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            return module
+        compiled = self.function(module._call_impl, f"{type(module).__name__}.forward")
+        eager = module._call_impl
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():
+                return eager(*args, **kwargs)
+            return compiled(*args, **kwargs)
+
+        module._compiled_call_impl = call
         return module
-    import torch
-
-    try:
-        compiled = torch.compile(module._call_impl, **options)
-    except Exception as error:  # bad options: torch.compile checks mode and backend eagerly
-        raise MisconfigurationError(f"compile={options!r}: torch.compile refused it: {error}") from error
-    module._compiled_call_impl = _naming_failures(compiled, module)
-    return module
 
 
-def _naming_failures(compiled: Callable[..., Any], module: nn.Module) -> Callable[..., Any]:
+def _nothing() -> None:
+    """What ``from_options`` hands torch.compile to have the options checked."""
+
+
+def _naming_failures(compiled: Callable[..., Any], name: str, described: str) -> Callable[..., Any]:
     from torch._dynamo.exc import TorchDynamoException
 
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -56,9 +109,9 @@ def _naming_failures(compiled: Callable[..., Any], module: nn.Module) -> Callabl
             return compiled(*args, **kwargs)
         except TorchDynamoException as error:
             raise CompileError(
-                f"torch.compile failed on {type(module).__name__}.forward: {_root_cause(error)}. "
-                "Run once without compile= to see whether the eager model works, or pass "
-                "compile={'backend': 'eager'} to rule out the compiler backend."
+                f"torch.compile failed on {name}: {_root_cause(error)}. Run once without compiling to see whether "
+                f"the eager model works, or compile with backend='eager' to rule out the compiler backend "
+                f"({described} was used)."
             ) from error
 
     return call

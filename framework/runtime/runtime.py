@@ -16,7 +16,7 @@ from torch.optim import Optimizer
 from framework.errors import MisconfigurationError, describe
 from framework.nested import map_tensors
 from framework.precision import Precision, resolve_precision
-from framework.runtime.compile import compile_module, compile_options
+from framework.runtime.compile import StepCompiler, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import ClusterEnvironment, detect_environment
 from framework.runtime.reporting import agree_on_runs, as_list, call_hook, finalize, log_to
@@ -87,6 +87,7 @@ class Runtime:
         self.strategy = resolve_strategy(strategy)
         self.precision = resolve_precision("32-true" if precision is None else precision)
         self.compile_options = compile_options(compile)
+        self._compiler: StepCompiler | None = None
         self.callbacks = as_list(callbacks)
         self._loggers = as_list(loggers)
         self._unflushed_logs = False  # log_dict sent something the loggers may still buffer
@@ -267,9 +268,16 @@ class Runtime:
         What the Trainer uses; ``setup_module`` adds the ``RuntimeModule`` wrapper on top.
         """
         module = self.strategy.setup_module(self.precision.convert_module(module))
-        if self.compile_options is not None:
-            module = compile_module(module, self.compile_options)
+        if self.compiler is not None:
+            self.compiler.module(self.strategy.unwrap(module))  # the wrapper (DDP, FSDP) stays eager around it
         return module
+
+    @property
+    def compiler(self) -> StepCompiler | None:
+        """What compiles the module's forward and its step methods, as ``compile=`` asked; None without it."""
+        if self._compiler is None and self.compile_options is not None:
+            self._compiler = StepCompiler.from_options(self.compile_options)
+        return self._compiler
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
         """``optimizer`` as the strategy needs it (wrapped where it shards optimizer state), without a wrapper."""

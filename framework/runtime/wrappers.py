@@ -65,19 +65,30 @@ class RuntimeModule(nn.Module):
 
     def __getattr__(self, name: str) -> Any:
         if name in self.__dict__["_synced_methods"]:
+            return self._synced_method(name)
+        try:
+            return super().__getattr__(name)  # _forward_module
+        except AttributeError:
+            return getattr(self.__dict__["_original"], name)
+
+    def _synced_method(self, name: str) -> Callable[..., Any]:
+        """The original's method ``name`` run as forward is (compiled where ``compile=`` asked), made once."""
+        made = self.__dict__.setdefault("_made_methods", {})
+        if name not in made:
             runtime = self.__dict__["_runtime"]
-            step = runtime.strategy.step_function(self._forward_module, name, synced=True)
+            compiled = None
+            if runtime.compiler is not None:
+                original = self.__dict__["_original"]
+                compiled = runtime.compiler.function(getattr(original, name), f"{type(original).__name__}.{name}")
+            step = runtime.strategy.step_function(self._forward_module, name, synced=True, method=compiled)
 
             def call(*args: Any, **kwargs: Any) -> Any:  # as forward: inputs converted, under autocast
                 args, kwargs = runtime.precision.convert_input((args, kwargs))
                 with runtime.precision.autocast():
                     return step(*args, **kwargs)
 
-            return call
-        try:
-            return super().__getattr__(name)  # _forward_module
-        except AttributeError:
-            return getattr(self.__dict__["_original"], name)
+            made[name] = call
+        return made[name]
 
     def __getitem__(self, index: Any) -> Any:
         return self.module[index]

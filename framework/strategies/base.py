@@ -103,13 +103,15 @@ class Strategy:
         return module
 
     # -- the step ---
-    def step_function(self, model: nn.Module, name: str, synced: bool | None = None) -> Any:
+    def step_function(self, model: nn.Module, name: str, synced: bool | None = None,
+                      method: Any = None) -> Any:
         """The callable that runs the user's method ``name`` (``training_step`` ...) on the set-up ``model``.
 
         Wrapping strategies route it through the wrapper's ``forward`` so their hooks run, where
-        ``synced`` (default: for ``training_step`` only).
+        ``synced`` (default: for ``training_step`` only). ``method``: what runs in place of the
+        module's own method (its compiled version).
         """
-        return getattr(self.unwrap(model), name)
+        return method if method is not None else getattr(self.unwrap(model), name)
 
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
         """Context for gradient-accumulation micro-batches: no gradient sync across ranks."""

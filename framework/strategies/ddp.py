@@ -53,7 +53,8 @@ class DDPStrategy(ParallelStrategy):
         return module.module if isinstance(module, StepRouter) else module
 
     # -- the step ---
-    def step_function(self, model: nn.Module, name: str, synced: bool | None = None) -> Callable[..., Any]:
+    def step_function(self, model: nn.Module, name: str, synced: bool | None = None,
+                      method: Callable[..., Any] | None = None) -> Callable[..., Any]:
         """``training_step`` runs through DDP's forward (so its gradients sync); evaluation steps run directly.
 
         Evaluating outside DDP's forward keeps it free of collectives, so ranks may hold
@@ -64,9 +65,10 @@ class DDPStrategy(ParallelStrategy):
             # A training step run outside DDP's forward (manual optimization: backward happens inside the step,
             # before DDP's forward could prepare for it) has each backward prepare DDP's gradient sync itself.
             self._backward_prepares = None if synced or not isinstance(model, DistributedDataParallel) else model
+        step = method if method is not None else getattr(self.unwrap(model), name)
         if not synced or not isinstance(model, DistributedDataParallel):
-            return getattr(self.unwrap(model), name)
-        return routed(model, model.module, name)
+            return step
+        return routed(model, model.module, step)
 
     def backward(self, loss: torch.Tensor, module: nn.Module | None = None, *args: Any, **kwargs: Any) -> None:
         """Compute gradients through the precision; in manual optimization, with DDP's gradient sync prepared first

@@ -195,12 +195,14 @@ class FSDPStrategy(ParallelStrategy):
         return module.module if isinstance(module, StepRouter) else module
 
     # -- the step ---
-    def step_function(self, model: nn.Module, name: str, synced: bool | None = None) -> Callable[..., Any]:
+    def step_function(self, model: nn.Module, name: str, synced: bool | None = None,
+                      method: Callable[..., Any] | None = None) -> Callable[..., Any]:
         """Every step (training and evaluation) runs through the sharded root's forward, whose hooks gather the
         parameters it needs."""
+        step = method if method is not None else getattr(self.unwrap(model), name)
         if isinstance(model, StepRouter):
-            return routed(model, model, name)
-        return getattr(model, name)
+            return routed(model, model, step)
+        return step
 
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
         """Gradients of micro-batches inside this context accumulate unreduced (``set_requires_gradient_sync``)."""

@@ -25,28 +25,28 @@ _REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 
 class StepRouter(nn.Module):
     """Makes a wrapper's forward run the user's ``training_step``: DDP syncs gradients only of what its
-    forward ran, and FSDP gathers parameters in the hooks around it."""
+    forward ran, and FSDP gathers parameters in the hooks around it. Otherwise it calls the module
+    (its hooks, and its forward compiled where ``compile=`` asked)."""
 
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self.module = module
-        self.__dict__["method"] = module.forward
+        self.__dict__["method"] = module
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.__dict__["method"](*args, **kwargs)
 
 
-def routed(wrapper: nn.Module, router: StepRouter, name: str) -> Callable[..., Any]:
-    """A callable running the user's method ``name`` through ``wrapper``'s forward (``router`` is inside it)."""
-    step = getattr(router.module, name)
-    forward = router.module.forward
+def routed(wrapper: nn.Module, router: StepRouter, step: Callable[..., Any]) -> Callable[..., Any]:
+    """A callable running ``step`` (the user's method) through ``wrapper``'s forward (``router`` is inside it)."""
+    module = router.module
 
     def call(*args: Any, **kwargs: Any) -> Any:
         router.__dict__["method"] = step
         try:
             return wrapper(*args, **kwargs)
         finally:
-            router.__dict__["method"] = forward
+            router.__dict__["method"] = module
 
     return call
 

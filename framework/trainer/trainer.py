@@ -24,6 +24,7 @@ from framework.runtime.reporting import agree_on_runs, finalize
 from framework.runtime.transfer import move_to_device
 from framework.trainer import arguments as check
 from framework.trainer.checkpoint import dump_checkpoint, evaluation_ckpt_path
+from framework.trainer.compiled import CompiledSteps, unwrap_compiled
 from framework.trainer.data import INFINITE, forget_fit_data
 from framework.trainer.defaults import default_loggers, with_default_callbacks
 from framework.trainer.dispatch import HookRunner, merge_module_callbacks
@@ -182,6 +183,8 @@ class Trainer(TrainerProperties):
         self._keep_predictions = True
         self.given_loaders: dict[str, Any] = {}
         self._module_setup = False
+        self._given_compiler: Any = None  # from fit(torch.compile(model)): its options compile the steps
+        self._compiled_steps = CompiledSteps()
 
     # -- arguments that change others ---
     def _apply_fast_dev_run(self) -> None:
@@ -216,6 +219,10 @@ class Trainer(TrainerProperties):
         ``ckpt_path`` ("last", "best" or a path) resumes from a checkpoint. Checkpoints load with
         ``torch.load(weights_only=True)``; ``weights_only=False`` also unpickles arbitrary objects
         (only for files you trust).
+
+        ``model`` may be what ``torch.compile(model, ...)`` returned, as in Lightning (so may the
+        ``model`` of validate, test and predict): the Module inside is the one trained, and its
+        step methods run compiled with the options given to ``torch.compile``.
         """
         datamodule, train_dataloaders = _datamodule_or_loaders("fit", datamodule, train_dataloaders)
         if datamodule is not None and val_dataloaders is not None:
@@ -265,6 +272,8 @@ class Trainer(TrainerProperties):
     # -- one run ---
     def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
              ckpt_path: Any, weights_only: bool | None) -> Any:
+        model, self._given_compiler = unwrap_compiled(fn.value, model) if model is not None else (
+            None, self._given_compiler)
         module = self._attach(fn, model, datamodule)
         self._model_given = model is not None
         if fn != TrainerFn.FITTING:  # here, once, not on each rank the Trainer may start
@@ -384,8 +393,10 @@ class Trainer(TrainerProperties):
                 torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # in place: the Module is no BatchNorm
             self.model = self.runtime.wrap_module(module)
             self._module_setup = True
+        self._compiled_steps.use(module, self._given_compiler or self.runtime.compiler)
         self.training_step = without_unaccepted_batch_idx(
-            self.runtime.strategy.step_function(self.model, "training_step", synced=module.automatic_optimization),
+            self.runtime.strategy.step_function(self.model, "training_step", synced=module.automatic_optimization,
+                                                method=self._compiled_steps.method("training_step")),
             module.training_step,
         )
         # Loggers write on global rank 0 only; every rank checks the hyperparameters (so all fail alike).
@@ -438,7 +449,7 @@ class Trainer(TrainerProperties):
 
     def strategy_step(self, name: str) -> Any:
         """The callable that runs the step method ``name`` (e.g. ``"validation_step"``) on the set-up model."""
-        return self.runtime.strategy.step_function(self.model, name)
+        return self.runtime.strategy.step_function(self.model, name, method=self._compiled_steps.method(name))
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on each node's first process only."""

@@ -1,0 +1,66 @@
+"""The Module's step methods under ``torch.compile``: from ``Trainer(compile=...)``, or from
+``trainer.fit(torch.compile(model))`` as in Lightning (the Module inside is the one trained)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from framework.errors import describe
+from framework.module import Module
+from framework.runtime.compile import StepCompiler, is_compiled_module
+
+
+def unwrap_compiled(fn_name: str, model: Any) -> tuple[Any, StepCompiler | None]:
+    """``(Module, compiler)`` for what ``torch.compile(module, ...)`` returned, compiling with its options;
+    ``(model, None)`` for anything else."""
+    if not is_compiled_module(model):
+        return model, None
+    inner = model._orig_mod
+    if not isinstance(inner, Module):
+        raise TypeError(
+            f"trainer.{fn_name}(model=torch.compile(...)) compiled {describe(inner)}; the model inside must subclass "
+            "framework.Module."
+        )
+    return inner, StepCompiler.from_compiled_module(model)
+
+
+class CompiledSteps:
+    """The step methods of one Module, each compiled once per compiler, that record what they ``self.log``.
+
+    Example::
+
+        steps = CompiledSteps()
+        steps.use(module, StepCompiler.from_options({}))
+        training_step = steps.method("training_step")   # None when nothing is compiled
+    """
+
+    def __init__(self) -> None:
+        self._module: Module | None = None
+        self._compiler: StepCompiler | None = None
+        self._made: dict[str, Callable[..., Any]] = {}
+
+    def use(self, module: Module, compiler: StepCompiler | None) -> None:
+        """Compile ``module``'s steps with ``compiler`` from now on (None: run them eagerly)."""
+        if module is not self._module or compiler is not self._compiler:
+            self._module, self._compiler, self._made = module, compiler, {}
+
+    def method(self, name: str) -> Callable[..., Any] | None:
+        """The Module's method ``name`` compiled, or None where nothing is compiled."""
+        if self._compiler is None or self._module is None:
+            return None
+        if name not in self._made:
+            self._made[name] = _recording_logs(self._module, self._compiler, name)
+        return self._made[name]
+
+
+def _recording_logs(module: Module, compiler: StepCompiler, name: str) -> Callable[..., Any]:
+    compiled = compiler.function(getattr(module, name), f"{type(module).__name__}.{name}")
+    record = module.record_logs_of_compiled_step
+
+    def step(*args: Any, **kwargs: Any) -> Any:
+        output = compiled(*args, **kwargs)
+        record()
+        return output
+
+    return step
