@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +74,7 @@ class Float16Mixed(MixedPrecision):
         self.scaler: torch.amp.GradScaler | None = scaler
         self._unscaled: set[int] = set()  # ids of optimizers unscaled since their last step
         self._update_due = False  # optimizers stepped since the scale was last updated
+        self._taken: weakref.WeakKeyDictionary[Optimizer, list[int]] = weakref.WeakKeyDictionary()
 
     def connect(self, device: torch.device) -> None:
         """Check the device and make the GradScaler for it."""
@@ -100,7 +102,9 @@ class Float16Mixed(MixedPrecision):
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any) -> bool:
         """Run ``closure`` (GradScaler cannot take one), then step unless the gradients hold inf/nan.
 
-        Returns False when the step was skipped. The scale is updated once after all the
+        Returns False when the step was skipped, known without waiting for the device: GradScaler
+        read the flag already to decide (for a fused optimizer, which skips itself on the device,
+        a ``StepOutcome`` reads the flag when it is first asked). The scale is updated once after all the
         optimizers of an iteration have stepped (``update_scale``, also run before the next
         backward), so two optimizers sharing one backward see the same scale, and
         gradient-accumulation micro-batches do not move it.
@@ -115,12 +119,30 @@ class Float16Mixed(MixedPrecision):
             # training_step returned None: no backward ran, so there is nothing to check or step.
             self._unscaled.discard(id(optimizer))
             return True
+        taken = self._steps_taken(optimizer)
+        before = taken[0]
         scaler.step(optimizer, **kwargs)
         self._unscaled.discard(id(optimizer))
         self._update_due = True
-        # What step() found in this optimizer's gradients (an untouched record when the scaler is disabled).
-        found_inf = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
-        return not any(bool(flag.item()) for flag in found_inf.values())
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            # A fused optimizer takes the flag and skips itself on the device: the host learns whether it did
+            # only by reading the flag, which waits for the device, so it is read only if asked.
+            found_inf = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+            return StepOutcome(list(found_inf.values()))
+        # GradScaler read the flag already and called optimizer.step() only if it held no inf/nan.
+        return taken[0] != before
+
+    def _steps_taken(self, optimizer: Optimizer) -> list[int]:
+        """How often ``optimizer.step()`` ran, counted by a step hook registered on first use."""
+        taken = self._taken.get(optimizer)
+        if taken is None:
+            taken = self._taken[optimizer] = [0]
+
+            def count(*_: Any) -> None:
+                taken[0] += 1
+
+            optimizer.register_step_post_hook(count)
+        return taken
 
     def update_scale(self) -> None:
         """Update the scale once for the optimizer steps since the last update (halve it after inf/nan)."""
@@ -146,3 +168,25 @@ class Float16Mixed(MixedPrecision):
                 "Runtime(precision=...), which connect it."
             )
         return self.scaler
+
+
+class StepOutcome:
+    """Whether a fused optimizer's step went through (truthy) or was skipped for inf/nan gradients.
+
+    The optimizer skipped itself on the device; the flag is read, waiting for the device,
+    the first time this is asked, and never where nothing asks (no LR scheduler due).
+    """
+
+    __slots__ = ("_flags", "_stepped")
+
+    def __init__(self, flags: list[torch.Tensor]) -> None:
+        self._flags = flags
+        self._stepped: bool | None = None
+
+    def __bool__(self) -> bool:
+        if self._stepped is None:
+            self._stepped = not any(flag.item() for flag in self._flags)
+        return self._stepped
+
+    def __repr__(self) -> str:
+        return f"StepOutcome({'not read' if self._stepped is None else self._stepped})"

@@ -434,7 +434,7 @@ class FitLoop:
         # schedulers wait for a step that really changed the weights.
         state.global_step += 1
         self._applied = stepped
-        if stepped and trainer.has_step_schedulers:
+        if trainer.has_step_schedulers and stepped:  # in this order: knowing ``stepped`` may wait for the device
             step_schedulers(trainer, "step", plateau=False)
         if is_last:
             step_schedulers(trainer, "epoch", plateau=False)
@@ -456,6 +456,8 @@ class FitLoop:
                 "Your optimizer_step override did not call optimizer.step(closure=optimizer_closure); the closure "
                 "runs training_step and backward, so without it nothing is trained."
             )
+        if len(outcome) == 1:
+            return outcome[0]  # as it is: asking whether a fused fp16 step went through waits for the device
         return all(outcome) and bool(outcome)
 
     def _manual_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, torch.Tensor | None]:

@@ -69,9 +69,10 @@ def test_evaluation_runs_under_the_same_autocast(stage):
 class Overflowing(Classifier):
     """Multiplies the loss by 1e30 on training batch ``overflow_at``: its fp16 gradients become inf."""
 
-    def __init__(self, overflow_at: int, **kwargs) -> None:
+    def __init__(self, overflow_at: int, fused: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.overflow_at = overflow_at
+        self.fused = fused
         self.weights_after: list[torch.Tensor] = []
         self.lrs: list[float] = []
 
@@ -84,13 +85,14 @@ class Overflowing(Classifier):
         self.lrs.append(self.trainer.optimizers[0].param_groups[0]["lr"])
 
     def configure_optimizers(self):
-        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1, fused=self.fused or None)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def test_an_overflowing_step_is_skipped_and_the_scheduler_waits():
-    model = Overflowing(overflow_at=2)
+@pytest.mark.parametrize("fused", [False, True], ids=["skipped-by-the-scaler", "fused-skips-itself"])
+def test_an_overflowing_step_is_skipped_and_the_scheduler_waits(fused):
+    model = Overflowing(overflow_at=2, fused=fused)
     precision = Float16Mixed(torch.amp.GradScaler("cpu", init_scale=1024.0))
     trainer = quiet_trainer(max_steps=5, precision=precision)
     trainer.fit(model, blob_loader())
