@@ -1,4 +1,5 @@
-"""``compile=``: torch.compile on the set-up module, once, with eager checkpoint keys and named failures."""
+"""``compile=``: torch.compile on the set-up module, once, with eager checkpoint keys and named failures
+(the step methods compiled: tests/trainer/test_compiled_steps.py)."""
 
 from __future__ import annotations
 
@@ -86,22 +87,12 @@ def test_an_unknown_compile_mode_is_refused_with_torchs_reason():
         framework.Runtime(accelerator="cpu", compile={"mode": "fastest"}).setup(nn.Linear(2, 2))
 
 
-def failing_backend(graph_module, example_inputs):
-    raise RuntimeError("backend exploded on purpose")
-
-
-def test_a_compile_failure_names_the_module_and_the_cause():
-    trainer = quiet_trainer(max_steps=1, compile={"backend": failing_backend})
-    expected = r"torch.compile failed on Classifier.forward: RuntimeError: backend exploded on purpose\. Run once"
-    with pytest.raises(CompileError, match=expected):
-        trainer.fit(Classifier(), blob_loader())
-
-
 def test_a_model_error_met_while_compiling_is_named_by_its_own_message():
     class WrongWidth(Classifier):
         def forward(self, x):
             return self.net(x[:, :5])  # the first layer takes 8 features
 
     trainer = quiet_trainer(max_steps=1, compile={"backend": "eager"})
-    with pytest.raises(CompileError, match=r"failed on WrongWidth\.forward: RuntimeError: .*shapes|reduction dim"):
+    expected = r"failed on WrongWidth\.training_step: RuntimeError: .*shapes|reduction dim"
+    with pytest.raises(CompileError, match=expected):
         trainer.fit(WrongWidth(), blob_loader())

@@ -147,6 +147,33 @@ def test_sharded_strategies_train_as_ddp(strategy, ddp_result):
     torch.testing.assert_close(metrics["val_loss"], reference_metrics["val_loss"], rtol=1e-5, atol=1e-6)
 
 
+class CompiledRegressor(Regressor):
+    """Logs whether its steps run compiled, which reaches the caller from rank 0."""
+
+    def training_step(self, batch, batch_idx):
+        self.log("compiled_training", float(torch.compiler.is_compiling()))
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("compiled_validation", float(torch.compiler.is_compiling()))
+        super().validation_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero3"])
+def test_compiled_steps_train_as_eager_ddp_on_every_strategy(strategy, ddp_result):
+    torch.manual_seed(0)
+    model = CompiledRegressor()
+    trainer = quiet_trainer(devices=2, strategy=strategy, max_epochs=2, gradient_clip_val=0.05,
+                            accumulate_grad_batches=2, compile={"backend": "aot_eager"})
+    trainer.fit(model, DataLoader(regression_data(), batch_size=4), DataLoader(regression_data(9), batch_size=4))
+    metrics = trainer.callback_metrics
+    assert metrics["compiled_training"] == 1 and metrics["compiled_validation"] == 1
+    reference, reference_metrics = ddp_result
+    for name, value in model.state_dict().items():  # AOTAutograd may order the arithmetic its own way
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(metrics["val_loss"], reference_metrics["val_loss"], rtol=1e-5, atol=1e-6)
+
+
 def test_zero3_on_four_ranks_trains_as_ddp():
     reference, _ = fitted("ddp", devices=4)
     weights, _ = fitted("zero3", devices=4)
