@@ -94,6 +94,7 @@ class ParallelStrategy(Strategy):
         self.timeout = _as_timeout(timeout)
         self.process_group_backend = process_group_backend
         self._started_group = False
+        self._gloo_group: Any = None  # for host tensors: "default" where the default group has gloo
         self._alone = False  # inside without_collectives()
 
     @property
@@ -141,13 +142,24 @@ class ParallelStrategy(Strategy):
         """Start reducing ``tensor`` in place (``reduce_op``: "sum", "max", "min"); the returned function waits."""
         if not self._in_group():
             return lambda: tensor
-        work = dist.all_reduce(tensor, op=_reduce_op(reduce_op), async_op=True)
+        group = self._host_group() if tensor.device.type == "cpu" else None
+        work = dist.all_reduce(tensor, op=_reduce_op(reduce_op), group=group, async_op=True)
 
         def wait() -> torch.Tensor:
             work.wait()
             return tensor
 
         return wait
+
+    def _host_group(self) -> Any:
+        """The group that reduces host tensors: the default one where it has gloo, else a gloo group made once
+        (nccl reduces only device tensors, and a host value sent through the device would wait for it)."""
+        if self._gloo_group is None:
+            if "gloo" in str(dist.get_backend()):
+                self._gloo_group = "default"
+            else:  # a collective: every rank gets here at the same vote
+                self._gloo_group = dist.new_group(backend="gloo")
+        return None if isinstance(self._gloo_group, str) else self._gloo_group
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` from every rank (all of one shape), stacked along a new first dimension."""
@@ -212,6 +224,7 @@ class ParallelStrategy(Strategy):
             self.barrier("end")
             dist.destroy_process_group()
         self._started_group = False
+        self._gloo_group = None  # destroyed with the default group
 
     def _end_at_exit(self) -> None:
         if getattr(sys, "last_value", None) is not None:
@@ -227,6 +240,7 @@ class ParallelStrategy(Strategy):
         except RuntimeError:  # another rank is gone already: nothing left to close in order
             pass
         self._started_group = False
+        self._gloo_group = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, rank={self.global_rank})"

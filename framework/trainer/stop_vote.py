@@ -28,7 +28,10 @@ class StopVote:
 
     def __init__(self, runtime: Any) -> None:
         self._strategy = runtime.strategy
-        self._device = runtime.device
+        # The wishes are host values: exchanged from host memory (over gloo where the ranks' group is nccl) and
+        # read through a numpy view of it, so the vote never waits for a device.
+        self._buffer = torch.zeros(2)
+        self._values = self._buffer.numpy()
         self._pending: Any = None
         self._wished = False
 
@@ -40,14 +43,14 @@ class StopVote:
         """
         stop, time_up = self.finish()
         self._wished = (self._wished or should_stop) and not stop
-        wishes = torch.tensor([float(self._wished), float(time_passed)], device=self._device)
-        self._pending = self._strategy.start_all_reduce(wishes, "max")
+        self._values[0], self._values[1] = float(self._wished), float(time_passed)
+        self._pending = self._strategy.start_all_reduce(self._buffer, "max")
         return stop or already_agreed, time_up
 
     def finish(self) -> tuple[bool, bool]:
         """Wait for the last exchange; ``(stop, time_up)`` as agreed (both False when none is under way)."""
         if self._pending is None:
             return False, False
-        stop, time_up = self._pending().tolist()
+        self._pending()
         self._pending = None
-        return bool(stop), bool(time_up)
+        return bool(self._values[0]), bool(self._values[1])
