@@ -1,9 +1,10 @@
-"""Helpers for testing distributed code on CPU with real processes."""
+"""Helpers for testing distributed code on CPU with real processes, and for counting what would wait for a GPU."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -80,3 +81,57 @@ def _in_process_group(fn: Callable[..., Any], args: tuple, timeout: float) -> An
     dist.barrier()
     dist.destroy_process_group()
     return result
+
+
+#: The Tensor methods that hand a tensor's value to Python: on a GPU each waits for the device.
+HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+class HostReads:
+    """How many tensor values were read on the host, by method, inside ``count_host_reads()``."""
+
+    def __init__(self) -> None:
+        self.by_method: dict[str, int] = dict.fromkeys(HOST_READS, 0)
+
+    @property
+    def total(self) -> int:
+        """All reads, whatever the method."""
+        return sum(self.by_method.values())
+
+
+@contextlib.contextmanager
+def count_host_reads() -> Iterator[HostReads]:
+    """Count the calls of ``Tensor.item/tolist/cpu/numpy/__bool__/__float__/__int__/__index__`` in this block.
+
+    On a GPU each such call waits until the device has computed the value (a host sync); on a
+    CPU the calls are the same, so counting them in a CPU test tells how often a step would
+    wait on a GPU. Compare against the same plain PyTorch loop: some reads are of host
+    tensors (Adam's step counts) and cost nothing on either.
+
+    Example::
+
+        with framework.testing.count_host_reads() as reads:
+            trainer.fit(model, loader)
+        print(reads.total, reads.by_method["item"])
+    """
+    reads = HostReads()
+    originals = {name: getattr(torch.Tensor, name) for name in HOST_READS}
+    own = {name for name in HOST_READS if name in vars(torch.Tensor)}  # the others are inherited from C
+
+    def counted(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            reads.by_method[name] += 1
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name, original in originals.items():
+        setattr(torch.Tensor, name, counted(name, original))
+    try:
+        yield reads
+    finally:
+        for name, original in originals.items():
+            if name in own:
+                setattr(torch.Tensor, name, original)
+            else:
+                delattr(torch.Tensor, name)

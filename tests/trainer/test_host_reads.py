@@ -15,7 +15,7 @@ from torch import nn
 
 import framework
 from tests.helpers import quiet_trainer
-from tests.host_syncs import counting_host_reads
+from framework.testing import count_host_reads
 
 STEPS = 24
 
@@ -66,7 +66,7 @@ class ReadsPerStep(framework.Callback):
         self.per_step: list[int] = []
 
     def on_train_start(self, trainer, module):
-        self._counting = counting_host_reads()
+        self._counting = count_host_reads()
         self._reads = self._counting.__enter__()
         self._last = None
 
@@ -89,7 +89,7 @@ def plain_loop_reads(precision: str, optimizer: str, fused: bool) -> list[int]:
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler("cpu", enabled=precision == "16-mixed")
     per_step, last = [], None
-    with counting_host_reads() as reads:
+    with count_host_reads() as reads:
         for x, y in batches():
             if last is not None:
                 per_step.append(reads.total - last)
@@ -140,3 +140,13 @@ def test_no_strategy_adds_a_read_to_the_step(strategy, precision, tmp_path):
     for rank in (0, 1):  # each rank runs half the batches
         with open(f"{report}.rank{rank}") as counts:
             assert set(steady(json.load(counts))) == plain, f"rank {rank}"
+
+
+def test_count_host_reads_counts_each_way_of_reading_a_value_and_puts_torch_back():
+    value = torch.tensor([2.0])
+    with count_host_reads() as reads:
+        value.item(), value.tolist(), value.cpu(), value.numpy(), bool(value), float(value), int(value)
+        value + 1  # arithmetic reads nothing
+    assert reads.total == 7
+    assert reads.by_method["item"] == 1 and reads.by_method["__bool__"] == 1
+    assert "item" not in vars(torch.Tensor)  # inherited from torch's C base class again, as before
