@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 import framework
-from tests.helpers import quiet_trainer
 from framework.testing import count_host_reads
+from tests.helpers import quiet_trainer
 
 STEPS = 24
 
