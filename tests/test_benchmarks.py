@@ -1,0 +1,30 @@
+"""The GPU benchmark at its CPU size: every row runs, and the framework's rows read no more on the host and
+compile no more during the timed steps than the plain loop's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu.py"
+
+
+def test_the_gpu_benchmark_runs_at_its_cpu_size_and_the_framework_reads_no_more_than_the_plain_loop():
+    command = [sys.executable, str(BENCHMARK), "--size", "tiny", "--steps", "4", "--warmup", "3", "--backend", "eager",
+               "--models", "gpt2", "--precisions", "bf16-mixed", "16-mixed", "--no-lightning"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    lines = completed.stdout.splitlines()
+    header = lines[1].split()
+    assert header[:4] == ["model", "loop", "precision", "compiled"] and "syncs/step" in header
+    rows = {tuple(line.split()[1:4]): dict(zip(header[4:], line.split()[4:], strict=True)) for line in lines[2:]}
+    expected = {(loop, precision, compiled) for precision in ("bf16-mixed", "16-mixed")
+                for loop, compiled in [("plain", "-"), ("plain", "forward"), ("plain", "step"), ("framework", "-"),
+                                       ("framework", "compile=")]}
+    assert set(rows) == expected | {("framework", "bf16-mixed", "defaults")}
+    for (loop, precision, _), row in rows.items():
+        assert float(row["ms/step"]) > 0 and float(row["tokens/s"]) > 0
+        assert row["recompiles"] == "0", (loop, precision, row)
+        if loop == "framework":
+            assert float(row["syncs/step"]) <= float(rows[("plain", precision, "-")]["syncs/step"])
