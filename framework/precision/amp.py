@@ -76,6 +76,14 @@ class Float16Mixed(MixedPrecision):
         self._update_due = False  # optimizers stepped since the scale was last updated
         self._taken: weakref.WeakKeyDictionary[Optimizer, list[int]] = weakref.WeakKeyDictionary()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for spawned ranks without the step counts, which belong to this process's optimizers."""
+        return {**self.__dict__, "_taken": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._taken = weakref.WeakKeyDictionary()
+
     def connect(self, device: torch.device) -> None:
         """Check the device and make the GradScaler for it."""
         super().connect(device)
