@@ -75,6 +75,9 @@ class ReadsPerStep(framework.Callback):
             self.per_step.append(self._reads.total - self._last)
         self._last = self._reads.total
 
+    def on_exception(self, trainer, module, exception):
+        self._counting.__exit__(None, None, None)  # torch's own methods back for the tests that follow
+
     def on_train_end(self, trainer, module):
         self._counting.__exit__(None, None, None)
         if self.report_to is not None:
