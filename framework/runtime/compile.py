@@ -51,9 +51,11 @@ class StepCompiler:
         compiler.module(model)    # model's forward compiled in place
     """
 
-    def __init__(self, compile_function: Callable[[Callable[..., Any]], Callable[..., Any]], described: str) -> None:
-        self._compile = compile_function
-        self.described = described  # how the options are shown in errors
+    def __init__(self, options: dict[str, Any] | None = None, context: Any = None) -> None:
+        self._options = options or {}
+        self._context = context  # a torch.compile'd module's dynamo context, which compiles with its options
+        # how the options are shown in errors
+        self.described = "torch.compile(model, ...)" if context is not None else f"compile={self._options!r}"
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> StepCompiler:
@@ -62,18 +64,19 @@ class StepCompiler:
             torch.compile(_nothing, **options)  # torch checks mode and backend when called, not when run
         except Exception as error:
             raise MisconfigurationError(f"compile={options!r}: torch.compile refused it: {error}") from error
-        return cls(lambda fn: torch.compile(fn, **options), f"compile={options!r}")
+        return cls(options=options)
 
     @classmethod
     def from_compiled_module(cls, compiled: nn.Module) -> StepCompiler:
         """The options of ``compiled = torch.compile(module, ...)``: its dynamo context compiles other functions
         as it compiles the module's forward (what Lightning does for ``fit(torch.compile(model))``)."""
-        return cls(compiled.dynamo_ctx, "torch.compile(model, ...)")
+        return cls(context=compiled.dynamo_ctx)
 
     def function(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         """``fn`` compiled; compiling happens at the first call, and a failure then raises ``CompileError``
         naming ``name`` and the cause."""
-        return _naming_failures(self._compile(fn), name, self.described)
+        compiled = self._context(fn) if self._context is not None else torch.compile(fn, **self._options)
+        return _naming_failures(compiled, name, self.described)
 
     def module(self, module: nn.Module) -> nn.Module:
         """Compile ``module``'s forward in place and return it.

@@ -40,6 +40,10 @@ class CompiledSteps:
         self._compiler: StepCompiler | None = None
         self._made: dict[str, Callable[..., Any]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for spawned ranks empty: they compile for themselves."""
+        return {"_module": None, "_compiler": None, "_made": {}}
+
     def use(self, module: Module, compiler: StepCompiler | None) -> None:
         """Compile ``module``'s steps with ``compiler`` from now on (None: run them eagerly)."""
         if module is not self._module or compiler is not self._compiler:

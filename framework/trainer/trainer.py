@@ -272,15 +272,16 @@ class Trainer(TrainerProperties):
     # -- one run ---
     def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
              ckpt_path: Any, weights_only: bool | None) -> Any:
-        model, self._given_compiler = unwrap_compiled(fn.value, model) if model is not None else (
-            None, self._given_compiler)
+        given = model  # a torch.compile'd Module reaches the ranks as it is, for them to compile with its options
+        if model is not None:
+            model, self._given_compiler = unwrap_compiled(fn.value, model)
         module = self._attach(fn, model, datamodule)
         self._model_given = model is not None
         if fn != TrainerFn.FITTING:  # here, once, not on each rank the Trainer may start
             ckpt_path = evaluation_ckpt_path(self, fn, ckpt_path)
         if self.runtime.needs_launch:
             if self.runtime.start_method() != "popen":
-                return self._run_launched(fn, model, datamodule, loaders, ckpt_path, weights_only)
+                return self._run_launched(fn, given, datamodule, loaders, ckpt_path, weights_only)
             self.runtime.become_rank_zero()  # the other ranks run the script again; this one goes on as rank 0
         if trains_a_copy(self):
             return run_on_a_copy(self, module, lambda copy: self._run_here(

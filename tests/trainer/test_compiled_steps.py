@@ -187,3 +187,21 @@ def test_a_compile_failure_names_the_step_and_the_cause():
     expected = r"torch.compile failed on Steps.training_step: RuntimeError: backend exploded on purpose\. Run once"
     with pytest.raises(CompileError, match=expected):
         trainer.fit(Steps(), blob_loader())
+
+
+class LogsCompiling(Steps):
+    def training_step(self, batch, batch_idx):
+        self.log("compiling", float(torch.compiler.is_compiling()))
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("how", ["compile=", "torch.compile(model)"])
+def test_spawned_ranks_compile_their_steps_as_the_caller_asked(how):
+    from framework.strategies import DDPStrategy
+
+    model = LogsCompiling()
+    trainer = quiet_trainer(max_epochs=1, devices=2, strategy=DDPStrategy(start_method="spawn"),
+                            compile={"backend": "eager"} if how == "compile=" else False)
+    trainer.validate(model, blob_loader(64), verbose=False)  # what this process set up must still pickle
+    trainer.fit(model if how == "compile=" else torch.compile(model, backend="eager"), blob_loader())
+    assert trainer.callback_metrics["compiling"] == 1
