@@ -192,7 +192,8 @@ class Module(ModuleHooks, nn.Module):
         results.log(*logged)
 
     def record_logs_of_compiled_step(self) -> None:
-        """Record the ``self.log`` calls a compiled step made (the Trainer calls this after each compiled step)."""
+        """Record the ``self.log`` calls a compiled step made (the Trainer's loops call this after every step, so
+        steps compiled by the user are covered too)."""
         logged = self._logged_while_compiling
         if logged:
             self._logged_while_compiling = []

@@ -26,7 +26,8 @@ def unwrap_compiled(fn_name: str, model: Any) -> tuple[Any, StepCompiler | None]
 
 
 class CompiledSteps:
-    """The step methods of one Module, each compiled once per compiler, that record what they ``self.log``.
+    """The step methods of one Module, each compiled once per compiler (the loops record what they ``self.log``:
+    ``Module.record_logs_of_compiled_step``).
 
     Example::
 
@@ -54,17 +55,6 @@ class CompiledSteps:
         if self._compiler is None or self._module is None:
             return None
         if name not in self._made:
-            self._made[name] = _recording_logs(self._module, self._compiler, name)
+            self._made[name] = self._compiler.function(getattr(self._module, name),
+                                                       f"{type(self._module).__name__}.{name}")
         return self._made[name]
-
-
-def _recording_logs(module: Module, compiler: StepCompiler, name: str) -> Callable[..., Any]:
-    compiled = compiler.function(getattr(module, name), f"{type(module).__name__}.{name}")
-    record = module.record_logs_of_compiled_step
-
-    def step(*args: Any, **kwargs: Any) -> Any:
-        output = compiled(*args, **kwargs)
-        record()
-        return output
-
-    return step

@@ -158,6 +158,7 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     step = _step_for(trainer, names, several)
     batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
     move = trainer.batch_mover()
+    record_logs = trainer.module.record_logs_of_compiled_step
     collected: list[list[Any]] = []
     reduce = trainer.runtime.strategy.all_reduce
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
@@ -172,6 +173,7 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
                 batch_start(batch, batch_idx, *extra)
             with trainer.runtime.autocast():
                 output = step(batch, batch_idx, *extra)
+            record_logs()
             if keep:  # on the CPU, so a long predict run does not fill the accelerator's memory
                 predictions.append(move_to_device(output, _CPU))
             if batch_end is not None:

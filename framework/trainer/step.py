@@ -49,6 +49,7 @@ class StepClosure:
         self.ran = True
         with trainer.runtime.autocast():
             output = trainer.training_step(self.batch, self.batch_idx)
+        trainer.module.record_logs_of_compiled_step()
         loss = check_training_output(output, manual=False)
         if loss is not None and trainer.accumulate_grad_batches > 1:
             loss = loss / trainer.accumulate_grad_batches

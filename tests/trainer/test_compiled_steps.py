@@ -205,3 +205,17 @@ def test_spawned_ranks_compile_their_steps_as_the_caller_asked(how):
     trainer.validate(model, blob_loader(64), verbose=False)  # what this process set up must still pickle
     trainer.fit(model if how == "compile=" else torch.compile(model, backend="eager"), blob_loader())
     assert trainer.callback_metrics["compiling"] == 1
+
+
+def test_what_a_step_compiled_by_the_user_logs_is_recorded_too():
+    class CompilesItsOwnStep(Steps):
+        def __init__(self) -> None:
+            super().__init__()
+            self.training_step = torch.compile(self.training_step, backend="eager")
+
+    model = CompilesItsOwnStep()
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(model, blob_loader())
+    assert model.compiled_in["training"]
+    assert {"train_loss", "train_acc_step", "train_acc_epoch", "lr_step"} <= set(trainer.callback_metrics)
+    assert model._logged_while_compiling == []
