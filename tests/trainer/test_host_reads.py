@@ -18,6 +18,7 @@ from framework.testing import count_host_reads
 from tests.helpers import quiet_trainer
 
 STEPS = 24
+TRUE_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}
 
 
 def steady(per_step: list[int]) -> list[int]:
@@ -87,7 +88,7 @@ class ReadsPerStep(framework.Callback):
 
 def plain_loop_reads(precision: str, optimizer: str, fused: bool) -> list[int]:
     """Host reads per step of the hand-written loop: autocast, GradScaler for fp16, the same optimizer."""
-    model = Logging()
+    model = Logging().to(TRUE_DTYPES.get(precision, torch.float32))
     opt = make_optimizer(optimizer, model.parameters(), fused)
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler("cpu", enabled=precision == "16-mixed")
@@ -97,6 +98,7 @@ def plain_loop_reads(precision: str, optimizer: str, fused: bool) -> list[int]:
             if last is not None:
                 per_step.append(reads.total - last)
             last = reads.total
+            x = x.to(TRUE_DTYPES.get(precision, torch.float32))
             with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
                 loss = nn.functional.cross_entropy(model.net(x), y)
             scaler.scale(loss).backward()
@@ -107,7 +109,7 @@ def plain_loop_reads(precision: str, optimizer: str, fused: bool) -> list[int]:
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
-@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed"])
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"])
 def test_a_step_reads_no_more_than_the_plain_loop(precision, fused, tmp_path):
     counted = ReadsPerStep()
     trainer = quiet_trainer(max_epochs=1, precision=precision, callbacks=[counted], log_every_n_steps=50,
@@ -132,7 +134,7 @@ def test_an_fp16_step_with_a_scheduler_stepping_each_step_reads_only_what_the_sc
 
 
 @pytest.mark.parametrize("precision", ["32-true", "16-mixed"])
-@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero3"])
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3"])
 def test_no_strategy_adds_a_read_to_the_step(strategy, precision, tmp_path):
     report = str(tmp_path / "reads")
     trainer = quiet_trainer(devices=2, strategy=strategy, max_epochs=1, precision=precision,
