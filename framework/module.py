@@ -197,8 +197,12 @@ class Module(ModuleHooks, nn.Module):
         logged = self._logged_while_compiling
         if logged:
             self._logged_while_compiling = []
-            for call in logged:
-                self._results.log(*call)
+            for name, value, *settings in logged:
+                if isinstance(value, torch.Tensor) and value.is_cuda:
+                    # A step compiled with CUDA graphs ("reduce-overhead", "max-autotune") writes its outputs
+                    # into the same memory on every run: a value kept for the epoch must be a copy.
+                    value = value.detach().clone()
+                self._results.log(name, value, *settings)
 
     def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool | None = None,
                  on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str | Callable = "mean",

@@ -171,8 +171,10 @@ def test_runtime_compiles_the_step_methods_a_hand_written_loop_calls():
     model = runtime.setup(module)
     x, y = blob_loader().dataset[:4]
     model.mark_forward_method("validation_step")
-    model.training_step((x, y), 0)
-    model.validation_step((x, y), 0)
+    with pytest.warns(UserWarning, match="outside a Trainer loop") as dropped:  # as in an eager step
+        model.training_step((x, y), 0)
+        model.validation_step((x, y), 0)
+    assert len(dropped) == 5 and module._logged_while_compiling == []  # dropped, not left unrecorded
     assert module.compiled_in["training"] and module.compiled_in["validation"]
     assert backend.graphs == 2
     assert model.training_step is model.training_step  # made once, not compiled again on each access
