@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch._dynamo
+from common import Batches, importable
 from torch import nn
 from torch._dynamo.utils import counters
 from torch.nn import functional as F
@@ -253,19 +254,6 @@ class Task(framework.Module):
         return make_optimizer(self)
 
 
-class Batches:
-    """The pre-built batches as one iterable (a bare list reads as a list of loaders to Lightning)."""
-
-    def __init__(self, batches: list) -> None:
-        self.batches = batches
-
-    def __iter__(self):
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-
 def trainer_settings(device: torch.device, precision: str, defaults: bool, root: str) -> dict:
     quiet = {} if defaults else dict(logger=False, enable_checkpointing=False, enable_progress_bar=False)
     return dict(accelerator=device.type, devices=1, precision=precision, max_epochs=1, num_sanity_val_steps=0,
@@ -348,7 +336,7 @@ def main() -> None:
     logging.disable(logging.WARNING)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_float32_matmul_precision("high")  # TF32 for 32-true on GPUs, as most runs set it
-    lightning = not args.no_lightning and _importable("lightning")
+    lightning = not args.no_lightning and importable("lightning")
     peak = peak_flops(device)
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
@@ -382,14 +370,6 @@ def _print_row(model, loop, precision, compiled, result, shape, peak, base) -> N
     memory = "-" if math.isnan(result["peak_gb"]) else f"{result['peak_gb']:.1f}"
     print(f"{model:<10} {loop:<10} {precision:<10} {compiled:<13} {seconds * 1e3:>8.1f} {tokens:>10.0f} {mfu:>5} "
           f"{memory:>7} {result['syncs']:>10.2f} {result['recompiles']:>10} {seconds / base:>7.2f}")
-
-
-def _importable(name: str) -> bool:
-    try:
-        __import__(name)
-    except ImportError:
-        return False
-    return True
 
 
 if __name__ == "__main__":

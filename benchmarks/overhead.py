@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable
 
 import torch
+from common import Batches, importable
 from torch import nn
 
 import framework
@@ -30,19 +31,6 @@ IN, HIDDEN, OUT, BATCH = 32, 64, 4, 32
 def make_net() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, OUT))
-
-
-class Batches:
-    """The pre-built batches as one iterable (a bare list would read as a list of loaders to Lightning)."""
-
-    def __init__(self, batches: list) -> None:
-        self.batches = batches
-
-    def __iter__(self):
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
 
 
 def make_batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -143,14 +131,6 @@ def with_accelerate(batches: list, log: bool) -> float:
     return time.perf_counter() - start
 
 
-def _importable(name: str) -> bool:
-    try:
-        __import__(name)
-    except ImportError:
-        return False
-    return True
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3000)
@@ -162,9 +142,9 @@ def main() -> None:
 
     Variant = tuple[str, Callable[[list, bool], float]]
     variants: list[Variant] = [("plain PyTorch", plain), ("framework", with_framework)]
-    if _importable("lightning"):
+    if importable("lightning"):
         variants.append(("Lightning", with_lightning))
-    if _importable("accelerate"):
+    if importable("accelerate"):
         variants.append(("Accelerate", with_accelerate))
 
     batches = make_batches(args.steps)

@@ -83,3 +83,14 @@ def quiet_trainer(**kwargs) -> framework.Trainer:
                     enable_model_summary=False)
     settings.update(kwargs)
     return framework.Trainer(**settings)
+
+
+class CountingBackend:
+    """A torch.compile backend that runs graphs eagerly and counts how many it was given."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, graph_module, example_inputs):
+        self.graphs += 1
+        return graph_module.forward

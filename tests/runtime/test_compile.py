@@ -10,7 +10,7 @@ from torch import nn
 import framework
 from framework.errors import MisconfigurationError
 from framework.runtime import CompileError
-from tests.helpers import quiet_trainer
+from tests.helpers import CountingBackend, quiet_trainer
 from tests.precision.models import Classifier, blob_loader, blobs, fp32_loss
 
 
@@ -28,17 +28,6 @@ def test_compiled_training_matches_eager_and_keeps_eager_keys(tmp_path):
     # Inductor may fuse and reorder fp32 arithmetic; over 16 steps that moves the loss by ~1e-6.
     assert losses[True] == pytest.approx(losses[False], rel=1e-3)
     assert keys[True] == keys[False] == ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
-
-
-class CountingBackend:
-    """A torch.compile backend that runs graphs eagerly and counts how many it was given."""
-
-    def __init__(self) -> None:
-        self.graphs = 0
-
-    def __call__(self, graph_module, example_inputs):
-        self.graphs += 1
-        return graph_module.forward
 
 
 def test_the_module_is_compiled_once_for_every_stage():

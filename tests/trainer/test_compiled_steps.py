@@ -11,21 +11,10 @@ from torch._dynamo.utils import counters
 
 import framework
 from framework.runtime import CompileError
-from tests.helpers import quiet_trainer
+from tests.helpers import CountingBackend, quiet_trainer
 from tests.precision.models import blob_loader
 
 STAGES = ("training", "validation", "test", "predict")
-
-
-class CountingBackend:
-    """A torch.compile backend that runs graphs eagerly and counts how many it was given."""
-
-    def __init__(self) -> None:
-        self.graphs = 0
-
-    def __call__(self, graph_module, example_inputs):
-        self.graphs += 1
-        return graph_module.forward
 
 
 class Steps(framework.Module):
