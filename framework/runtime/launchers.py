@@ -223,7 +223,11 @@ def _collect(workers: list[Any], channels: list[Connection]) -> list[Any]:
                 _stop(workers)
                 raise _exited(rank, world_size, workers[rank].exitcode) from None
             if outcome == "error":
+                dead = _dead_peer(workers, rank) if _lost_a_peer(value) else None
                 _stop(workers)
+                if dead is not None:  # the rank that died is the cause; this one's collective only lost it
+                    raise _exited(dead, world_size, workers[dead].exitcode) from _with_origin(value, text, rank,
+                                                                                              world_size)
                 raise _with_origin(value, text, rank, world_size)
             results[rank] = value
             done.add(rank)
@@ -232,6 +236,28 @@ def _collect(workers: list[Any], channels: list[Connection]) -> list[Any]:
         worker.join(timeout=30)
     _stop(workers)
     return results
+
+
+# How gloo and nccl report a collective whose peer process went away.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+_DEATH_GRACE_SECONDS = 2.0
+
+
+def _lost_a_peer(error: BaseException) -> bool:
+    """Whether ``error`` is a collective failing because another rank's process went away."""
+    return isinstance(error, RuntimeError) and any(sign in str(error) for sign in _PEER_GONE)
+
+
+def _dead_peer(workers: list[Any], reporting: int) -> int | None:
+    """A rank other than ``reporting`` that died, waiting a moment for it: a killed process closes its
+    connections (which the others notice at once) a little before its death can be collected."""
+    others = {worker.sentinel: rank for rank, worker in enumerate(workers) if rank != reporting}
+    for sentinel in wait(list(others), timeout=_DEATH_GRACE_SECONDS):
+        worker = workers[others[sentinel]]
+        worker.join(timeout=_DEATH_GRACE_SECONDS)  # its sentinel shows the death before the exit code can be read
+        if worker.exitcode not in (None, 0):
+            return others[sentinel]
+    return None
 
 
 _SIGNAL_HINTS = {

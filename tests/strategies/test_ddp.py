@@ -380,6 +380,31 @@ def test_a_failing_rank_stops_the_others_and_its_error_reaches_the_caller(model_
         assert "training_step" in str(info.value.__cause__)  # the rank's own traceback
 
 
+def _collective_loses_its_peer(rank: int, peer_dies: bool, error: type[BaseException]) -> None:
+    """Rank 0 fails at once as a collective does whose peer is gone; rank 1 is killed a moment later (or lives)."""
+    if rank == 0:
+        raise error("[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:48299")
+    time.sleep(0.3)
+    if peer_dies:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+
+
+@pytest.mark.parametrize(("peer_dies", "error", "expected", "match"), [
+    (True, RuntimeError, RankExitedError, "Rank 1 of 2 was killed by SIGKILL"),
+    (False, RuntimeError, RuntimeError, "Connection closed by peer"),
+    (True, ValueError, ValueError, "Connection closed by peer"),  # not a collective's error: reported as it is
+])
+def test_a_rank_killed_just_after_another_lost_it_in_a_collective_is_reported_as_the_cause(peer_dies, error,
+                                                                                            expected, match):
+    started = time.monotonic()
+    with pytest.raises(expected, match=match) as info:
+        spawn(2, _collective_loses_its_peer, peer_dies, error)
+    assert time.monotonic() - started < 10
+    if expected is RankExitedError:
+        assert "Connection closed by peer" in str(info.value.__cause__)  # what rank 0 saw, kept
+
+
 class FailsAtBatchTwo(Regressor):
     def __init__(self, failing_rank: int, error: type[BaseException]) -> None:
         super().__init__()
