@@ -195,5 +195,15 @@ def _this_rank_only(tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:
 
 
 def to_floats(metrics: dict[str, Any]) -> dict[str, float]:
-    """Loggers get Python floats; this is where tensors are read back (once per flush)."""
-    return {key: float(value.item() if isinstance(value, torch.Tensor) else value) for key, value in metrics.items()}
+    """Loggers get Python floats; this is where tensors are read back: once per flush and device, however
+    many values there are (each read waits for the device)."""
+    floats = {key: float(value) for key, value in metrics.items() if not isinstance(value, torch.Tensor)}
+    by_device: dict[torch.device, list[str]] = {}
+    for key, value in metrics.items():
+        if isinstance(value, torch.Tensor):
+            by_device.setdefault(value.device, []).append(key)
+    for device, keys in by_device.items():
+        dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+        values = torch.stack([metrics[key].detach().reshape(()).to(dtype) for key in keys]).tolist()
+        floats.update(zip(keys, values, strict=True))
+    return {key: floats[key] for key in metrics}  # in the order logged

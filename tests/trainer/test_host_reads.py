@@ -155,3 +155,13 @@ def test_count_host_reads_counts_each_way_of_reading_a_value_and_puts_torch_back
     assert reads.total == 7
     assert reads.by_method["item"] == 1 and reads.by_method["__bool__"] == 1
     assert "item" not in vars(torch.Tensor)  # inherited from torch's C base class again, as before
+
+
+def test_handing_the_logged_values_to_the_loggers_reads_them_in_one_go(tmp_path):
+    counted = ReadsPerStep()
+    trainer = quiet_trainer(max_epochs=1, callbacks=[counted], log_every_n_steps=1,
+                            logger=framework.loggers.CSVLogger(tmp_path))
+    trainer.fit(Logging("sgd"), batches())  # logs "loss" and "acc_step" on every step, all flushed every step
+    assert set(steady(counted.per_step)) == {1}  # the plain loop reads nothing with SGD
+    logged = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert len(logged) > STEPS and logged[0].split(",")[:3] == ["acc_epoch", "acc_step", "epoch"]
