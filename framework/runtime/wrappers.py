@@ -72,7 +72,8 @@ class RuntimeModule(nn.Module):
             return getattr(self.__dict__["_original"], name)
 
     def _synced_method(self, name: str) -> Callable[..., Any]:
-        """The original's method ``name`` run as forward is (compiled where ``compile=`` asked), made once."""
+        """The original's method ``name`` run the way forward is (through the wrapper, under autocast), compiled
+        where ``compile=`` asked; made once per name."""
         made = self.__dict__.setdefault("_made_methods", {})
         if name not in made:
             runtime = self.__dict__["_runtime"]
