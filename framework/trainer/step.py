@@ -23,11 +23,12 @@ class StepClosure:
     One instance serves a whole epoch (``prepare`` points it at the next batch), so a step allocates no closure.
     """
 
-    __slots__ = ("trainer", "batch", "batch_idx", "optimizer", "stepping", "output", "loss", "ran")
+    __slots__ = ("trainer", "batch", "batch_idx", "optimizer", "stepping", "output", "loss", "ran", "record_logs")
 
     def __init__(self, trainer: Any, optimizer: Any) -> None:
         self.trainer = trainer
         self.optimizer = optimizer
+        self.record_logs = trainer.module.record_logs_of_compiled_step
         self.prepare(None, 0, False)
 
     def prepare(self, batch: Any, batch_idx: int, stepping: bool) -> None:
@@ -49,7 +50,7 @@ class StepClosure:
         self.ran = True
         with trainer.runtime.autocast():
             output = trainer.training_step(self.batch, self.batch_idx)
-        trainer.module.record_logs_of_compiled_step()
+        self.record_logs()
         loss = check_training_output(output, manual=False)
         if loss is not None and trainer.accumulate_grad_batches > 1:
             loss = loss / trainer.accumulate_grad_batches
