@@ -88,6 +88,9 @@ class FitLoop:
         if checkpoint is not None:
             restore_training_state(trainer, checkpoint)
         trainer.hooks.call(Hook.ON_FIT_START)
+        if trainer.max_epochs is None and trainer.epoch_limit != -1 and trainer.is_global_zero:
+            console.warn_user(f"`max_epochs` was not set. Setting it to {trainer.epoch_limit} epochs. To train "
+                              "without an epoch limit, set `max_epochs=-1`.")
         if not module.training:
             console.warn_user(
                 f"{type(module).__qualname__} is in eval mode at the start of fit, so dropout and batch norm behave "
@@ -170,8 +173,9 @@ class FitLoop:
             return "No training batches."
         if trainer.max_steps != -1 and state.global_step >= trainer.max_steps:
             return f"`max_steps={trainer.max_steps!r}` reached."
-        if trainer.max_epochs != -1 and state.current_epoch >= trainer.max_epochs:
-            return f"`max_epochs={trainer.max_epochs!r}` reached."
+        epochs = trainer.epoch_limit
+        if epochs != -1 and state.current_epoch >= epochs:
+            return f"`max_epochs={epochs!r}` reached."
         if self._time_is_up():
             return f"`max_time={trainer.max_time}` reached."
         state.should_stop = self._stop_agreed = self._agreed(state.should_stop)

@@ -11,12 +11,15 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from framework.callbacks import EarlyStopping, ProgressBar
+from framework.callbacks import EarlyStopping, ProgressBar, Timer
 from framework.callbacks.base import Callback
 from framework.loggers.base import Logger
 from framework.module import Module
 from framework.trainer.data import INFINITE, load_train_data
 from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
+
+#: What ``max_epochs=None`` means when nothing else bounds training, as in Lightning.
+DEFAULT_MAX_EPOCHS = 1000
 
 
 class TrainerProperties:
@@ -190,19 +193,30 @@ class TrainerProperties:
         return next((cb for cb in self.callbacks if isinstance(cb, ProgressBar)), None)
 
     @property
+    def epoch_limit(self) -> int:
+        """``max_epochs`` as training applies it (-1: no limit). ``max_epochs=None`` means 1000 epochs, or no
+        limit where ``max_steps``, ``max_time`` or a ``Timer`` bounds the run (Lightning's rule)."""
+        if self.max_epochs is not None:
+            return self.max_epochs
+        if self.max_steps != -1 or self.max_time is not None or any(isinstance(c, Timer) for c in self.callbacks):
+            return -1
+        return DEFAULT_MAX_EPOCHS
+
+    @property
     def estimated_stepping_batches(self) -> float:
         """How many optimizer steps ``fit`` will take, from max_steps, max_epochs and the batch counts.
 
         Read in ``configure_optimizers`` (e.g. for OneCycleLR), it asks for the training loader
         early; otherwise that happens when training starts.
         """
-        if self.max_epochs == -1:  # no epoch limit: the loader's length does not matter
+        epochs = self.epoch_limit
+        if epochs == -1:  # no epoch limit: the loader's length does not matter
             return INFINITE if self.max_steps == -1 else self.max_steps
         if self.train_loader is None and self.state.fn == TrainerFn.FITTING:
             load_train_data(self)
         by_epochs = INFINITE
-        if self.num_training_batches != INFINITE and self.max_epochs != -1:
-            by_epochs = math.ceil(self.num_training_batches / self.accumulate_grad_batches) * self.max_epochs
+        if self.num_training_batches != INFINITE:
+            by_epochs = math.ceil(self.num_training_batches / self.accumulate_grad_batches) * epochs
         return by_epochs if self.max_steps == -1 else min(self.max_steps, by_epochs)
 
     @property

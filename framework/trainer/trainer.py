@@ -101,12 +101,10 @@ class Trainer(TrainerProperties):
         self.max_steps = check.check_int("max_steps", max_steps, -1)
         self.min_steps = check.check_int("min_steps", min_steps, 0, none_means=None)
         self.max_time = parse_duration("Trainer", "max_time", max_time)
-        max_epochs = check.check_int("max_epochs", max_epochs, -1, none_means=None)
-        if max_epochs is None:
-            max_epochs = 1000 if self.max_steps == -1 and self.max_time is None else -1
-        self.max_epochs = max_epochs
+        # None stays None, as in Lightning; training applies it as 1000 epochs or none (epoch_limit).
+        self.max_epochs = check.check_int("max_epochs", max_epochs, -1, none_means=None)
         self.min_epochs = check.check_int("min_epochs", min_epochs, 0, none_means=None)
-        check.check_order("min_epochs", self.min_epochs, "max_epochs", self.max_epochs)
+        check.check_order("min_epochs", self.min_epochs, "max_epochs", -1 if max_epochs is None else max_epochs)
         check.check_order("min_steps", self.min_steps, "max_steps", self.max_steps)
         self.limit_train_batches = check.check_limit("limit_train_batches", limit_train_batches)
         self.limit_val_batches = check.check_limit("limit_val_batches", limit_val_batches)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -138,9 +139,28 @@ def test_valid_arguments_are_kept():
 
 def test_defaults():
     trainer = quiet_trainer()
-    assert trainer.max_epochs == 1000 and trainer.max_steps == -1 and trainer.max_time is None
+    assert trainer.max_epochs is None and trainer.max_steps == -1 and trainer.max_time is None
     assert trainer.num_sanity_val_steps == 2 and trainer.log_every_n_steps == 50
     assert trainer.gradient_clip_algorithm is None and trainer.val_check_interval == 1.0
+
+
+@pytest.mark.parametrize(("bound", "limit"), [({}, 1000), ({"max_steps": 5}, -1), ({"max_time": "00:00:01:00"}, -1),
+                                             ({"callbacks": [framework.callbacks.Timer(duration="00:00:01:00")]}, -1)])
+def test_max_epochs_none_stays_none_and_training_applies_lightnings_rule(bound, limit):
+    trainer = quiet_trainer(max_epochs=None, **bound)
+    assert trainer.max_epochs is None and trainer.epoch_limit == limit
+    data = loader(n=16, batch_size=8)  # 2 batches
+    if limit == 1000:  # warned, as Lightning does, and stopped by the rule's limit
+        trainer = quiet_trainer(max_epochs=None, limit_train_batches=1)
+        with pytest.warns(UserWarning, match=r"`max_epochs` was not set\. Setting it to 1000 epochs"):
+            trainer.fit(Regressor(), data)
+        assert trainer.current_epoch == 1000 and trainer.max_epochs is None
+        assert trainer.estimated_stepping_batches == 1000
+    elif "max_steps" in bound:  # bounded otherwise: no warning
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="`max_epochs` was not set")
+            trainer.fit(Regressor(), data)
+        assert trainer.global_step == 5
 
 
 @pytest.mark.parametrize(("limit", "steps"), [(3, 3), (0.5, 4), (1.0, 8), (100, 8), (0, 0)])

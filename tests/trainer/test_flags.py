@@ -130,7 +130,7 @@ def test_max_time_stops_training():
 
     trainer, model = fit(Slow(), max_time={"seconds": 0.3}, limit_val_batches=0)
     assert 3 <= trainer.global_step < 40
-    assert trainer.max_epochs == -1
+    assert trainer.max_epochs is None and trainer.epoch_limit == -1  # no epoch limit: the time bounds the run
 
 
 def test_on_train_batch_start_returning_minus_one_ends_the_epoch():
