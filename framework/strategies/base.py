@@ -53,6 +53,16 @@ class Strategy:
 
     # -- ranks ---
     @property
+    def root_device(self) -> torch.device:
+        """The device this rank computes on (Lightning's name for ``device``)."""
+        return self.device
+
+    @property
+    def precision_plugin(self) -> Precision:
+        """The precision in use, under Lightning's name."""
+        return self.precision
+
+    @property
     def world_size(self) -> int:
         """Number of processes taking part, over all nodes."""
         return self.ranks.world_size

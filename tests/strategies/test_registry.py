@@ -60,3 +60,34 @@ def test_the_registry_was_restored():
     assert "custom" not in registry._BUILDERS and "my_alias" not in registry._ALIASES
     with pytest.raises(MisconfigurationError, match="strategy='custom'"):
         resolve_strategy("custom")
+
+
+def _what_lightning_code_reads(rank: int, strategy: str) -> tuple:
+    import torch
+
+    import framework
+
+    trainer = framework.Trainer(accelerator="cpu", devices=2, strategy=strategy, precision="bf16-mixed",
+                                logger=False, enable_progress_bar=False)
+    used = trainer.strategy
+    return (used.root_device == torch.device("cpu"), used.is_global_zero, used.world_size, used.global_rank,
+            used.precision_plugin is trainer.precision_plugin, trainer.precision)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero3"])
+def test_every_strategy_answers_what_lightning_code_reads_of_it(strategy):
+    from framework.testing import spawn
+
+    assert spawn(2, _what_lightning_code_reads, strategy) == [
+        (True, True, 2, 0, True, "bf16-mixed"), (True, False, 2, 1, True, "bf16-mixed")]
+
+
+def test_the_single_device_strategy_answers_it_too():
+    import torch
+
+    import framework
+
+    trainer = framework.Trainer(accelerator="cpu", precision="16-mixed", logger=False)
+    used = trainer.strategy
+    assert used.root_device == torch.device("cpu") and used.is_global_zero and used.world_size == 1
+    assert used.precision_plugin is trainer.precision_plugin and trainer.precision == "16-mixed"
