@@ -157,7 +157,9 @@ class Hook(str, Enum):
 
 
 def overrides(obj: object, base: type, name: str) -> bool:
-    """Whether ``obj``'s class defines ``name`` differently from ``base`` (an instance attribute counts)."""
-    if name in getattr(obj, "__dict__", {}):
-        return True
+    """Whether ``obj``'s class defines ``name`` differently from ``base``. An instance attribute counts, and one
+    set to None (``model.validation_step = None``) means not defined, as in Lightning."""
+    own = getattr(obj, "__dict__", {})
+    if name in own:
+        return own[name] is not None
     return getattr(type(obj), name, None) is not getattr(base, name, None)

@@ -72,6 +72,9 @@ class FitLoop:
         self._check_settings()
         trainer.state.validated = False
         trainer.validates_in_fit = val_is_defined(trainer)
+        if not trainer.validates_in_fit and has_loader_source(trainer, "val") and trainer.is_global_zero and \
+                not overrides(module, Module, "validation_step"):
+            console.warn_user("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
         # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
         # (which may ask for the training loader), the optimizers' and the loops' state after it.
         checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None

@@ -120,3 +120,30 @@ def test_one_loader_with_a_required_dataloader_idx_is_refused():
     with pytest.raises(MisconfigurationError, match=r"one validation dataloader.*requires a dataloader_idx.*"
                                                      r"dataloader_idx=0"):
         quiet_trainer().validate(Required(), loader(), verbose=False)
+
+
+# -- a step set to None, as Lightning users switch a loop off ---
+
+def test_a_validation_step_set_to_none_turns_validation_off_in_fit_with_lightnings_warning():
+    model = Regressor()
+    model.validation_step = None
+    trainer = quiet_trainer(max_epochs=1)
+    with pytest.warns(UserWarning, match=r"a `val_dataloader` but have no `validation_step`\. Skipping val loop"):
+        trainer.fit(model, loader(), loader())
+    assert "val_loss" not in trainer.callback_metrics and trainer.global_step > 0
+
+
+@pytest.mark.parametrize(("stage", "step"), [("validate", "validation_step"), ("test", "test_step"),
+                                             ("predict", "predict_step")])
+def test_evaluating_with_the_step_set_to_none_says_which_step_is_missing(stage, step):
+    model = Regressor()
+    setattr(model, step, None)
+    with pytest.raises(MisconfigurationError, match=rf"trainer\.{stage}\(\) needs Regressor\.{step}"):
+        getattr(quiet_trainer(), stage)(model, loader())
+
+
+def test_a_training_step_set_to_none_is_refused_by_fit():
+    model = Regressor()
+    model.training_step = None
+    with pytest.raises(MisconfigurationError, match="Regressor must define training_step to fit"):
+        quiet_trainer(max_epochs=1).fit(model, loader())
