@@ -12,7 +12,9 @@ _DURATION = re.compile(r"^(\d+):(\d+):(\d+):(\d+)$")
 
 
 def parse_duration(owner: str, name: str, value: Any) -> timedelta | None:
-    """``value`` as a positive timedelta (None stays None); ``owner(name=...)`` is how errors call it.
+    """``value`` as a timedelta of zero or more (None stays None); ``owner(name=...)`` is how errors call it.
+
+    A number is seconds. Zero is allowed, as in Lightning: the time is up at the first check.
 
     Example::
 
@@ -21,7 +23,9 @@ def parse_duration(owner: str, name: str, value: Any) -> timedelta | None:
     if value is None:
         return None
     duration = None
-    if isinstance(value, timedelta):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        duration = timedelta(seconds=value) if value >= 0 else None
+    elif isinstance(value, timedelta):
         duration = value
     elif isinstance(value, str):
         match = _DURATION.match(value.strip())
@@ -33,9 +37,9 @@ def parse_duration(owner: str, name: str, value: Any) -> timedelta | None:
             duration = timedelta(**value)
         except TypeError:
             pass
-    if duration is None or duration.total_seconds() <= 0:
+    if duration is None or duration.total_seconds() < 0:
         raise MisconfigurationError(
-            f"{owner}({name}={describe(value)}): accepted a positive duration: a string 'DD:HH:MM:SS', "
-            "a datetime.timedelta, or a dict such as {'hours': 1}."
+            f"{owner}({name}={describe(value)}): accepted a duration of zero or more: a string 'DD:HH:MM:SS', "
+            "a datetime.timedelta, a dict such as {'hours': 1}, or a number of seconds."
         )
     return duration

@@ -179,7 +179,7 @@ class FitLoop:
         epochs = trainer.epoch_limit
         if epochs != -1 and state.current_epoch >= epochs:
             return f"`max_epochs={epochs!r}` reached."
-        if self._time_is_up():
+        if self._time_is_up() and self.can_stop_early():
             return f"`max_time={trainer.max_time}` reached."
         state.should_stop = self._stop_agreed = self._agreed(state.should_stop)
         if state.should_stop and self.can_stop_early():
@@ -307,8 +307,7 @@ class FitLoop:
             if max_steps != -1 and state.global_step >= max_steps:
                 break
             if watch_time and (time_up if vote is not None else self._time_is_up()):
-                state.should_stop = True
-                break
+                state.should_stop = True  # obeyed once min_epochs and min_steps are met, as Lightning's Timer is
             if state.should_stop and self.can_stop_early():
                 break
         else:  # the loader ran out: the epoch is whole, also where its length was unknown

@@ -55,6 +55,14 @@ def test_state_carries_the_elapsed_training_time_into_a_resumed_run(tmp_path):
     assert set(timer.state_dict()["time_elapsed"]) == {"train", "sanity_check", "validate", "test", "predict"}
 
 
+@pytest.mark.parametrize("duration", [0, "00:00:00:00", {"seconds": 0}])
+@pytest.mark.parametrize(("minimum", "steps"), [({}, 0), ({"min_steps": 3}, 3)])
+def test_a_duration_of_zero_stops_at_the_first_check_once_the_minimums_are_met(duration, minimum, steps):
+    trainer = quiet_trainer(max_epochs=5, callbacks=[Timer(duration=duration)], limit_val_batches=0, **minimum)
+    trainer.fit(Regressor(), loader())
+    assert trainer.global_step == steps
+
+
 def test_bad_arguments():
     with pytest.raises(MisconfigurationError, match=r"Timer\(duration='1 hour'"):
         Timer(duration="1 hour")

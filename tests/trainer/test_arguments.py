@@ -89,7 +89,7 @@ def test_max_epochs_rejects_non_int_lookalikes(value):
         quiet_trainer(max_epochs=value)
 
 
-@pytest.mark.parametrize("value", [{"hours": -1}, timedelta(seconds=-5)])
+@pytest.mark.parametrize("value", [{"hours": -1}, timedelta(seconds=-5), -1, True])
 def test_negative_max_time_is_rejected(value):
     with pytest.raises(MisconfigurationError, match="max_time"):
         quiet_trainer(max_time=value)
@@ -108,6 +108,8 @@ def test_nan_gradient_clip_val_is_rejected():
     ({"hours": 1}, timedelta(hours=1)),
     ({"minutes": 90, "seconds": 5}, timedelta(minutes=90, seconds=5)),
     (timedelta(minutes=5), timedelta(minutes=5)),
+    (90, timedelta(seconds=90)),
+    ("00:00:00:00", timedelta(0)),
     (None, None),
 ])
 def test_max_time_spellings(value, expected):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 import torch
@@ -131,6 +132,13 @@ def test_max_time_stops_training():
     trainer, model = fit(Slow(), max_time={"seconds": 0.3}, limit_val_batches=0)
     assert 3 <= trainer.global_step < 40
     assert trainer.max_epochs is None and trainer.epoch_limit == -1  # no epoch limit: the time bounds the run
+
+
+@pytest.mark.parametrize("max_time", ["00:00:00:00", timedelta(0), 0])
+@pytest.mark.parametrize(("minimum", "steps"), [({}, 0), ({"min_steps": 3}, 3), ({"min_epochs": 1}, 10)])
+def test_a_max_time_of_zero_stops_at_the_first_check_once_the_minimums_are_met(max_time, minimum, steps):
+    trainer, _ = fit(Counting(), max_time=max_time, limit_val_batches=0, **minimum)
+    assert trainer.global_step == steps
 
 
 def test_on_train_batch_start_returning_minus_one_ends_the_epoch():
