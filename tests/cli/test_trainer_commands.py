@@ -513,3 +513,15 @@ def test_an_error_names_the_file_that_named_the_class(tmp_path):
 def test_yaml_aliases_that_never_end_are_refused(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
         run(args=["fit", "--config", write(tmp_path, "c.yaml", text), "--print_config"])
+
+
+@pytest.mark.parametrize(("given", "expected"), [("link", "link"), ("true", True), ("yes", True), ("no", False)])
+def test_an_argument_annotated_bool_or_str_takes_either(tmp_path, capsys, given, expected):
+    config = write(tmp_path, "c.yaml", BASE)
+    printed = printed_config(capsys, "--config", config, "--trainer.callbacks=framework.callbacks.ModelCheckpoint",
+                             f"--trainer.callbacks.save_last={given}")
+    assert printed["trainer"]["callbacks"]["init_args"]["save_last"] == expected
+    yaml_given = BASE.replace("  accelerator: cpu\n", "  accelerator: cpu\n  callbacks:\n    - class_path: "
+                              f"framework.callbacks.ModelCheckpoint\n      init_args:\n        save_last: {given}\n")
+    printed = printed_config(capsys, "--config", write(tmp_path, "d.yaml", yaml_given))
+    assert printed["trainer"]["callbacks"][0]["init_args"]["save_last"] == expected
