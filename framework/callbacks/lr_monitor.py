@@ -68,7 +68,7 @@ class LearningRateMonitor(Callback):
         trainer.metrics.remember({name: torch.tensor(value) for name, value in stats.items()})
         if trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics(stats, step)
+                logger.log_metrics(metrics=stats, step=step)
 
     def extract_stats(self, trainer: Any, interval: str) -> dict[str, float]:
         """The current values for ``interval`` ("step", "epoch" or "any"), by logged name."""

@@ -68,7 +68,7 @@ class ThroughputMonitor(Callback):
         trainer.metrics.remember({name: torch.tensor(value) for name, value in metrics.items()})
         if trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics(metrics, stepped - 1)
+                logger.log_metrics(metrics=metrics, step=stepped - 1)
 
     @staticmethod
     def _now(trainer: Any) -> float:

@@ -21,7 +21,10 @@ class SaveConfig(Callback):
         self.overwrite = overwrite
 
     def setup(self, trainer, module, stage: str) -> None:
-        path = posixpath.join(str(trainer.log_dir), "config.yaml")
+        directory = trainer.log_dir
+        if directory is None:  # a logger of the user's that keeps nothing on disk: no folder to put it in
+            return
+        path = posixpath.join(str(directory), "config.yaml")
         taken = trainer.is_global_zero and not self.overwrite and fs.exists(path)
         if trainer.world_size > 1:
             taken = trainer.runtime.broadcast(taken)
@@ -31,5 +34,5 @@ class SaveConfig(Callback):
                               f"logger (a new version folder per run). A script can pass overwrite_config=True to "
                               f"framework.cli.run.")
         if trainer.is_global_zero:
-            fs.make_dirs(str(trainer.log_dir))
+            fs.make_dirs(str(directory))
             fs.write_bytes_atomic(path, self.text.encode())

@@ -61,7 +61,7 @@ def log_to(loggers: list[Any], metrics: Mapping[str, Any], step: int | None) -> 
     """Each logger's ``log_metrics`` with ``metrics`` as plain numbers (one-element tensors read once)."""
     plain = {name: _plain(name, value) for name, value in metrics.items()}
     for logger in loggers:
-        logger.log_metrics(plain, step=step)
+        logger.log_metrics(metrics=plain, step=step)
 
 
 def _plain(name: str, value: Any) -> Any:

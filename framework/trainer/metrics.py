@@ -153,7 +153,7 @@ class MetricStore:
         if epoch is not None:
             floats["epoch"] = epoch
         for logger in self.loggers:
-            logger.log_metrics(floats, step)
+            logger.log_metrics(metrics=floats, step=step)
             logger.save()  # as Lightning: what was logged is on disk (CSV rows, TensorBoard events)
 
     def clear(self) -> None:

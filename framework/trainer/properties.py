@@ -14,6 +14,7 @@ from typing import Any
 from framework.callbacks import EarlyStopping, ProgressBar, Timer
 from framework.callbacks.base import Callback
 from framework.loggers.base import Logger
+from framework.loggers.directory import DirectoryLogger
 from framework.module import Module
 from framework.trainer.data import INFINITE, load_train_data
 from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
@@ -131,14 +132,13 @@ class TrainerProperties:
         return self._default_root_dir
 
     @property
-    def log_dir(self) -> str:
-        """The first logger's run directory (else its ``save_dir``), else ``default_root_dir``."""
-        if self.loggers:
-            logger = self.loggers[0]
-            directory = logger.log_dir if logger.log_dir is not None else logger.save_dir
-            if directory is not None:
-                return directory
-        return self._default_root_dir
+    def log_dir(self) -> str | None:
+        """Lightning's rule: the first logger's run directory for CSV and TensorBoard loggers, the ``save_dir`` of
+        any other (None where it has none); ``default_root_dir`` without a logger."""
+        if not self.loggers:
+            return self._default_root_dir
+        logger = self.loggers[0]
+        return logger.log_dir if isinstance(logger, DirectoryLogger) else logger.save_dir
 
     @property
     def sanity_checking(self) -> bool:

@@ -145,3 +145,24 @@ def test_ckpt_path_is_forgotten_by_the_next_run(tmp_path):
     assert trainer.ckpt_path == str(tmp_path / "a.ckpt")
     trainer.test(Regressor(), loader(), verbose=False)
     assert trainer.ckpt_path is None
+
+
+class KeepsNothingOnDisk(framework.loggers.Logger):
+    """A logger of the user's kind: no directory, and log_metrics taking its arguments by keyword only."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, dict]] = []
+
+    def log_metrics(self, *, metrics, step):  # the Trainer passes metrics= and step=, as Lightning does
+        self.calls.append((step, dict(metrics)))
+
+
+def test_log_dir_follows_lightnings_rule(tmp_path):
+    assert quiet_trainer(default_root_dir=tmp_path).log_dir == str(tmp_path)  # no logger
+    csv = framework.loggers.CSVLogger(tmp_path, name="run")
+    assert quiet_trainer(logger=csv).log_dir == csv.log_dir == str(tmp_path / "run" / "version_0")
+    own = KeepsNothingOnDisk()
+    trainer = quiet_trainer(logger=own, max_steps=2, log_every_n_steps=1, default_root_dir=tmp_path)
+    assert trainer.log_dir is None  # its save_dir, as Lightning answers for loggers other than CSV and TensorBoard
+    trainer.fit(Regressor(), loader())
+    assert [step for step, _ in own.calls] == [0, 1]
