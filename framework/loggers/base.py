@@ -41,7 +41,7 @@ class Logger:
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Record ``metrics`` at ``step``."""
 
-    def log_hyperparams(self, params: dict[str, Any]) -> None:
+    def log_hyperparams(self, params: dict[str, Any] | None = None) -> None:
         """Record the run's hyperparameters."""
 
     def log_graph(self, model: Any, input_array: Any = None) -> None:

@@ -8,7 +8,7 @@ import os
 import warnings
 from typing import Any
 
-from framework.io.fs import append_text, exists, read_bytes, write_bytes_atomic
+from framework.io.fs import append_text, is_dir, names_in, read_bytes, write_bytes_atomic
 from framework.loggers.directory import DirectoryLogger
 
 
@@ -35,11 +35,22 @@ class CSVLogger(DirectoryLogger):
         self._pending: list[dict[str, Any]] = []
         self._columns: list[str] = []
         self._written = False  # whether this logger wrote metrics.csv yet
+        self._checked_dir = False  # whether the run's folder was looked at for an earlier run's files
 
     @property
     def experiment(self) -> CSVLogger:
         """The writer itself (Lightning's ``logger.experiment.log_metrics(...)`` works on it)."""
         return self
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """The rows logged and not yet written (``save`` empties it), as Lightning's ``logger.experiment.metrics``."""
+        return self._pending
+
+    @property
+    def metrics_keys(self) -> list[str]:
+        """The columns of ``metrics.csv`` so far, as Lightning's writer names them."""
+        return self._columns
 
     @property
     def metrics_file(self) -> str:
@@ -72,6 +83,13 @@ class CSVLogger(DirectoryLogger):
 
     def save(self) -> None:
         """Write the buffered rows, and ``hparams.yaml`` once hyperparameters were logged (as Lightning)."""
+        if not self._checked_dir:
+            self._checked_dir = True
+            if not self._written and is_dir(self.log_dir) and names_in(self.log_dir):
+                warnings.warn(f"Experiment logs directory {self.log_dir} exists and is not empty: it holds an "
+                              f"earlier run's files (version={self.version!r}), and this run's metrics.csv and "
+                              "hparams.yaml replace theirs. Pass another version, or none for a new version folder.",
+                              stacklevel=2)
         if self.hparams_logged:
             self.write_hparams()
         if not self._pending:
@@ -79,9 +97,6 @@ class CSVLogger(DirectoryLogger):
         rows, self._pending = self._pending, []
         new_columns = set().union(*rows) - set(self._columns)
         path = self.metrics_file
-        if not self._written and exists(path):
-            warnings.warn(f"{path} exists from an earlier run with the same version; it is replaced by this run's.",
-                          stacklevel=2)
         if new_columns or not self._written:
             self._columns = sorted(set(self._columns) | new_columns)
             old_rows = _read_rows(path) if self._written else []
@@ -106,3 +121,4 @@ def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool) -> s
         writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
+

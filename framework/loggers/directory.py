@@ -85,7 +85,7 @@ class DirectoryLogger(Logger):
             return metrics
         return {f"{self._prefix}-{key}": value for key, value in metrics.items()}
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any) -> None:
         """Remember ``params`` (a dict or an ``argparse.Namespace``) for ``hparams.yaml``, written by ``save``."""
         self.hparams.update(as_dict(params))
         self.hparams_logged = True

@@ -62,7 +62,7 @@ class TensorBoardLogger(DirectoryLogger):
             else:
                 writer.add_scalar(key, value.item() if hasattr(value, "item") else value, step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None,
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None,
                         metrics: dict[str, float] | float | None = None, step: int | None = None) -> None:
         """Hyperparameters for ``hparams.yaml`` and, with result ``metrics``, the HPARAMS tab.
 

@@ -7,6 +7,7 @@ import csv
 import os
 import pathlib
 import uuid
+import warnings
 
 import fsspec
 import pytest
@@ -182,6 +183,25 @@ def test_a_run_reusing_a_version_replaces_its_metrics():
     first = CSVLogger("again", version=0, flush_logs_every_n_steps=1)
     first.log_metrics({"x": 1.0}, 0)
     second = CSVLogger("again", version=0, flush_logs_every_n_steps=1)
-    with pytest.warns(UserWarning, match="exists from an earlier run"):
+    with pytest.warns(UserWarning, match=r"Experiment logs directory .*version_0 exists and is not empty"):
         second.log_metrics({"y": 2.0}, 0)
     assert rows(second.metrics_file) == [{"step": "0", "y": "2.0"}]
+
+
+def test_a_version_folder_holding_any_file_is_warned_about_and_a_new_one_is_not(tmp_path):
+    named = tmp_path / "exp" / "my_run"
+    named.mkdir(parents=True)
+    (named / "notes.txt").write_text("an earlier run's")
+    logger = CSVLogger(tmp_path, name="exp", version="my_run")  # a string version names the folder as given
+    assert logger.log_dir == str(named)
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        logger.log_metrics({"x": 1.0}, 0)
+        logger.save()
+    fresh = CSVLogger(tmp_path, name="exp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh.log_hyperparams()  # callable without params, as Lightning's
+        fresh.log_metrics({"x": 1.0}, 0)
+        assert fresh.experiment.metrics == [{"x": 1.0, "step": 0}]  # buffered rows, as Lightning's writer keeps them
+        fresh.save()
+    assert fresh.experiment.metrics == [] and fresh.metrics_keys == ["step", "x"]
