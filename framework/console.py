@@ -7,6 +7,7 @@ Lightning does; once it has, they reach its handlers instead, and ``caplog`` see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -24,7 +25,17 @@ class _UntilConfigured(logging.StreamHandler):
     def emit(self, record: logging.LogRecord) -> None:
         if not logging.getLogger().handlers:
             self.stream = sys.stderr  # follow redirections (pytest's capsys, contextlib.redirect_stderr)
-            super().emit(record)
+            with _above_progress_bars(self.stream):
+                super().emit(record)
+
+
+def _above_progress_bars(stream: object) -> contextlib.AbstractContextManager:
+    """Where tqdm bars are on the screen, a message goes on its own line above them (not onto the end of a bar's
+    line, where the terminal's cursor waits)."""
+    bars = sys.modules.get("tqdm.std")
+    if bars is None:  # no bar was ever drawn in this process
+        return contextlib.nullcontext()
+    return bars.tqdm.external_write_mode(file=stream)
 
 
 if not any(isinstance(handler, _UntilConfigured) for handler in LOGGER.handlers):

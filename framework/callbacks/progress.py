@@ -15,7 +15,42 @@ _REDRAW_EVERY = 0.1  # seconds
 
 class ProgressBar(Callback):
     """What every progress bar shows next to the counts: ``v_num`` (the logger's version) and the
-    values logged with ``prog_bar=True``."""
+    values logged with ``prog_bar=True``; and the counts themselves, under Lightning's names."""
+
+    _trainer: Any = None
+
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        """Remember the Trainer (``self.trainer``)."""
+        self._trainer = trainer
+
+    @property
+    def trainer(self) -> Any:
+        """The Trainer this bar reports on (known from ``setup`` on)."""
+        if self._trainer is None:
+            raise TypeError(f"The `trainer` reference of {type(self).__name__} is set in setup(), which has not run "
+                            "yet: the bar is not attached to a running Trainer.")
+        return self._trainer
+
+    @property
+    def total_train_batches(self) -> float:
+        """Training batches per epoch (``inf`` for a loader without a length)."""
+        return self.trainer.num_training_batches
+
+    @property
+    def total_val_batches(self) -> float:
+        """Validation batches of the current run over all loaders (the sanity check's while it runs)."""
+        trainer = self.trainer
+        return _total(trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches)
+
+    @property
+    def total_test_batches(self) -> float:
+        """Test batches over all loaders."""
+        return _total(self.trainer.num_test_batches)
+
+    @property
+    def total_predict_batches(self) -> float:
+        """Predict batches over all loaders."""
+        return _total(self.trainer.num_predict_batches)
 
     def get_metrics(self, trainer: Any, module: Any) -> dict[str, Any]:
         """The values to show: ``{"v_num": version, **trainer.progress_bar_metrics}``."""
@@ -71,9 +106,37 @@ class TQDMProgressBar(ProgressBar):
 
     def setup(self, trainer: Any, module: Any, stage: str) -> None:
         """Decide, once per run, whether this process shows bars, lines, or nothing."""
+        super().setup(trainer, module, stage)
         if not trainer.is_global_zero:
             self.disable()
         self._terminal = _is_terminal(sys.stdout)
+
+    @property
+    def train_progress_bar(self) -> Any:
+        """The tqdm bar of the training epoch (there is one on a terminal, while training runs)."""
+        return self._bar("train", "train_progress_bar")
+
+    @property
+    def val_progress_bar(self) -> Any:
+        """The tqdm bar of the validation run."""
+        return self._bar("validate", "val_progress_bar")
+
+    @property
+    def test_progress_bar(self) -> Any:
+        """The tqdm bar of the test run."""
+        return self._bar("test", "test_progress_bar")
+
+    @property
+    def predict_progress_bar(self) -> Any:
+        """The tqdm bar of the predict run."""
+        return self._bar("predict", "predict_progress_bar")
+
+    def _bar(self, stage: str, name: str) -> Any:
+        bar = self._bars.get(stage)
+        if bar is None:
+            raise TypeError(f"{type(self).__name__}.{name} does not exist now: a bar is drawn only on a terminal, "
+                            "while its stage runs.")
+        return bar
 
     # -- training ---
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
@@ -89,7 +152,10 @@ class TQDMProgressBar(ProgressBar):
         self._finish("train", trainer, module, close=False)
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
-        """Close the training bar."""
+        """Close the training bar, leaving the last epoch's on the screen (as Lightning does)."""
+        bar = self._bars.get("train")
+        if bar is not None:
+            bar.leave = True
         self._close("train")
 
     # -- evaluation ---

@@ -93,3 +93,90 @@ def test_the_trainer_adds_one_bar_and_refuses_contradictions():
         quiet_trainer(enable_progress_bar=True, callbacks=[TQDMProgressBar(), TQDMProgressBar()])
     with pytest.raises(MisconfigurationError, match=r"refresh_rate=-1"):
         TQDMProgressBar(refresh_rate=-1)
+
+
+_ON_A_TERMINAL = """
+import torch
+from tests.helpers import Regressor, loader
+import framework
+
+trainer = framework.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
+                            enable_model_summary=False)
+trainer.fit(Regressor(), loader(), loader())
+print("printed after fit")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="runs the script on a pseudo-terminal")
+def test_on_a_terminal_what_follows_the_bars_starts_on_a_line_of_its_own():
+    """What the framework says at the end ("`Trainer.fit` stopped ...") and what the user prints after fit used to
+    land at the end of the bar's line, where the terminal's cursor waits."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 150, 0, 0))  # a 150-column terminal
+    process = subprocess.Popen([sys.executable, "-c", _ON_A_TERMINAL], stdin=child, stdout=child, stderr=child,
+                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    os.close(child)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child side closed
+            break
+        if not chunk:
+            break
+        screen += chunk
+    assert process.wait(timeout=120) == 0, screen.decode(errors="replace")[-2000:]
+    text = screen.decode(errors="replace")
+    for said in ("`Trainer.fit` stopped", "printed after fit"):
+        at = text.index(said)
+        assert text[at - 1] in "\r\n", repr(text[max(at - 80, 0):at + 40])
+    assert "Epoch 1: 100%" in text[text.index("`Trainer.fit` stopped"):]  # the last epoch's bar stays on screen
+
+
+class Reads(TQDMProgressBar):
+    """Reads, in the hooks Lightning code reads them in, what a Lightning progress bar offers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, object] = {}
+
+    def on_train_epoch_start(self, trainer, module):
+        super().on_train_epoch_start(trainer, module)
+        self.seen.update(trainer=self.trainer is trainer, train=self.total_train_batches,
+                         train_bar=self.train_progress_bar.total)
+
+    def on_validation_start(self, trainer, module):
+        super().on_validation_start(trainer, module)
+        self.seen["sanity" if trainer.sanity_checking else "val"] = self.total_val_batches
+        self.seen["val_bar"] = self.val_progress_bar.total
+
+    def on_test_start(self, trainer, module):
+        super().on_test_start(trainer, module)
+        self.seen.update(test=self.total_test_batches, test_bar=self.test_progress_bar.total)
+
+    def on_predict_start(self, trainer, module):
+        super().on_predict_start(trainer, module)
+        self.seen.update(predict=self.total_predict_batches, predict_bar=self.predict_progress_bar.total)
+
+
+def test_the_bar_offers_lightnings_counts_and_bars(monkeypatch):
+    bar = Reads()
+    with pytest.raises(TypeError, match="set in setup"):
+        bar.trainer  # noqa: B018 - not attached yet
+    monkeypatch.setattr(sys, "stdout", FakeTerminal())
+    trainer = quiet_trainer(max_epochs=1, callbacks=[bar], enable_progress_bar=True, num_sanity_val_steps=1)
+    trainer.fit(Regressor(), loader(n=64), loader(n=24))  # 8 training batches, 3 validation batches
+    trainer.test(Regressor(), loader(n=16))
+    trainer.predict(Regressor(), loader(n=40))
+    monkeypatch.undo()
+    assert bar.seen == {"trainer": True, "train": 8, "train_bar": 8, "sanity": 1, "val": 3, "val_bar": 3, "test": 2,
+                        "test_bar": 2, "predict": 5, "predict_bar": 5}
+    with pytest.raises(TypeError, match="train_progress_bar does not exist now"):
+        bar.train_progress_bar  # noqa: B018 - closed after fit
