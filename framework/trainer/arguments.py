@@ -106,3 +106,31 @@ def check_list_of(name: str, value: Any, kind: type, noun: str) -> list:
         if not isinstance(item, kind):
             raise _fail(name, item, f"a {noun} instance or a list of them (got an item that is not)")
     return items
+
+
+# What barebones=True turns off (each costs speed), with the value that means "off".
+_BAREBONES_OFF = {
+    "enable_checkpointing": (False, "checkpointing"), "logger": (False, "logging"),
+    "enable_progress_bar": (False, "the progress bar"), "log_every_n_steps": (0, "logging"),
+    "enable_model_summary": (False, "the model summary"), "num_sanity_val_steps": (0, "the sanity check"),
+}
+
+
+def barebones_settings(**given: Any) -> tuple:
+    """The settings ``barebones=True`` imposes, in ``_BAREBONES_OFF``'s order (as Lightning's barebones mode);
+    a feature it turns off, or one meant for debugging (``fast_dev_run``, ``detect_anomaly``), asked for
+    explicitly is refused rather than silently dropped."""
+    for name, (off, what) in _BAREBONES_OFF.items():
+        value = given[name]
+        if value is not None and value != off:
+            raise MisconfigurationError(
+                f"Trainer(barebones=True, {name}={describe(value)}): barebones mode turns {what} off, as it costs "
+                f"speed. Leave {name} out, or drop barebones=True."
+            )
+    for name in ("fast_dev_run", "detect_anomaly"):
+        if given[name] not in (False, 0, None):
+            raise MisconfigurationError(
+                f"Trainer(barebones=True, {name}={describe(given[name])}): barebones mode measures raw speed, which "
+                f"{name} is not meant for. Use one or the other."
+            )
+    return tuple(off for off, _ in _BAREBONES_OFF.values())

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
+from framework import console
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
 from framework.module import Module
@@ -107,6 +108,8 @@ def with_sequential_order(loader: Iterable) -> Iterable:
         return loader
     if loader.batch_sampler is not None and type(loader.batch_sampler).__name__ != "BatchSampler":
         return loader
+    console.warn_user("You requested to overfit but enabled train dataloader shuffling. We are turning off the train "
+                      "dataloader shuffling for you.")
     return rebuilt(loader, SequentialSampler(loader.dataset))
 
 
@@ -146,6 +149,13 @@ def load_train_data(trainer: Any) -> None:
     trainer.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
                                               trainer.num_training_batches)
     trainer.loaded_at["train"] = trainer.state.current_epoch
+    if trainer.loggers and trainer.num_training_batches < trainer.log_every_n_steps and not trainer.fast_dev_run \
+            and trainer.is_global_zero:
+        console.warn_user(
+            f"The number of training batches ({trainer.num_training_batches}) is smaller than the logging interval "
+            f"Trainer(log_every_n_steps={trainer.log_every_n_steps}). Set a lower value for log_every_n_steps if "
+            "you want to see logs for the training epoch."
+        )
 
 
 def shuffle_seed(state: Any, runtime: Any) -> int:
@@ -231,12 +241,9 @@ def reload_due(trainer: Any, stage: str) -> bool:
 
 
 def val_check_batch(interval: int | float, every_n_epochs: int | None, total: float) -> float:
-    """After how many training batches validation runs (counted in the epoch, or overall without epochs)."""
-    if every_n_epochs is None and not isinstance(interval, int):
-        raise MisconfigurationError(
-            f"Trainer(val_check_interval={interval}, check_val_every_n_epoch=None): without epochs to count "
-            "in, val_check_interval must be an int number of training batches."
-        )
+    """After how many training batches validation runs (counted in the epoch, or overall without epochs: the
+    Trainer refuses a fraction given with check_val_every_n_epoch=None, and the default 1.0 means an epoch's
+    worth, as in Lightning)."""
     if isinstance(interval, int):
         if every_n_epochs is not None and total != INFINITE and interval > total:
             raise MisconfigurationError(

@@ -97,6 +97,15 @@ class Trainer(TrainerProperties):
     ) -> None:
         self.runtime = Runtime(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes,
                                precision=precision, compile=compile)
+        if check.check_bool("barebones", barebones):
+            (enable_checkpointing, logger, enable_progress_bar, log_every_n_steps, enable_model_summary,
+             num_sanity_val_steps) = check.barebones_settings(
+                enable_checkpointing=enable_checkpointing, logger=logger, enable_progress_bar=enable_progress_bar,
+                log_every_n_steps=log_every_n_steps, enable_model_summary=enable_model_summary,
+                num_sanity_val_steps=num_sanity_val_steps, fast_dev_run=fast_dev_run, detect_anomaly=detect_anomaly)
+            if self.runtime.global_rank == 0:
+                console.info("Trainer(barebones=True): checkpointing, logging, the progress bar, the model summary and "
+                             "the sanity check are off, to measure the Trainer's own speed.")
         self.fast_dev_run = check.check_fast_dev_run(fast_dev_run)
         self.max_steps = check.check_int("max_steps", max_steps, -1)
         self.min_steps = check.check_int("min_steps", min_steps, 0, none_means=None)
@@ -113,6 +122,12 @@ class Trainer(TrainerProperties):
         self.overfit_batches = check.check_limit("overfit_batches", overfit_batches)
         self.val_check_interval = check.check_val_check_interval(val_check_interval)
         self.check_val_every_n_epoch = check.check_int("check_val_every_n_epoch", check_val_every_n_epoch, 1, None)
+        if self.check_val_every_n_epoch is None and isinstance(val_check_interval, float):
+            raise MisconfigurationError(
+                f"Trainer(val_check_interval={val_check_interval!r}, check_val_every_n_epoch=None): without epochs, "
+                "validation is counted in training batches across them, so val_check_interval must be an int "
+                "number of batches."
+            )
         self.num_sanity_val_steps = check.check_int("num_sanity_val_steps", num_sanity_val_steps, -1, 2)
         self.log_every_n_steps = check.check_int("log_every_n_steps", log_every_n_steps, 0, 50)
         self.accumulate_grad_batches = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)

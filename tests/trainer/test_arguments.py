@@ -322,7 +322,13 @@ def test_val_check_interval_beyond_the_epoch_is_fine_counting_across_epochs():
 def test_float_val_check_interval_needs_epochs():
     with pytest.raises(MisconfigurationError,
                        match=r"val_check_interval=0\.5, check_val_every_n_epoch=None.*must be an int"):
-        _fit(Regressor(), val=loader(), val_check_interval=0.5, check_val_every_n_epoch=None)
+        quiet_trainer(val_check_interval=0.5, check_val_every_n_epoch=None)  # refused at once, as in Lightning
+
+
+def test_without_epochs_the_default_interval_validates_every_epochs_worth_of_batches():
+    trainer = _fit(Regressor(), train=loader(n=80, batch_size=8), val=loader(), check_val_every_n_epoch=None,
+                   max_epochs=2, num_sanity_val_steps=0)
+    assert trainer.val_check_batch == 10 and "val_loss" in trainer.callback_metrics
 
 
 def test_gradient_clip_val_with_manual_optimization():
@@ -422,3 +428,21 @@ def test_overfit_batches_errors_name_overfit_batches():
 
 def test_gradient_clip_algorithm_is_case_insensitive():
     assert quiet_trainer(gradient_clip_algorithm="Norm").gradient_clip_algorithm == "norm"
+
+
+# -- barebones ---
+
+def test_barebones_turns_off_what_costs_speed_and_refuses_what_asks_for_it_back(caplog):
+    trainer = framework.Trainer(accelerator="cpu", barebones=True, max_epochs=1)
+    assert trainer.loggers == [] and trainer.callbacks == [] and trainer.log_every_n_steps == 0
+    assert not (trainer.enable_checkpointing or trainer.enable_progress_bar or trainer.enable_model_summary)
+    assert trainer.num_sanity_val_steps == 0
+    trainer.fit(Regressor(), loader(), loader())
+    assert trainer.global_step == 8
+    framework.Trainer(accelerator="cpu", barebones=True, logger=False, enable_checkpointing=False)  # agreeing is fine
+    for given in ({"logger": True}, {"enable_checkpointing": True}, {"enable_progress_bar": True},
+                  {"enable_model_summary": True}, {"log_every_n_steps": 5}, {"num_sanity_val_steps": 2},
+                  {"fast_dev_run": True}, {"detect_anomaly": True}):
+        (name, value), = given.items()
+        with pytest.raises(MisconfigurationError, match=rf"Trainer\(barebones=True, {name}={value!r}"):
+            framework.Trainer(accelerator="cpu", barebones=True, **given)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+import framework
 from framework.errors import MisconfigurationError
 from tests.helpers import Regressor, loader, quiet_trainer, regression_data
 
@@ -112,3 +115,15 @@ def test_a_zero_predict_limit_skips_the_loop():
 
     assert quiet_trainer(limit_predict_batches=0).predict(Watches(), loader()) == []
     assert calls == []
+
+
+def test_lightnings_warnings_about_the_training_data(tmp_path):
+    logger = framework.loggers.CSVLogger(tmp_path)
+    with pytest.warns(UserWarning, match=r"number of training batches \(8\) is smaller than the logging interval "
+                                         r"Trainer\(log_every_n_steps=50\)"):
+        quiet_trainer(max_epochs=1, logger=logger).fit(Regressor(), loader())
+    with pytest.warns(UserWarning, match="overfit but enabled train dataloader shuffling. We are turning off"):
+        quiet_trainer(max_epochs=1, overfit_batches=2).fit(Regressor(), loader(shuffle=True))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*logging interval")
+        quiet_trainer(max_epochs=1, logger=logger, log_every_n_steps=4).fit(Regressor(), loader())
