@@ -50,6 +50,7 @@ class Module(ModuleHooks, nn.Module):
         self._trainer: Any = None
         self._results: Any = None
         self._logged_while_compiling: list[tuple] = []  # self.log calls inside a compiled step, not yet recorded
+        self._logging_refused_in: str | None = None  # the running hook, where it is one that may not log
         self._hparams = AttributeDict()
         self._hparams_initial = AttributeDict()
         self._hparams_name = "kwargs"
@@ -65,7 +66,7 @@ class Module(ModuleHooks, nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         """Pickling or deep-copying a module leaves its Trainer behind (a copy holds no loaders or loops)."""
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        return {**state, "_trainer": None, "_results": None, "_logged_while_compiling": []}
+        return {**state, "_trainer": None, "_results": None, "_logged_while_compiling": [], "_logging_refused_in": None}
 
     # -- what the trainer tells the module ---
     @property
@@ -177,7 +178,14 @@ class Module(ModuleHooks, nn.Module):
         or a torchmetrics ``Metric`` (computed and reset at the epoch's end).
         """
         results = self._results
-        if results is None:
+        refused_in = self._logging_refused_in
+        if refused_in is not None or (results is None and self._trainer is not None):
+            where = f"inside {refused_in}" if refused_in is not None else "outside the Trainer's loops"
+            raise MisconfigurationError(
+                f"self.log({name!r}, ...) {where}: Lightning refuses logging there, as this framework does. Log in "
+                "a step, a batch hook or an epoch hook, or write to the logger yourself (self.logger.experiment)."
+            )
+        if results is None:  # no Trainer: a step tested on its own, as Lightning allows
             warnings.warn(f"self.log({name!r}, ...) was called outside a Trainer loop; the value is dropped.",
                           stacklevel=2)
             return

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import framework
+from framework.errors import MisconfigurationError
 from framework.hooks import Hook, Target
 from tests.helpers import Regressor, loader, quiet_trainer
 
@@ -205,3 +207,72 @@ def test_configure_callbacks_replace_trainer_callbacks_of_the_same_type_and_chec
     assert [type(cb).__name__ for cb in trainer.callbacks] == ["Other", "Saver"]
     assert trainer.callbacks[0].tag == "module"
     assert trainer.checkpoint_callback is saver
+
+
+# -- where self.log may be called (Lightning's table) ---
+
+class LogsIn(framework.Module):
+    """Logs once in ``hook`` (a Module hook, or a step), as Lightning users do."""
+
+    def __init__(self, hook: str) -> None:
+        super().__init__()
+        self.hook = hook
+        self.net = torch.nn.Linear(4, 1)
+
+    def _maybe_log(self, hook: str) -> None:
+        if hook == self.hook:
+            self.log(f"in_{hook}", 1.0, on_step=False, on_epoch=True)
+
+    def training_step(self, batch, batch_idx):
+        self._maybe_log("training_step")
+        return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+    def predict_step(self, batch, batch_idx):
+        self._maybe_log("predict_step")
+        return self.net(batch[0])
+
+    def configure_optimizers(self):
+        self._maybe_log("configure_optimizers")
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+for _hook in ("setup", "on_fit_start", "on_train_start", "on_train_epoch_start", "on_train_end",
+              "on_before_batch_transfer", "on_before_backward", "on_train_epoch_end"):
+    def _logging_hook(self, *args, _hook=_hook, **kwargs):
+        self._maybe_log(_hook)
+        return args[0] if _hook == "on_before_batch_transfer" else None
+    setattr(LogsIn, _hook, _logging_hook)
+
+
+@pytest.mark.parametrize("hook", ["training_step", "on_train_start", "on_train_epoch_start", "on_before_backward",
+                                  "on_train_epoch_end"])
+def test_self_log_works_in_the_hooks_lightning_allows(hook):
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(LogsIn(hook), loader())
+    assert f"in_{hook}" in trainer.callback_metrics
+
+
+@pytest.mark.parametrize("hook", ["setup", "on_fit_start", "on_train_end", "on_before_batch_transfer",
+                                  "configure_optimizers", "predict_step"])
+def test_self_log_is_refused_in_the_hooks_lightning_refuses_it_in(hook):
+    trainer = quiet_trainer(max_epochs=1)
+    run = trainer.predict if hook == "predict_step" else trainer.fit
+    with pytest.raises(MisconfigurationError, match=rf"self.log\('in_{hook}', ...\) (inside {hook}|outside)"):
+        run(LogsIn(hook), loader())
+
+
+class LogsFromACallback(framework.Callback):
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        module.log("from_callback", 2.0)
+
+    def on_fit_start(self, trainer, module):
+        if trainer.max_epochs == 2:
+            module.log("too_early", 1.0)
+
+
+def test_a_callback_logs_through_the_module_where_the_module_may_log():
+    trainer = quiet_trainer(max_epochs=1, callbacks=[LogsFromACallback()])
+    trainer.fit(Regressor(), loader())
+    assert trainer.callback_metrics["from_callback"] == 2.0
+    with pytest.raises(MisconfigurationError, match=r"self.log\('too_early', ...\) inside on_fit_start"):
+        quiet_trainer(max_epochs=2, callbacks=[LogsFromACallback()]).fit(Regressor(), loader())

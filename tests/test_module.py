@@ -346,7 +346,7 @@ def test_print_prints(capsys):
     assert "step=0\n" in out and "step=1\n" in out
 
 
-def test_log_outside_a_trainer_warns_and_does_nothing():
+def test_log_without_a_trainer_warns_and_after_its_loops_is_refused():
     model = Regressor()
     with pytest.warns(UserWarning, match="outside a Trainer"):
         model.log("stray", 1.0)
@@ -354,8 +354,8 @@ def test_log_outside_a_trainer_warns_and_does_nothing():
     trainer.fit(model, loader(16, 8))
     assert "stray" not in trainer.callback_metrics
     assert "train_loss" in trainer.callback_metrics
-    # after the run it is outside again: a warning, not an error, and nothing recorded
-    with pytest.warns(UserWarning, match="outside a Trainer"):
+    # after the run, attached to a Trainer whose loops ended: refused, as Lightning refuses it
+    with pytest.raises(MisconfigurationError, match=r"self.log\('late', ...\) outside the Trainer's loops"):
         model.log("late", 2.0)
     assert "late" not in trainer.callback_metrics
 

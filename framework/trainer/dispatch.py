@@ -94,6 +94,21 @@ class HookRunner:
         return [cb for cb in self.callbacks if overrides(cb, Callback, hook.value)]
 
     def _build(self, hook: Hook) -> Callable[..., Any] | None:
+        caller = self._caller(hook)
+        if caller is None or hook not in NO_LOGGING:
+            return caller
+        module, name = self.module, hook.value
+
+        def forbidding_logs(*args: Any, **kwargs: Any) -> Any:
+            earlier, module._logging_refused_in = module._logging_refused_in, name
+            try:
+                return caller(*args, **kwargs)
+            finally:
+                module._logging_refused_in = earlier
+
+        return forbidding_logs
+
+    def _caller(self, hook: Hook) -> Callable[..., Any] | None:
         name = hook.value
         trainer, module = self.trainer, self.module
         callback_fns = [getattr(cb, name) for cb in self._overriding(hook)] if hook.target != Target.MODULE else []
@@ -119,6 +134,19 @@ class HookRunner:
 
         return run
 
+
+
+# The hooks in which Lightning refuses self.log (its loops keep no results there), and so do we.
+NO_LOGGING = frozenset({
+    Hook.CONFIGURE_CALLBACKS, Hook.PREPARE_DATA, Hook.SETUP, Hook.CONFIGURE_MODEL, Hook.CONFIGURE_OPTIMIZERS,
+    Hook.TEARDOWN, Hook.ON_FIT_START, Hook.ON_FIT_END, Hook.ON_SANITY_CHECK_START, Hook.ON_SANITY_CHECK_END,
+    Hook.ON_TRAIN_END, Hook.ON_VALIDATION_END, Hook.ON_TEST_END, Hook.ON_BEFORE_BATCH_TRANSFER,
+    Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER, Hook.LR_SCHEDULER_STEP,
+    Hook.ON_VALIDATION_MODEL_ZERO_GRAD, Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN,
+    Hook.ON_TEST_MODEL_EVAL, Hook.ON_TEST_MODEL_TRAIN, Hook.ON_PREDICT_MODEL_EVAL, Hook.ON_PREDICT_START,
+    Hook.ON_PREDICT_END, Hook.ON_PREDICT_EPOCH_START, Hook.ON_PREDICT_EPOCH_END, Hook.ON_PREDICT_BATCH_START,
+    Hook.ON_PREDICT_BATCH_END, Hook.ON_SAVE_CHECKPOINT, Hook.ON_LOAD_CHECKPOINT, Hook.ON_EXCEPTION,
+})
 
 
 def merge_module_callbacks(callbacks: list[Callback], returned: Any) -> list[Callback]:

@@ -82,7 +82,11 @@ def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
     if not any_rank_has_batches(trainer, limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
         return [] if trainer._keep_predictions else None
     trainer.state.stage = RunningStage.PREDICTING
-    predictions = run_evaluation(trainer, "predict", loaders, limits)
+    module._logging_refused_in = "predict_step"  # as in Lightning, predicting logs nothing
+    try:
+        predictions = run_evaluation(trainer, "predict", loaders, limits)
+    finally:
+        module._logging_refused_in = None
     return predictions if trainer._keep_predictions else None
 
 
