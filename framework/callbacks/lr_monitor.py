@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from typing import Any
 
@@ -40,12 +41,16 @@ class LearningRateMonitor(Callback):
         self.last_weight_decay_values: dict[str, float] = {}
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
-        """Check there is a logger to write to."""
+        """Check there is a logger to write to, and warn where a momentum asked for does not exist."""
         if not trainer.loggers:
             raise MisconfigurationError(
                 "LearningRateMonitor needs a logger to write to, and the Trainer has none (logger=False). "
                 "Pass logger=True (or a logger), or remove the LearningRateMonitor."
             )
+        groups = [group for optimizer in trainer.optimizers for group in optimizer.param_groups]
+        if self.log_momentum and any("momentum" not in group and "betas" not in group for group in groups):
+            warnings.warn("You have set log_momentum=True, but some optimizers do not have momentum. This will log a "
+                          "value 0 for the momentum.", RuntimeWarning, stacklevel=2)
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         """Log step-interval rates when this batch's step is one the Trainer logs."""

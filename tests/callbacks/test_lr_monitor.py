@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -80,3 +82,24 @@ def test_without_a_logger_it_says_so():
         quiet_trainer(max_epochs=1, logger=False, callbacks=[LearningRateMonitor()]).fit(Scheduled(), loader())
     with pytest.raises(MisconfigurationError, match="logging_interval='batch'"):
         LearningRateMonitor(logging_interval="batch")
+
+
+class PlainSGD(Regressor):
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)  # SGD groups hold momentum=0: not "no momentum"
+
+
+class Adagrad(Regressor):
+    def configure_optimizers(self):
+        return torch.optim.Adagrad(self.parameters(), lr=0.1)  # no momentum, no betas
+
+
+def test_log_momentum_warns_for_an_optimizer_without_momentum_as_lightning_does():
+    monitor = LearningRateMonitor(log_momentum=True)
+    with pytest.warns(RuntimeWarning, match="log_momentum=True, but some optimizers do not have momentum"):
+        quiet_trainer(max_epochs=1, callbacks=[monitor], logger=RecordingLogger()).fit(Adagrad(), loader())
+    assert monitor.last_momentum_values == {"lr-Adagrad-momentum": 0.0}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*do not have momentum")
+        quiet_trainer(max_epochs=1, callbacks=[LearningRateMonitor(log_momentum=True)],
+                      logger=RecordingLogger()).fit(PlainSGD(), loader())
