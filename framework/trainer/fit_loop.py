@@ -41,7 +41,7 @@ from framework.trainer.data import (
 )
 from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.metrics import step_views
-from framework.trainer.optimizers import OptimizerProxy, parse_optimizers, step_schedulers
+from framework.trainer.optimizers import OptimizerProxy, check_schedulers, parse_optimizers, step_schedulers
 from framework.trainer.sampler import skip_in_sampler
 from framework.trainer.state import RunningStage
 from framework.trainer.step import StepClosure, StepHooks, check_training_output, outputs_for_hooks
@@ -124,6 +124,7 @@ class FitLoop:
     def _configure_optimizers(self) -> None:
         trainer, module = self.trainer, self.trainer.module
         optimizers, trainer.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
+        check_schedulers(trainer.lr_scheduler_configs, module.automatic_optimization)
         if module.automatic_optimization:
             if not optimizers:
                 # Lightning trains on without updates here; the accepted forms make it an error, which

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch.optim import Optimizer
 
+from framework import console
 from framework.errors import MisconfigurationError, describe
 
 ACCEPTED_FORMS = """configure_optimizers may return:
@@ -99,12 +100,22 @@ def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConf
     if not isinstance(config.frequency, int) or config.frequency < 1:
         raise MisconfigurationError(f"LR scheduler config frequency={config.frequency!r} must be a positive int.")
     config.reduce_on_plateau = _is_plateau(config.scheduler)
-    if config.reduce_on_plateau and config.monitor is None:
-        raise MisconfigurationError(
-            "ReduceLROnPlateau needs a metric to monitor: return {'optimizer': opt, 'lr_scheduler': "
-            "{'scheduler': scheduler, 'monitor': 'val_loss'}} from configure_optimizers."
-        )
     return config
+
+
+def check_schedulers(configs: list[LRSchedulerConfig], automatic: bool) -> None:
+    """In automatic optimization a ReduceLROnPlateau needs a metric to step by; in manual optimization the user
+    steps every scheduler, so a monitor given is ignored, with Lightning's warning."""
+    for config in configs:
+        if automatic and config.reduce_on_plateau and config.monitor is None:
+            raise MisconfigurationError(
+                "ReduceLROnPlateau needs a metric to monitor: return {'optimizer': opt, 'lr_scheduler': "
+                "{'scheduler': scheduler, 'monitor': 'val_loss'}} from configure_optimizers."
+            )
+        if not automatic and config.monitor is not None:
+            console.warn_user("The lr scheduler dict contains the key(s) ['monitor'], but the keys will be ignored. "
+                              "You need to call `lr_scheduler.step()` manually in manual optimization.",
+                              RuntimeWarning)
 
 
 def _refuse_unknown_keys(what: str, given: Mapping, known: set[str]) -> None:

@@ -172,3 +172,32 @@ def test_monitor_may_stand_beside_the_scheduler():
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
     _, configs = parse_optimizers({"optimizer": optimizer, "lr_scheduler": plateau, "monitor": "val_loss"})
     assert configs[0].monitor == "val_loss" and configs[0].reduce_on_plateau
+
+
+class ManualPlateau(Regressor):
+    def __init__(self, monitor: str | None) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.monitor = monitor
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        loss = self.loss(batch)
+        self.manual_backward(loss)
+        optimizer.step()
+        self.lr_schedulers().step(loss.detach())  # the user steps it, with the metric of their choice
+        return loss
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        config = {"scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0)}
+        if self.monitor is not None:
+            config["monitor"] = self.monitor
+        return {"optimizer": optimizer, "lr_scheduler": config}
+
+
+def test_a_plateau_scheduler_in_manual_optimization_needs_no_monitor_and_one_given_is_warned_about():
+    quiet_trainer(max_epochs=1).fit(ManualPlateau(None), loader())  # the user steps it: nothing to monitor
+    with pytest.warns(RuntimeWarning, match=r"key\(s\) \['monitor'\], but the keys will be ignored"):
+        quiet_trainer(max_epochs=1).fit(ManualPlateau("train_loss"), loader())
