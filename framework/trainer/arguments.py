@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import os
+from collections.abc import Callable
 from typing import Any
 
 from framework.errors import MisconfigurationError, describe
@@ -134,3 +138,35 @@ def barebones_settings(**given: Any) -> tuple:
                 f"{name} is not meant for. Use one or the other."
             )
     return tuple(off for off, _ in _BAREBONES_OFF.values())
+
+
+# Environment variables that set Trainer defaults: ours first, then Lightning's, so scripts and clusters set up
+# for Lightning keep working.
+ENVIRONMENT_PREFIXES = ("FRAMEWORK_TRAINER_", "PL_TRAINER_")
+
+
+def environment_defaults(names: list[str]) -> dict[str, Any]:
+    """The Trainer arguments set in the environment (``FRAMEWORK_TRAINER_MAX_EPOCHS=3``, or Lightning's
+    ``PL_TRAINER_MAX_EPOCHS=3``), read as Python literals (``False``, ``3``, ``'cpu'``) where they are one."""
+    found: dict[str, Any] = {}
+    for name in names:
+        for prefix in ENVIRONMENT_PREFIXES:
+            text = os.environ.get(prefix + name.upper())
+            if text:
+                try:
+                    found[name] = ast.literal_eval(text)
+                except (ValueError, SyntaxError):  # a bare word: the text itself ("cpu", "ddp")
+                    found[name] = text
+                break
+    return found
+
+
+def with_environment_defaults(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` (keyword-only arguments) taking its defaults from the environment, where an argument is not given."""
+    names = [name for name in inspect.signature(init).parameters if name != "self"]
+
+    @functools.wraps(init)
+    def from_environment(self: Any, **given: Any) -> None:
+        init(self, **{**environment_defaults(names), **given})
+
+    return from_environment

@@ -51,6 +51,7 @@ class Trainer(TrainerProperties):
         trainer.test(model, test_loader)
     """
 
+    @check.with_environment_defaults
     def __init__(
         self,
         *,

@@ -446,3 +446,19 @@ def test_barebones_turns_off_what_costs_speed_and_refuses_what_asks_for_it_back(
         (name, value), = given.items()
         with pytest.raises(MisconfigurationError, match=rf"Trainer\(barebones=True, {name}={value!r}"):
             framework.Trainer(accelerator="cpu", barebones=True, **given)
+
+
+# -- defaults from the environment ---
+
+def test_trainer_defaults_come_from_the_environment_under_our_prefix_and_lightnings(monkeypatch):
+    monkeypatch.setenv("PL_TRAINER_MAX_EPOCHS", "3")
+    monkeypatch.setenv("PL_TRAINER_LOGGER", "False")
+    monkeypatch.setenv("FRAMEWORK_TRAINER_LOGGER", "True")  # ours wins where both are set
+    monkeypatch.setenv("PL_TRAINER_ACCELERATOR", "cpu")  # a bare word is taken as text
+    monkeypatch.setenv("PL_TRAINER_LIMIT_VAL_BATCHES", "")  # empty: not set
+    trainer = framework.Trainer(enable_progress_bar=False, default_root_dir="env_run")
+    assert trainer.max_epochs == 3 and len(trainer.loggers) == 1 and trainer.limit_val_batches == 1.0
+    assert framework.Trainer(max_epochs=5, logger=False).max_epochs == 5  # what is given explicitly wins
+    monkeypatch.setenv("FRAMEWORK_TRAINER_MAX_STEPS", "'seven'")
+    with pytest.raises(MisconfigurationError, match=r"max_steps='seven'"):  # checked like any other value
+        framework.Trainer(logger=False)
