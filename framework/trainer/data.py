@@ -158,12 +158,14 @@ def load_train_data(trainer: Any) -> None:
         )
 
 
-def shuffle_seed(state: Any, runtime: Any) -> int:
-    """The run's seed for the training data's order: the checkpoint's when resuming, else drawn once from torch's
-    generator (so ``seed_everything`` or ``torch.manual_seed`` decide it), rank 0's for every rank."""
-    if state.shuffle_seed < 0:
-        state.shuffle_seed = runtime.broadcast(int(torch.randint(0, 2**62, ())))
-    return state.shuffle_seed
+def shuffle_seed(state: Any, runtime: Any) -> tuple[int, bool]:
+    """The run's seed for the training data's order, and whether it was drawn now: the checkpoint's when resuming,
+    else drawn once from torch's generator (so ``seed_everything`` or ``torch.manual_seed`` decide it), rank 0's
+    for every rank."""
+    if state.shuffle_seed >= 0:
+        return state.shuffle_seed, False
+    state.shuffle_seed = runtime.broadcast(int(torch.randint(0, 2**62, ())))
+    return state.shuffle_seed, True
 
 
 def any_rank_has_batches(trainer: Any, counts: list[float]) -> bool:

@@ -35,8 +35,9 @@ class ResumableSampler(Sampler[int]):
     pass ``n`` samples in.
 
     ``worker_generator`` is given to the DataLoader, so the seeds of its workers (which a
-    plain DataLoader draws from the global generator) follow ``(seed, epoch)`` too, and
-    starting an epoch moves no global random state.
+    plain DataLoader draws from the global generator) follow ``(seed, epoch)`` too. A pass
+    still draws from the global generator what the replaced loader would have
+    (``global_draws``), so the random state of training matches a plain loop's.
 
     Example::
 
@@ -45,8 +46,14 @@ class ResumableSampler(Sampler[int]):
         sampler.skip(64)            # resume after 64 samples of epoch 3
     """
 
-    def __init__(self, length: int, shuffle: bool, seed: int, num_replicas: int = 1, rank: int = 0) -> None:
+    def __init__(self, length: int, shuffle: bool, seed: int, num_replicas: int = 1, rank: int = 0,
+                 global_draws: int = 0, first_pass_draws: int | None = None) -> None:
         self.length = length
+        # What the loader this sampler replaces drew from the global generator at each pass (its worker seed, its
+        # shuffle), drawn the same way, so the random state the first step sees is a plain loop's; the first pass
+        # draws fewer where drawing the run's seed took their place.
+        self.global_draws = global_draws
+        self._next_pass_draws = global_draws if first_pass_draws is None else first_pass_draws
         self.shuffle = shuffle
         self.seed = seed
         # Several ranks: each takes every num_replicas-th sample of the epoch's order, padded by its first
@@ -69,6 +76,10 @@ class ResumableSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         start, self._skip = self._skip, 0
+        if start == 0:  # a resumed epoch's random state comes from the checkpoint, past these draws
+            for _ in range(self._next_pass_draws):
+                torch.empty((), dtype=torch.int64).random_()
+        self._next_pass_draws = self.global_draws
         if not self.shuffle and self.num_replicas == 1:
             return iter(range(start, self.length))
         if self.shuffle:
@@ -86,13 +97,17 @@ class ResumableSampler(Sampler[int]):
         return -(-self.length // self.num_replicas)
 
 
-def with_resumable_sampler(loader: Any, run_seed: Callable[[], int], num_replicas: int = 1, rank: int = 0) -> Any:
+def with_resumable_sampler(loader: Any, run_seed: Callable[[], tuple[int, bool]], num_replicas: int = 1,
+                           rank: int = 0) -> Any:
     """``loader`` rebuilt around a ``ResumableSampler`` when it is a DataLoader that plainly shuffles (or not)
     map-style data in batches; with several ranks, other samplers are sharded (``ShardedSampler``);
     any other loader as it is (its order is its own).
 
-    ``run_seed`` is asked only when the loader shuffles by the global generator, so a run
-    without such a loader draws nothing from it.
+    ``run_seed`` (the seed, and whether it was drawn from the global generator now) is asked
+    only when the loader shuffles by the global generator. The rebuilt loader draws from the
+    global generator what the given one would have at each pass (a DataLoader its workers' base
+    seed, a RandomSampler its order's seed), so dropout in the first step sees what it would
+    in a plain loop.
     """
     if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return loader
@@ -114,15 +129,19 @@ def with_resumable_sampler(loader: Any, run_seed: Callable[[], int], num_replica
         if num_replicas == 1:
             return loader
         return rebuilt(loader, ShardedSampler(sampler, num_replicas, rank, contiguous=False))
+    drawn = False
     if not plainly_shuffled:
         seed = 0  # an unshuffled order needs none
     elif sampler.generator is not None:
         # the user seeded the order with a generator of their own: derive the seed from it, so it still decides
         seed = int(torch.randint(0, 2**62, (), generator=sampler.generator))
     else:
-        seed = run_seed()
+        seed, drawn = run_seed()
+    # A plain loader draws its workers' base seed, and a RandomSampler (one rank) its order's seed, from the
+    # global generator unless given generators of their own.
+    draws = int(loader.generator is None) + int(plainly_shuffled and sampler.generator is None and num_replicas == 1)
     resumable = ResumableSampler(len(loader.dataset), shuffle=plainly_shuffled, seed=seed, num_replicas=num_replicas,
-                                 rank=rank)
+                                 rank=rank, global_draws=draws, first_pass_draws=max(draws - drawn, 0))
     return rebuilt(loader, resumable, resumable.worker_generator)
 
 

@@ -130,7 +130,7 @@ def test_the_run_seed_is_drawn_only_for_a_loader_shuffled_by_the_global_generato
 
     def run_seed():
         asked.append(1)
-        return 11
+        return 11, True
 
     dataset = loaders()[0].dataset
     ordered = with_resumable_sampler(DataLoader(dataset, batch_size=4), run_seed)
@@ -203,3 +203,50 @@ def test_fit_again_on_an_interrupted_trainer_goes_on_from_the_batch_it_stopped_a
     trainer.fit(model, loaders()[0])
     assert model.batches == [(0, i) for i in range(10)] and trainer.global_step == 10
     assert sorted(model.samples) == sorted(loaders()[0].dataset.tensors[0][:, 0].tolist())
+
+
+class DropsOut(framework.Module):
+    """Keeps the global random state its first training step starts from (which decides its dropout masks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 1))
+        self.epoch_states: list[torch.Tensor] = []  # at the first step of each epoch
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 0:
+            self.epoch_states.append(torch.get_rng_state())
+        return self.loss(batch)
+
+    def loss(self, batch):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _dataset() -> TensorDataset:
+    x = torch.randn(32, 4, generator=torch.Generator().manual_seed(1))
+    return TensorDataset(x, x.sum(1, keepdim=True))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_the_first_step_sees_the_random_state_of_a_plain_loop(shuffle):
+    """The Trainer draws from the global generator before the first step exactly what the plain loop's
+    DataLoader draws (its workers' base seed, and a RandomSampler's seed), so dropout masks agree."""
+    torch.manual_seed(0)
+    model = DropsOut()
+    quiet_trainer(max_epochs=3).fit(model, DataLoader(_dataset(), batch_size=8, shuffle=shuffle))
+
+    torch.manual_seed(0)
+    plain = DropsOut()
+    optimizer = plain.configure_optimizers()
+    for _ in range(3):
+        for batch_idx, batch in enumerate(DataLoader(_dataset(), batch_size=8, shuffle=shuffle)):
+            plain.training_step(batch, batch_idx).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    assert len(model.epoch_states) == 3
+    for epoch, (ours, theirs) in enumerate(zip(model.epoch_states, plain.epoch_states, strict=True)):
+        assert torch.equal(ours, theirs), f"epoch {epoch}"
