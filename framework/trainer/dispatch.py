@@ -99,12 +99,14 @@ class HookRunner:
             return caller
         module, name = self.module, hook.value
 
+        state = module.__dict__  # set directly: nn.Module's __setattr__ costs a microsecond, and batch hooks are here
+
         def forbidding_logs(*args: Any, **kwargs: Any) -> Any:
-            earlier, module._logging_refused_in = module._logging_refused_in, name
+            earlier, state["_logging_refused_in"] = state.get("_logging_refused_in"), name
             try:
                 return caller(*args, **kwargs)
             finally:
-                module._logging_refused_in = earlier
+                state["_logging_refused_in"] = earlier
 
         return forbidding_logs
 
