@@ -218,7 +218,7 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
-def plain(shape, precision, compiled, batches, device, warmup, backend) -> dict[str, float]:
+def plain(shape, precision, batches, device, warmup, backend, *, compiled=None) -> dict[str, float]:
     net = Transformer(shape).to(device)
     if precision == "bf16-true":
         net = net.to(torch.bfloat16)
@@ -260,7 +260,7 @@ def trainer_settings(device: torch.device, precision: str, defaults: bool, root:
                 enable_model_summary=False, default_root_dir=root, **quiet)
 
 
-def with_framework(shape, precision, compiled, batches, device, warmup, backend, defaults=False) -> dict:
+def with_framework(shape, precision, batches, device, warmup, backend, *, compiled=False, defaults=False) -> dict:
     meter = Meter(device, warmup, len(batches) - warmup)
     callback = type("Meter", (MeterCallback, framework.Callback), {})(meter)
     with tempfile.TemporaryDirectory() as root:
@@ -270,7 +270,7 @@ def with_framework(shape, precision, compiled, batches, device, warmup, backend,
         return meter.result
 
 
-def with_lightning(shape, precision, compiled, batches, device, warmup, backend) -> dict:
+def with_lightning(shape, precision, batches, device, warmup, backend, *, compiled=False) -> dict:
     import lightning as L
 
     class LightningTask(L.LightningModule):
@@ -292,14 +292,14 @@ def with_lightning(shape, precision, compiled, batches, device, warmup, backend)
 
 def loops(lightning: bool) -> list[tuple[str, str, Callable[..., dict]]]:
     """(loop, what is compiled, runner) for each row of one model and precision."""
-    rows = [("plain", "-", lambda *a: plain(*a[:2], None, *a[2:])),
-            ("plain", "forward", lambda *a: plain(*a[:2], "forward", *a[2:])),
-            ("plain", "step", lambda *a: plain(*a[:2], "step", *a[2:])),
-            ("framework", "-", lambda *a: with_framework(*a[:2], False, *a[2:])),
-            ("framework", "compile=", lambda *a: with_framework(*a[:2], True, *a[2:]))]
+    rows = [("plain", "-", plain),
+            ("plain", "forward", functools.partial(plain, compiled="forward")),
+            ("plain", "step", functools.partial(plain, compiled="step")),
+            ("framework", "-", with_framework),
+            ("framework", "compile=", functools.partial(with_framework, compiled=True))]
     if lightning:
-        rows += [("Lightning", "-", lambda *a: with_lightning(*a[:2], False, *a[2:])),
-                 ("Lightning", "torch.compile", lambda *a: with_lightning(*a[:2], True, *a[2:]))]
+        rows += [("Lightning", "-", with_lightning),
+                 ("Lightning", "torch.compile", functools.partial(with_lightning, compiled=True))]
     return rows
 
 
@@ -354,8 +354,7 @@ def main() -> None:
                     for loop, compiled, run in loops(lightning)]
             if model == "gpt2" and precision == "bf16-mixed":  # what the Trainer's defaults cost
                 with contextlib.redirect_stdout(io.StringIO()):  # the progress bar's line, outside a terminal
-                    defaults = measure(functools.partial(with_framework, *arguments[:2], False, *arguments[2:],
-                                                         defaults=True), device)
+                    defaults = measure(functools.partial(with_framework, *arguments, defaults=True), device)
                 rows.append(("framework", "defaults", defaults))
             best = {compiled: result["seconds"] for loop, compiled, result in rows if loop == "plain"}
             for loop, compiled, result in rows:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from collections import defaultdict
 from typing import Any
 
 import torch
 
+from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
 
@@ -49,8 +49,8 @@ class LearningRateMonitor(Callback):
             )
         groups = [group for optimizer in trainer.optimizers for group in optimizer.param_groups]
         if self.log_momentum and any("momentum" not in group and "betas" not in group for group in groups):
-            warnings.warn("You have set log_momentum=True, but some optimizers do not have momentum. This will log a "
-                          "value 0 for the momentum.", RuntimeWarning, stacklevel=2)
+            console.warn_user("You have set log_momentum=True, but some optimizers do not have momentum. This will "
+                              "log a value 0 for the momentum.", RuntimeWarning)
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         """Log step-interval rates when this batch's step is one the Trainer logs."""

@@ -121,4 +121,3 @@ def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool) -> s
         writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
-

@@ -78,6 +78,10 @@ class StepCompiler:
         compiled = self._context(fn) if self._context is not None else torch.compile(fn, **self._options)
         return _naming_failures(compiled, name, self.described)
 
+    def method(self, owner: Any, name: str) -> Callable[..., Any]:
+        """``owner``'s method ``name`` compiled (failures name ``Owner.name``)."""
+        return self.function(getattr(owner, name), f"{type(owner).__name__}.{name}")
+
     def module(self, module: nn.Module) -> nn.Module:
         """Compile ``module``'s forward in place and return it.
 

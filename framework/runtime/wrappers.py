@@ -77,10 +77,8 @@ class RuntimeModule(nn.Module):
         made = self.__dict__.setdefault("_made_methods", {})
         if name not in made:
             runtime = self.__dict__["_runtime"]
-            compiled = None
-            if runtime.compiler is not None:
-                original = self.__dict__["_original"]
-                compiled = runtime.compiler.function(getattr(original, name), f"{type(original).__name__}.{name}")
+            compiler = runtime.compiler
+            compiled = compiler.method(self.__dict__["_original"], name) if compiler is not None else None
             step = runtime.strategy.step_function(self._forward_module, name, synced=True, method=compiled)
 
             def call(*args: Any, **kwargs: Any) -> Any:  # as forward: inputs converted, under autocast

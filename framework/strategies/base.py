@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +114,7 @@ class Strategy:
 
     # -- the step ---
     def step_function(self, model: nn.Module, name: str, synced: bool | None = None,
-                      method: Any = None) -> Any:
+                      method: Callable[..., Any] | None = None) -> Any:
         """The callable that runs the user's method ``name`` (``training_step`` ...) on the set-up ``model``.
 
         Wrapping strategies route it through the wrapper's ``forward`` so their hooks run, where

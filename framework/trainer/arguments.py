@@ -63,10 +63,16 @@ def check_limit(name: str, value: Any) -> int | float:
     return value
 
 
-def check_val_check_interval(value: Any) -> int | float:
-    """``val_check_interval``: an int number of batches >= 1 or a fraction in (0.0, 1.0]; None means 1.0."""
+def check_val_check_interval(value: Any, every_n_epochs: int | None = 1) -> int | float:
+    """``val_check_interval``: an int number of batches >= 1 or a fraction in (0.0, 1.0]; None means 1.0. Without
+    epochs (``check_val_every_n_epoch=None``) a fraction is refused, as in Lightning."""
     if value is None:
         return 1.0
+    if every_n_epochs is None and isinstance(value, float):
+        raise MisconfigurationError(
+            f"Trainer(val_check_interval={value!r}, check_val_every_n_epoch=None): without epochs, validation is "
+            "counted in training batches across them, so val_check_interval must be an int number of batches."
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail("val_check_interval", value, "an int number of training batches (>= 1) or a float in (0.0, 1.0]")
     if isinstance(value, float) and not 0.0 < value <= 1.0:

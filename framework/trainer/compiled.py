@@ -55,6 +55,5 @@ class CompiledSteps:
         if self._compiler is None or self._module is None:
             return None
         if name not in self._made:
-            self._made[name] = self._compiler.function(getattr(self._module, name),
-                                                       f"{type(self._module).__name__}.{name}")
+            self._made[name] = self._compiler.method(self._module, name)
         return self._made[name]

@@ -98,7 +98,6 @@ class HookRunner:
         if caller is None or hook not in NO_LOGGING:
             return caller
         module, name = self.module, hook.value
-
         state = module.__dict__  # set directly: nn.Module's __setattr__ costs a microsecond, and batch hooks are here
 
         def forbidding_logs(*args: Any, **kwargs: Any) -> Any:

@@ -73,7 +73,7 @@ def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[di
 def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
     """``trainer.predict`` once set up: restore, ask for the loaders, run the loop, keep what was asked for."""
     module = trainer.module
-    if module.__dict__.get("predict_step", module.predict_step) is None:  # the default one needs no override
+    if module.predict_step is None:  # set so; the default one needs no override
         raise MisconfigurationError(f"trainer.predict() needs {type(module).__qualname__}.predict_step, which is "
                                     "None: define it, or delete the attribute to use the default (self(batch)).")
     restore_for_evaluation(trainer, ckpt_path)

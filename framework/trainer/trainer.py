@@ -121,14 +121,8 @@ class Trainer(TrainerProperties):
         self.limit_test_batches = check.check_limit("limit_test_batches", limit_test_batches)
         self.limit_predict_batches = check.check_limit("limit_predict_batches", limit_predict_batches)
         self.overfit_batches = check.check_limit("overfit_batches", overfit_batches)
-        self.val_check_interval = check.check_val_check_interval(val_check_interval)
         self.check_val_every_n_epoch = check.check_int("check_val_every_n_epoch", check_val_every_n_epoch, 1, None)
-        if self.check_val_every_n_epoch is None and isinstance(val_check_interval, float):
-            raise MisconfigurationError(
-                f"Trainer(val_check_interval={val_check_interval!r}, check_val_every_n_epoch=None): without epochs, "
-                "validation is counted in training batches across them, so val_check_interval must be an int "
-                "number of batches."
-            )
+        self.val_check_interval = check.check_val_check_interval(val_check_interval, self.check_val_every_n_epoch)
         self.num_sanity_val_steps = check.check_int("num_sanity_val_steps", num_sanity_val_steps, -1, 2)
         self.log_every_n_steps = check.check_int("log_every_n_steps", log_every_n_steps, 0, 50)
         self.accumulate_grad_batches = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)
