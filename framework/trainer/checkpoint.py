@@ -137,6 +137,18 @@ def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
             state.epoch_finished = False
     else:  # a checkpoint assembled by hand: its epoch and step are all there is
         state.load_state_dict(lightning_progress(checkpoint))
+    _check_epochs_left(trainer)
+
+
+def _check_epochs_left(trainer: Any) -> None:
+    # Lightning refuses this too: training would end before it started, and a user who lowered
+    # max_epochs to "train one more epoch" should learn that max_epochs counts from the first run.
+    epochs, done = trainer.epoch_limit, trainer.state.current_epoch
+    if epochs != -1 and done > epochs:
+        raise MisconfigurationError(
+            f"You restored a checkpoint with current_epoch={done}, but you have set Trainer(max_epochs={epochs}): "
+            f"max_epochs counts all epochs, those before the checkpoint too. Set max_epochs above {done} to train on."
+        )
 
 
 def evaluation_ckpt_path(trainer: Any, fn: Any, ckpt_path: Any) -> Any:

@@ -71,6 +71,19 @@ def test_resume_from_inside_an_epoch_skips_the_batches_already_trained(tmp_path)
     assert resumed.epoch_starts == [0, 1] and resumed.batches == 5 + 8
 
 
+def test_resuming_past_max_epochs_is_refused_but_resuming_at_it_finishes(tmp_path):
+    trainer = quiet_trainer(max_epochs=3)
+    trainer.fit(Regressor(), loader())
+    trainer.save_checkpoint(tmp_path / "three.ckpt")  # current_epoch 3
+    with pytest.raises(framework.MisconfigurationError,
+                       match=r"current_epoch=3, but you have set Trainer\(max_epochs=2\).*above 3"):
+        quiet_trainer(max_epochs=2).fit(Regressor(), loader(), ckpt_path=tmp_path / "three.ckpt")
+    again = Counts()
+    finished = quiet_trainer(max_epochs=3)
+    finished.fit(again, loader(), ckpt_path=tmp_path / "three.ckpt")  # nothing left to train, as in Lightning
+    assert again.batches == 0 and finished.current_epoch == 3
+
+
 def test_on_load_checkpoint_runs_on_the_module_first_then_on_callbacks(tmp_path):
     order = []
 
