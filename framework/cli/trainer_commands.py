@@ -47,6 +47,7 @@ from framework.module import Module
 from framework.seed import seed_everything
 from framework.strategies.base import Strategy
 from framework.trainer import Trainer
+from framework.trainer.arguments import environment_settings
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 # The Trainer method's arguments the command line does not give: it makes the Module and DataModule itself.
@@ -232,7 +233,11 @@ def _resolve_trainer(given: Any, sources: Config) -> dict:
         raise ConfigError(f"{where}: the trainer section holds the Trainer's arguments by name (max_epochs: 3, "
                           f"...), not a class; got {given!r}.")
     named, annotations = _trainer_parameters()
-    return resolve_arguments(given, named, annotations, ("trainer",), sources, "Trainer")
+    # The environment's Trainer defaults (PL_TRAINER_MAX_EPOCHS=3) sit under the config files and flags,
+    # and are written into the resolved config, so the saved config.yaml repeats the run without them.
+    environment = {name: (value, f"environment variable {variable}")
+                   for name, (value, variable) in environment_settings(list(named)).items()}
+    return resolve_arguments(given, named, annotations, ("trainer",), sources, "Trainer", carried=environment)
 
 
 def _check_checkpoint_exists(ckpt_path: Any, sources: Config) -> None:

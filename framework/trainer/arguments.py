@@ -154,15 +154,21 @@ ENVIRONMENT_PREFIXES = ("FRAMEWORK_TRAINER_", "PL_TRAINER_")
 def environment_defaults(names: list[str]) -> dict[str, Any]:
     """The Trainer arguments set in the environment (``FRAMEWORK_TRAINER_MAX_EPOCHS=3``, or Lightning's
     ``PL_TRAINER_MAX_EPOCHS=3``), read as Python literals (``False``, ``3``, ``'cpu'``) where they are one."""
-    found: dict[str, Any] = {}
+    return {name: value for name, (value, _) in environment_settings(names).items()}
+
+
+def environment_settings(names: list[str]) -> dict[str, tuple[Any, str]]:
+    """``environment_defaults`` with the variable each value came from, to name it in errors."""
+    found: dict[str, tuple[Any, str]] = {}
     for name in names:
         for prefix in ENVIRONMENT_PREFIXES:
-            text = os.environ.get(prefix + name.upper())
+            variable = prefix + name.upper()
+            text = os.environ.get(variable)
             if text:
                 try:
-                    found[name] = ast.literal_eval(text)
+                    found[name] = (ast.literal_eval(text), variable)
                 except (ValueError, SyntaxError):  # a bare word: the text itself ("cpu", "ddp")
-                    found[name] = text
+                    found[name] = (text, variable)
                 break
     return found
 

@@ -525,3 +525,17 @@ def test_an_argument_annotated_bool_or_str_takes_either(tmp_path, capsys, given,
                               f"framework.callbacks.ModelCheckpoint\n      init_args:\n        save_last: {given}\n")
     printed = printed_config(capsys, "--config", write(tmp_path, "d.yaml", yaml_given))
     assert printed["trainer"]["callbacks"][0]["init_args"]["save_last"] == expected
+
+
+def test_trainer_defaults_from_the_environment_sit_under_the_config_and_flags(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PL_TRAINER_MAX_EPOCHS", "5")
+    monkeypatch.setenv("FRAMEWORK_TRAINER_LIMIT_TRAIN_BATCHES", "3")
+    monkeypatch.setenv("PL_TRAINER_LOGGER", "False")
+    config = write(tmp_path, "c.yaml", BASE)  # sets max_epochs: 2
+    printed = printed_config(capsys, "--config", config, "--trainer.logger=true")
+    assert printed["trainer"]["max_epochs"] == 2 and printed["trainer"]["logger"] is True
+    assert printed["trainer"]["limit_train_batches"] == 3  # in the printed config: it repeats the run alone
+
+    monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "'seven'")
+    with pytest.raises(ConfigError, match=r"trainer.max_steps \(environment variable PL_TRAINER_MAX_STEPS\)"):
+        run(args=["fit", "--config", config, "--print_config"])
