@@ -22,3 +22,10 @@ def describe(value: object) -> str:
     if len(text) > 80:
         text = text[:77] + "..."
     return f"{text} (type {type(value).__name__})"
+
+
+def unloggable_value(name: str, value: object) -> MisconfigurationError:
+    """The error for ``self.log(name, value)`` with a value that is not a number, a tensor or a Metric."""
+    hint = " Log a dict's items with self.log_dict(...)." if isinstance(value, dict) else ""
+    return MisconfigurationError(f"self.log({name!r}, value) got {describe(value)}; accepted: a Python number, a "
+                                 f"one-element tensor or a torchmetrics Metric.{hint}")

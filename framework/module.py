@@ -13,7 +13,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from framework import export
-from framework.errors import MisconfigurationError, describe
+from framework.errors import MisconfigurationError, describe, unloggable_value
 from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
 from framework.module_hooks import ModuleHooks
 
@@ -186,6 +186,8 @@ class Module(ModuleHooks, nn.Module):
                 "a step, a batch hook or an epoch hook, or write to the logger yourself (self.logger.experiment)."
             )
         if results is None:  # no Trainer: a step tested on its own, as Lightning allows
+            if value is None or isinstance(value, Mapping):  # a mistake with or without a Trainer
+                raise unloggable_value(name, value)
             warnings.warn(f"self.log({name!r}, ...) was called outside a Trainer loop; the value is dropped.",
                           stacklevel=2)
             return

@@ -360,6 +360,21 @@ def test_log_without_a_trainer_warns_and_after_its_loops_is_refused():
     assert "late" not in trainer.callback_metrics
 
 
+@pytest.mark.parametrize("value", [None, {"x": None}])
+def test_logging_none_or_a_dict_raises_with_or_without_a_trainer(value):
+    hint = "self.log_dict" if value is not None else "accepted: a Python number"
+    with pytest.raises(MisconfigurationError, match=rf"self.log\('bad', value\) got .*{hint}"):
+        Regressor().log("bad", value)
+
+    class LogsIt(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log("bad", value)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(MisconfigurationError, match=rf"self.log\('bad', value\) got .*{hint}"):
+        quiet_trainer(max_epochs=1).fit(LogsIt(), loader(16, 8))
+
+
 # -- optimizers(), lr_schedulers() ----------------------------------------------------------------------------------
 
 def test_optimizers_and_lr_schedulers_single_objects():

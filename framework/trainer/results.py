@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from framework.errors import MisconfigurationError, describe
+from framework.errors import MisconfigurationError, describe, unloggable_value
 from framework.nested import extract_batch_size
 
 REDUCTIONS = ("mean", "sum", "max", "min")
@@ -201,10 +201,7 @@ class Results:
             if value.dtype in _HALF_DTYPES:  # epoch means of many fp16/bf16 values would lose digits
                 value = value.float()
         elif not isinstance(value, (int, float)):
-            raise MisconfigurationError(
-                f"self.log({name!r}, value) got {describe(value)}; accepted: a Python number, a one-element tensor "
-                "or a torchmetrics Metric."
-            )
+            raise unloggable_value(name, value)
         if entry.on_step:
             synced = entry.sync_dist and self.step_sync is not None and entry.reduce != "callable"
             entry.step_value = self.step_sync(torch.as_tensor(value), entry.reduce) if synced else value
