@@ -215,6 +215,14 @@ class Results:
         if not isinstance(name, str) or not name:
             raise MisconfigurationError(f"self.log(name=...) needs a non-empty string; got {describe(name)}.")
         prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist = self._resolve(name + suffix, given)
+        if not self.in_batch and (on_step or not on_epoch):
+            # Lightning refuses this too: an epoch-level hook has no step for the value to be logged at.
+            setting = "on_step=True" if on_step else "on_epoch=False"
+            raise MisconfigurationError(
+                f"self.log({name!r}, ..., {setting}) in an epoch-level hook (on_*_start, on_*_epoch_start/end): "
+                "there is no step there to log at. Drop the argument (on_epoch=True is the default there), or log "
+                "it in a step or batch hook."
+            )
         entry = LoggedValue(name, suffix, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
         if self.distributed and sync_dist and entry.reduce == "callable" and not is_metric(value):
             raise MisconfigurationError(

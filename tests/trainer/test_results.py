@@ -209,6 +209,16 @@ def test_log_in_epoch_end_hooks_defaults_to_epoch_level():
     assert trainer.callback_metrics["epoch_value"].item() == 3.0
 
 
+@pytest.mark.parametrize("hook", ["on_train_start", "on_train_epoch_end", "on_validation_epoch_end"])
+@pytest.mark.parametrize("setting", [{"on_step": True}, {"on_epoch": False}])
+def test_step_level_logging_in_an_epoch_level_hook_is_refused(hook, setting):
+    model = Regressor()
+    setattr(model, hook, lambda: model.log("x", 1.0, **setting))
+    (name, value), = setting.items()
+    with pytest.raises(framework.MisconfigurationError, match=rf"self.log\('x', ..., {name}={value}\) in an epoch-level"):
+        quiet_trainer(max_epochs=1).fit(model, loader(16, 8), loader(16, 8))
+
+
 def test_log_dict_and_step_logging_in_validation():
     class Dicts(Regressor):
         def validation_step(self, batch, batch_idx):
