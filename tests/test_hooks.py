@@ -276,3 +276,25 @@ def test_a_callback_logs_through_the_module_where_the_module_may_log():
     assert trainer.callback_metrics["from_callback"] == 2.0
     with pytest.raises(MisconfigurationError, match=r"self.log\('too_early', ...\) inside on_fit_start"):
         quiet_trainer(max_epochs=2, callbacks=[LogsFromACallback()]).fit(Regressor(), loader())
+
+
+def test_callback_hooks_name_their_arguments_as_lightning_so_keyword_calls_work(tmp_path):
+    import inspect
+
+    import framework.callbacks as callbacks
+    from framework.cli.save_config import SaveConfig
+
+    classes = [getattr(callbacks, name) for name in callbacks.__all__ if name != "EarlyStoppingReason"] + [SaveConfig]
+    for cls in classes:
+        for hook in Hook:
+            method = getattr(cls, hook.value, None)
+            if hook.target == Target.MODULE or method is None:
+                continue
+            parameters = list(inspect.signature(method).parameters)
+            assert parameters[1:3] == ["trainer", "pl_module"], f"{cls.__name__}.{hook.value}{parameters}"
+
+    timer = callbacks.Timer(duration="00:00:01:00")
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Regressor(), loader())
+    timer.on_train_start(trainer=trainer, pl_module=trainer.lightning_module)  # as Lightning's tests call it
+    assert timer.time_remaining("train") <= 60

@@ -95,17 +95,17 @@ class EarlyStopping(Callback):
         """``torch.lt`` for mode "min", ``torch.gt`` for "max"."""
         return _BETTER[self.mode]
 
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Check at the training epoch's end when validation runs exactly once per epoch, else after validation."""
         if self._check_on_train_epoch_end is None:
             self._check_on_train_epoch_end = trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """The check, when it runs at the training epoch's end."""
         if self._check_on_train_epoch_end and not self._skips(trainer):
             self._check(trainer)
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         """The check, when it runs after each validation."""
         if not self._check_on_train_epoch_end and not self._skips(trainer):
             self._check(trainer)

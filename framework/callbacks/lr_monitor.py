@@ -40,7 +40,7 @@ class LearningRateMonitor(Callback):
         self.last_momentum_values: dict[str, float] = {}
         self.last_weight_decay_values: dict[str, float] = {}
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Check there is a logger to write to, and warn where a momentum asked for does not exist."""
         if not trainer.loggers:
             raise MisconfigurationError(
@@ -52,7 +52,7 @@ class LearningRateMonitor(Callback):
             console.warn_user("You have set log_momentum=True, but some optimizers do not have momentum. This will "
                               "log a value 0 for the momentum.", RuntimeWarning)
 
-    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         """Log step-interval rates when this batch's step is one the Trainer logs."""
         if self.logging_interval == "epoch":
             return
@@ -61,7 +61,7 @@ class LearningRateMonitor(Callback):
         if (every and (step + 1) % every == 0) or trainer.should_stop:
             self._log(trainer, "step" if self.logging_interval is None else "any", step)
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """Log epoch-interval rates as the epoch starts."""
         if self.logging_interval != "step":
             self._log(trainer, "epoch" if self.logging_interval is None else "any", trainer.state.batches_stepped)

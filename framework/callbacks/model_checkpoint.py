@@ -121,7 +121,7 @@ class ModelCheckpoint(Callback):
         )
 
     # -- when to save ---
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Decide the directory (rank 0's choice for every rank) and check it can be written to, when fitting."""
         dirpath = self.dirpath if self.dirpath is not None else _default_dirpath(trainer)
         self.dirpath = trainer.runtime.broadcast(dirpath)
@@ -148,11 +148,11 @@ class ModelCheckpoint(Callback):
             console.info(f"Removed {len(leftovers)} unfinished checkpoint write(s) of an interrupted run from "
                          f"{self.dirpath}: {', '.join(os.path.basename(path) for path in leftovers)}")
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the clock of ``train_time_interval``."""
         self._last_time_checked = time.monotonic()
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Save when ``every_n_train_steps`` optimizer steps or ``train_time_interval`` have passed."""
         if not self._per_batch or self._skips(trainer):
             return
@@ -168,22 +168,22 @@ class ModelCheckpoint(Callback):
         if due_by_steps or due_by_time:
             self._save_due(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """Save every ``every_n_epochs`` epochs (and ``last``), here when validation does not decide it."""
         if not self._skips(trainer) and self._saves_on_train_epoch_end(trainer):
             self._save_at_epoch_end(trainer)
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         """Save every ``every_n_epochs`` epochs (and ``last``) after validation, when it runs inside the epoch."""
         if not self._skips(trainer) and not self._saves_on_train_epoch_end(trainer):
             self._save_at_epoch_end(trainer)
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         """With ``save_last``, write ``last`` if nothing was saved during the whole run."""
         if self.save_last and not self._last_checkpoint_saved and not trainer.fast_dev_run:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """With ``save_on_exception``, save the state fit had reached when it raised."""
         if (not self.save_on_exception or trainer.fast_dev_run or trainer.sanity_checking
                 or self._last_global_step_saved == trainer.global_step or self.dirpath is None):

@@ -149,13 +149,13 @@ class ModelSummary(Callback):
             raise MisconfigurationError(f"ModelSummary(max_depth={describe(max_depth)}): accepted an int >= -1.")
         self.max_depth = max_depth
 
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """Print the table on global rank 0 (nothing with ``max_depth=0``)."""
         if self.max_depth != 0 and trainer.is_global_zero:
-            precision, example = trainer.runtime.precision, getattr(module, "example_input_array", None)
+            precision, example = trainer.runtime.precision, getattr(pl_module, "example_input_array", None)
             if example is not None:
                 example = precision.convert_input(example)
-            summary = Summary(module, self.max_depth, example, precision.autocast)
+            summary = Summary(pl_module, self.max_depth, example, precision.autocast)
             console.info("\n" + str(summary))
 
 

@@ -19,7 +19,7 @@ class ProgressBar(Callback):
 
     _trainer: Any = None
 
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Remember the Trainer (``self.trainer``)."""
         self._trainer = trainer
 
@@ -52,7 +52,7 @@ class ProgressBar(Callback):
         """Predict batches over all loaders."""
         return _total(self.trainer.num_predict_batches)
 
-    def get_metrics(self, trainer: Any, module: Any) -> dict[str, Any]:
+    def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
         """The values to show: ``{"v_num": version, **trainer.progress_bar_metrics}``."""
         shown: dict[str, Any] = {}
         version = trainer.logger.version if trainer.logger is not None else None
@@ -104,9 +104,9 @@ class TQDMProgressBar(ProgressBar):
         """Show nothing (the Trainer does this on every rank but 0)."""
         self._enabled = False
 
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Decide, once per run, whether this process shows bars, lines, or nothing."""
-        super().setup(trainer, module, stage)
+        super().setup(trainer, pl_module, stage)
         if not trainer.is_global_zero:
             self.disable()
         self._terminal = _is_terminal(sys.stdout)
@@ -139,19 +139,19 @@ class TQDMProgressBar(ProgressBar):
         return bar
 
     # -- training ---
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """A fresh training bar for the epoch."""
         self._start("train", f"Epoch {trainer.current_epoch}", trainer.num_training_batches, position=0)
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Count the batch; redraw every ``refresh_rate`` batches."""
-        self._advance("train", batch_idx + 1, trainer, module)
+        self._advance("train", batch_idx + 1, trainer, pl_module)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """The epoch's final counts and metrics (validation's included): a last redraw, or the epoch's line."""
-        self._finish("train", trainer, module, close=False)
+        self._finish("train", trainer, pl_module, close=False)
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         """Close the training bar, leaving the last epoch's on the screen (as Lightning does)."""
         bar = self._bars.get("train")
         if bar is not None:
@@ -159,50 +159,50 @@ class TQDMProgressBar(ProgressBar):
         self._close("train")
 
     # -- evaluation ---
-    def on_validation_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         """A bar for the validation run (in fit it goes under the training bar and disappears after)."""
         label = "Sanity Checking" if trainer.sanity_checking else "Validation"
         self._start("validate", label, _total(trainer.num_sanity_val_batches if trainer.sanity_checking
                                                 else trainer.num_val_batches), position=1)
 
-    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         """Count the batch."""
-        self._advance("validate", self._seen.get("validate", 0) + 1, trainer, module)
+        self._advance("validate", self._seen.get("validate", 0) + 1, trainer, pl_module)
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         """Close the validation bar; a line for a standalone ``validate`` (inside fit the epoch's line tells)."""
-        self._finish("validate", trainer, module, close=True, line=trainer.state.fn == "validate")
+        self._finish("validate", trainer, pl_module, close=True, line=trainer.state.fn == "validate")
         if "train" in self._bars:  # show the new validation metrics on the training bar
-            self._bars["train"].set_postfix(self.get_metrics(trainer, module), refresh=True)
+            self._bars["train"].set_postfix(self.get_metrics(trainer, pl_module), refresh=True)
 
-    def on_test_start(self, trainer: Any, module: Any) -> None:
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
         """A bar for the test run."""
         self._start("test", "Testing", _total(trainer.num_test_batches), position=0)
 
-    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         """Count the batch."""
-        self._advance("test", self._seen.get("test", 0) + 1, trainer, module)
+        self._advance("test", self._seen.get("test", 0) + 1, trainer, pl_module)
 
-    def on_test_end(self, trainer: Any, module: Any) -> None:
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         """Close the test bar, or print the run's line."""
-        self._finish("test", trainer, module, close=True)
+        self._finish("test", trainer, pl_module, close=True)
 
-    def on_predict_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
         """A bar for the predict run."""
         self._start("predict", "Predicting", _total(trainer.num_predict_batches), position=0)
 
-    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         """Count the batch."""
-        self._advance("predict", self._seen.get("predict", 0) + 1, trainer, module)
+        self._advance("predict", self._seen.get("predict", 0) + 1, trainer, pl_module)
 
-    def on_predict_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
         """Close the predict bar, or print the run's line."""
-        self._finish("predict", trainer, module, close=True, with_metrics=False)
+        self._finish("predict", trainer, pl_module, close=True, with_metrics=False)
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Close every bar so the traceback is not drawn over."""
         for stage in list(self._bars):
             self._close(stage)

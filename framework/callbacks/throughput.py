@@ -37,14 +37,14 @@ class ThroughputMonitor(Callback):
         self._last_log_time = 0.0
         self._logged_at = -1  # batches_stepped when it last logged (accumulation repeats a step count)
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Start counting."""
         self._totals = {"batches": 0, "samples": 0, "items": 0}
         self._at_last_log = dict(self._totals)
         self._logged_at = -1
         self._started = self._last_log_time = self._now(trainer)
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Count the batch; at a logged step, log the rates since the last one."""
         totals = self._totals
         totals["batches"] += 1

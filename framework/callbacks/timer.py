@@ -67,57 +67,57 @@ class Timer(Callback):
     def _stop(self, stage: str) -> None:
         self._end[stage] = time.monotonic()
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the training clock."""
         self._begin("train")
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         """Stop the training clock."""
         self._stop("train")
 
-    def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the sanity check's clock."""
         self._begin("sanity_check")
 
-    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
+    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
         """Stop the sanity check's clock."""
         self._stop("sanity_check")
 
-    def on_validation_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the validation clock."""
         self._begin("validate")
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         """Stop the validation clock."""
         self._stop("validate")
 
-    def on_test_start(self, trainer: Any, module: Any) -> None:
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the test clock."""
         self._begin("test")
 
-    def on_test_end(self, trainer: Any, module: Any) -> None:
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         """Stop the test clock."""
         self._stop("test")
 
-    def on_predict_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the predict clock."""
         self._begin("predict")
 
-    def on_predict_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
         """Stop the predict clock."""
         self._stop("predict")
 
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """A run resumed with its time already used up stops at once."""
         if self._duration is not None:
             self._check(trainer)
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """With ``interval="step"``: stop when the time is up."""
         if self._interval == "step" and self._duration is not None:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """With ``interval="epoch"``: stop when the time is up."""
         if self._interval == "epoch" and self._duration is not None:
             self._check(trainer)

@@ -20,7 +20,7 @@ class SaveConfig(Callback):
         self.text = text
         self.overwrite = overwrite
 
-    def setup(self, trainer, module, stage: str) -> None:
+    def setup(self, trainer, pl_module, stage: str) -> None:
         directory = trainer.log_dir
         if directory is None:  # a logger of the user's that keeps nothing on disk: no folder to put it in
             return
