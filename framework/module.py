@@ -306,7 +306,7 @@ class Module(ModuleHooks, nn.Module):
             raise MisconfigurationError(
                 "manual_backward is for manual optimization; set self.automatic_optimization = False."
             )
-        self.trainer.fit_loop.manual_backward(loss, *args, **kwargs)
+        self.trainer.fit_loop.manual.backward(loss, *args, **kwargs)
 
     def clip_gradients(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
                        gradient_clip_algorithm: str | None = None) -> None:

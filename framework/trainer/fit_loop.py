@@ -40,11 +40,12 @@ from framework.trainer.data import (
     val_is_defined,
 )
 from framework.trainer.eval_loop import run_evaluation
+from framework.trainer.manual import ManualOptimization
 from framework.trainer.metrics import step_views
 from framework.trainer.optimizers import OptimizerProxy, check_schedulers, parse_optimizers, step_schedulers
 from framework.trainer.sampler import skip_in_sampler
 from framework.trainer.state import RunningStage
-from framework.trainer.step import StepClosure, StepHooks, check_training_output, outputs_for_hooks
+from framework.trainer.step import StepClosure, StepHooks, outputs_for_hooks
 from framework.trainer.stop_vote import StopVote
 
 _SHOULD_STOP = "`trainer.should_stop` was set."
@@ -57,6 +58,7 @@ class FitLoop:
         self.trainer = trainer
         self.started_at = 0.0
         self._closure: StepClosure | None = None  # automatic optimization's, made per epoch
+        self.manual = ManualOptimization(trainer)
         self._applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
         self._resumed_rng: dict[str, Any] | None = None  # a checkpoint's random state, put back where it was taken
         self._rng_before_validation: dict[str, Any] | None = None
@@ -140,7 +142,7 @@ class FitLoop:
                     "optimization: set self.automatic_optimization = False and step them in training_step."
                 )
         trainer.optimizers = [trainer.runtime.setup_optimizer(optimizer) for optimizer in optimizers]
-        trainer.manual_optimizers = [OptimizerProxy(opt, self.manual_optimizer_step) for opt in trainer.optimizers]
+        trainer.manual_optimizers = [OptimizerProxy(opt, self.manual.optimizer_step) for opt in trainer.optimizers]
         trainer.has_step_schedulers = any(c.interval == "step" for c in trainer.lr_scheduler_configs)
 
     def run(self) -> None:
@@ -259,7 +261,7 @@ class FitLoop:
         if trainer.module.automatic_optimization:
             step, self._closure = self._automatic_step, StepClosure(trainer, trainer.optimizers[0])
         else:
-            step = self._manual_step
+            step = self.manual.step
         transfer = trainer.batch_mover()
         batch_start = hooks.get(Hook.ON_TRAIN_BATCH_START)
         batch_end = hooks.get(Hook.ON_TRAIN_BATCH_END)
@@ -466,38 +468,6 @@ class FitLoop:
         if len(outcome) == 1:
             return outcome[0]  # as it is: asking whether a fused fp16 step went through waits for the device
         return all(outcome) and bool(outcome)
-
-    def _manual_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, torch.Tensor | None]:
-        trainer = self.trainer
-        with trainer.runtime.autocast():
-            output = trainer.training_step(batch, batch_idx)
-        trainer.module.record_logs_of_compiled_step()
-        loss = check_training_output(output, manual=True)
-        if trainer.step_hooks.update_scale is not None:  # once, after every optimizer of the batch stepped
-            trainer.step_hooks.update_scale()
-        trainer.state.batches_stepped += 1
-        return output, loss
-
-    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``self.manual_backward(loss)``: the backward hooks around the strategy's backward."""
-        hooks = self.trainer.step_hooks
-        if hooks.before_backward is not None:
-            hooks.before_backward(loss)
-        hooks.backward(loss, *args, **kwargs)
-        if hooks.after_backward is not None:
-            hooks.after_backward()
-
-    def manual_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
-        """``opt.step()`` inside a manual ``training_step``: hooks, precision, then count the step."""
-        hooks = self.trainer.step_hooks
-        if hooks.before_optimizer_step is not None:
-            if closure is None and hooks.unscale is not None:  # with a closure, backward has not run yet
-                hooks.unscale(optimizer)
-            hooks.before_optimizer_step(optimizer)
-        stepped = hooks.runtime_optimizer_step(optimizer, closure, **kwargs)
-        self.trainer.state.global_step += 1
-        return stepped
-
 
 def _numbered(loader: Iterable, total: float, skip: int, fetch_skipped: bool) -> Iterator[tuple[int, Any, bool]]:
     """``(batch_idx, batch, is_last)`` for the first ``total`` batches, after skipping ``skip`` of them (fetched

@@ -132,6 +132,35 @@ def test_manual_optimization_matches_plain_pytorch():
     torch.testing.assert_close(_weights(model), _plain_weights(8, 8, 2))
 
 
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed"])
+def test_manual_step_with_a_closure_runs_it_before_on_before_optimizer_step(precision):
+    class WithClosure(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.calls: list[str] = []
+
+        def training_step(self, batch, batch_idx):
+            optimizer = self.optimizers()
+
+            def closure():
+                self.calls.append("closure")
+                loss = self.loss(batch)
+                self.manual_backward(loss)
+                return loss
+
+            optimizer.step(closure=closure)
+            optimizer.zero_grad()
+
+        def on_before_optimizer_step(self, optimizer):
+            grads = [p.grad for p in self.parameters()]
+            self.calls.append("hook with gradients" if all(g is not None for g in grads) else "hook without")
+
+    model = WithClosure()
+    quiet_trainer(max_steps=2, precision=precision).fit(model, loader())
+    assert model.calls == ["closure", "hook with gradients"] * 2
+
+
 def test_an_optimizer_step_override_gets_a_closure_that_trains():
     class Warmup(Regressor):
         def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):

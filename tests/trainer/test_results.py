@@ -215,7 +215,8 @@ def test_step_level_logging_in_an_epoch_level_hook_is_refused(hook, setting):
     model = Regressor()
     setattr(model, hook, lambda: model.log("x", 1.0, **setting))
     (name, value), = setting.items()
-    with pytest.raises(framework.MisconfigurationError, match=rf"self.log\('x', ..., {name}={value}\) in an epoch-level"):
+    expected = rf"self.log\('x', ..., {name}={value}\) in an epoch-level"
+    with pytest.raises(framework.MisconfigurationError, match=expected):
         quiet_trainer(max_epochs=1).fit(model, loader(16, 8), loader(16, 8))
 
 
