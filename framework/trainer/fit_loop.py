@@ -126,7 +126,8 @@ class FitLoop:
     def _configure_optimizers(self) -> None:
         trainer, module = self.trainer, self.trainer.module
         optimizers, trainer.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
-        check_schedulers(trainer.lr_scheduler_configs, module.automatic_optimization)
+        check_schedulers(trainer.lr_scheduler_configs, module.automatic_optimization,
+                         steps_itself=overrides(module, Module, "lr_scheduler_step"))
         if module.automatic_optimization:
             if not optimizers:
                 # Lightning trains on without updates here; the accepted forms make it an error, which

@@ -91,8 +91,6 @@ def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConf
         config = LRSchedulerConfig(scheduler=value)
     if config.monitor is None:
         config.monitor = monitor
-    if not hasattr(config.scheduler, "step"):
-        raise MisconfigurationError(f"LR scheduler {describe(config.scheduler)} has no step() method.")
     if config.interval not in ("step", "epoch"):
         raise MisconfigurationError(
             f"LR scheduler config interval={config.interval!r} is not valid; accepted: 'step', 'epoch'."
@@ -103,10 +101,17 @@ def _scheduler_config(value: Any, monitor: str | None = None) -> LRSchedulerConf
     return config
 
 
-def check_schedulers(configs: list[LRSchedulerConfig], automatic: bool) -> None:
-    """In automatic optimization a ReduceLROnPlateau needs a metric to step by; in manual optimization the user
-    steps every scheduler, so a monitor given is ignored, with Lightning's warning."""
+def check_schedulers(configs: list[LRSchedulerConfig], automatic: bool, steps_itself: bool) -> None:
+    """In automatic optimization the Trainer steps the schedulers: each needs a ``step()`` (or the Module's
+    ``lr_scheduler_step`` override, ``steps_itself``), and a ReduceLROnPlateau a metric to step by. In manual
+    optimization the user steps every scheduler, so a monitor given is ignored, with Lightning's warning."""
     for config in configs:
+        if automatic and not steps_itself and not callable(getattr(config.scheduler, "step", None)):
+            raise MisconfigurationError(
+                f"LR scheduler {describe(config.scheduler)} has no step() method, so the Trainer cannot step it. "
+                "Override the Module's lr_scheduler_step(scheduler, metric) to step it your way, or step it "
+                "yourself under manual optimization."
+            )
         if automatic and config.reduce_on_plateau and config.monitor is None:
             raise MisconfigurationError(
                 "ReduceLROnPlateau needs a metric to monitor: return {'optimizer': opt, 'lr_scheduler': "

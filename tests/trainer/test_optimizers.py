@@ -201,3 +201,56 @@ def test_a_plateau_scheduler_in_manual_optimization_needs_no_monitor_and_one_giv
     quiet_trainer(max_epochs=1).fit(ManualPlateau(None), loader())  # the user steps it: nothing to monitor
     with pytest.warns(RuntimeWarning, match=r"key\(s\) \['monitor'\], but the keys will be ignored"):
         quiet_trainer(max_epochs=1).fit(ManualPlateau("train_loss"), loader())
+
+
+class StepsEvery:  # a scheduler of one's own, without step()
+    def __init__(self, optimizer):
+        self.optimizer, self.advanced = optimizer, 0
+
+    def advance(self):
+        self.advanced += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] *= 0.5
+
+    def state_dict(self):
+        return {"advanced": self.advanced}
+
+    def load_state_dict(self, state):
+        self.advanced = state["advanced"]
+
+
+class OwnScheduler(Regressor):
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=1.0)
+        return {"optimizer": optimizer, "lr_scheduler": StepsEvery(optimizer)}
+
+
+def test_a_scheduler_without_step_is_refused_in_automatic_optimization_unless_the_module_steps_it():
+    with pytest.raises(MisconfigurationError, match=r"has no step\(\) method.*Override the Module's lr_scheduler_step"):
+        quiet_trainer(max_epochs=1).fit(OwnScheduler(), loader())
+
+    class StepsIt(OwnScheduler):
+        def lr_scheduler_step(self, scheduler, metric):
+            scheduler.advance()
+
+    model = StepsIt()
+    quiet_trainer(max_epochs=2).fit(model, loader())
+    assert model.lr_schedulers().advanced == 2 and model.optimizers().param_groups[0]["lr"] == 0.25
+
+
+def test_a_scheduler_without_step_is_the_users_to_drive_in_manual_optimization():
+    class Manual(OwnScheduler):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch, batch_idx):
+            self.manual_backward(self.loss(batch))
+            self.optimizers().step()
+            self.optimizers().zero_grad()
+            if batch_idx == 0:
+                self.lr_schedulers().advance()
+
+    model = Manual()
+    quiet_trainer(max_epochs=2).fit(model, loader())
+    assert model.lr_schedulers().advanced == 2
