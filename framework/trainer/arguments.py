@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from framework import console
 from framework.errors import MisconfigurationError, describe
 
 
@@ -61,6 +62,22 @@ def check_limit(name: str, value: Any) -> int | float:
     elif value < 0:
         raise _fail(name, value, "an int number of batches (>= 0) or a float fraction between 0.0 and 1.0")
     return value
+
+
+def note_one_or_all(**given: Any) -> None:
+    """Tell, as Lightning does, what an int 1 (one batch) or a float 1.0 (all of them) means for a batch limit
+    or ``val_check_interval``, where they read alike."""
+    for name, value in given.items():
+        if isinstance(value, bool) or value != 1:
+            continue
+        if isinstance(value, int):
+            meaning = {"limit_train_batches": "1 batch per epoch will be used",
+                       "val_check_interval": "validation will run after every batch"}.get(name, "1 batch will be used")
+        else:
+            meaning = {"limit_train_batches": "100% of the batches per epoch will be used",
+                       "val_check_interval": "validation will run at the end of the training epoch"}.get(
+                           name, "100% of the batches will be used")
+        console.info(f"`Trainer({name}={value!r})` was configured so {meaning}.")
 
 
 def check_val_check_interval(value: Any, every_n_epochs: int | None = 1) -> int | float:

@@ -123,6 +123,10 @@ class Trainer(TrainerProperties):
         self.overfit_batches = check.check_limit("overfit_batches", overfit_batches)
         self.check_val_every_n_epoch = check.check_int("check_val_every_n_epoch", check_val_every_n_epoch, 1, None)
         self.val_check_interval = check.check_val_check_interval(val_check_interval, self.check_val_every_n_epoch)
+        if self.runtime.global_rank == 0:
+            check.note_one_or_all(limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
+                                  limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
+                                  overfit_batches=overfit_batches, val_check_interval=val_check_interval)
         self.num_sanity_val_steps = check.check_int("num_sanity_val_steps", num_sanity_val_steps, -1, 2)
         self.log_every_n_steps = check.check_int("log_every_n_steps", log_every_n_steps, 0, 50)
         self.accumulate_grad_batches = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)

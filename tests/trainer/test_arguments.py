@@ -462,3 +462,25 @@ def test_trainer_defaults_come_from_the_environment_under_our_prefix_and_lightni
     monkeypatch.setenv("FRAMEWORK_TRAINER_MAX_STEPS", "'seven'")
     with pytest.raises(MisconfigurationError, match=r"max_steps='seven'"):  # checked like any other value
         framework.Trainer(logger=False)
+
+
+@pytest.mark.parametrize(("given", "note"), [
+    ({"limit_train_batches": 1}, "`Trainer(limit_train_batches=1)` was configured so 1 batch per epoch will be used."),
+    ({"limit_val_batches": 1.0}, "`Trainer(limit_val_batches=1.0)` was configured so 100% of the batches will be "
+                                 "used."),
+    ({"overfit_batches": 1}, "`Trainer(overfit_batches=1)` was configured so 1 batch will be used."),
+    ({"val_check_interval": 1}, "`Trainer(val_check_interval=1)` was configured so validation will run after every "
+                                "batch."),
+    ({"val_check_interval": 1.0}, "`Trainer(val_check_interval=1.0)` was configured so validation will run at the "
+                                  "end of the training epoch."),
+])
+def test_a_limit_of_one_says_whether_it_means_one_batch_or_all_of_them(caplog, given, note):
+    with caplog.at_level("INFO", logger="framework"):
+        framework.Trainer(accelerator="cpu", **given)
+    assert note in caplog.messages
+
+
+def test_default_limits_say_nothing(caplog):
+    with caplog.at_level("INFO", logger="framework"):
+        framework.Trainer(accelerator="cpu", limit_train_batches=2, limit_val_batches=0.5)
+    assert not [m for m in caplog.messages if "was configured so" in m]
