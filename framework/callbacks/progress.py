@@ -38,9 +38,15 @@ class ProgressBar(Callback):
 
     @property
     def total_val_batches(self) -> float:
-        """Validation batches of the current run over all loaders (the sanity check's while it runs)."""
+        """Validation batches of the current run over all loaders (the sanity check's while it runs; during fit,
+        0 in an epoch that ``check_val_every_n_epoch`` does not validate)."""
         trainer = self.trainer
-        return _total(trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches)
+        if trainer.sanity_checking:
+            return _total(trainer.num_sanity_val_batches)
+        every_n = trainer.check_val_every_n_epoch
+        if trainer.state.fn == "fit" and every_n is not None and (trainer.current_epoch + 1) % every_n:
+            return 0
+        return _total(trainer.num_val_batches)
 
     @property
     def total_test_batches(self) -> float:

@@ -166,6 +166,22 @@ class Reads(TQDMProgressBar):
         self.seen.update(predict=self.total_predict_batches, predict_bar=self.predict_progress_bar.total)
 
 
+def test_total_val_batches_is_zero_in_the_epochs_that_do_not_validate():
+    class PerEpoch(TQDMProgressBar):
+        def __init__(self):
+            super().__init__()
+            self.totals = []
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            self.totals.append(self.total_val_batches)
+
+    bar = PerEpoch()
+    trainer = quiet_trainer(max_epochs=4, callbacks=[bar], check_val_every_n_epoch=2, num_sanity_val_steps=0,
+                            enable_progress_bar=True)
+    trainer.fit(Regressor(), loader(n=64), loader(n=16))
+    assert bar.totals == [0, 2, 0, 2]  # as Lightning's bar counts them
+
+
 def test_the_bar_offers_lightnings_counts_and_bars(monkeypatch):
     bar = Reads()
     with pytest.raises(TypeError, match="set in setup"):
