@@ -195,13 +195,13 @@ class Module(ModuleHooks, nn.Module):
                   batch_size)
         if torch.compiler.is_compiling():
             # Inside a compiled step the call is only noted, and recorded once the step has run
-            # (record_logs_of_compiled_step): traced, recording would read the loop's counters, and
+            # (_record_logs_of_compiled_step): traced, recording would read the loop's counters, and
             # torch.compile would compile the step again on every batch.
             self._logged_while_compiling.append(logged)
             return
         results.log(*logged)
 
-    def record_logs_of_compiled_step(self) -> None:
+    def _record_logs_of_compiled_step(self) -> None:
         """Record the ``self.log`` calls a compiled step made (the Trainer's loops call this after every step, so
         steps compiled by the user are covered too)."""
         logged = self._logged_while_compiling

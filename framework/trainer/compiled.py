@@ -27,7 +27,7 @@ def unwrap_compiled(fn_name: str, model: Any) -> tuple[Any, StepCompiler | None]
 
 class CompiledSteps:
     """The step methods of one Module, each compiled once per compiler (the loops record what they ``self.log``:
-    ``Module.record_logs_of_compiled_step``).
+    ``Module._record_logs_of_compiled_step``).
 
     Example::
 

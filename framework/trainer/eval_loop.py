@@ -166,7 +166,7 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     step = _step_for(trainer, names, several)
     batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
     move = trainer.batch_mover()
-    record_logs = trainer.module.record_logs_of_compiled_step
+    record_logs = trainer.module._record_logs_of_compiled_step
     collected: list[list[Any]] = []
     reduce = trainer.runtime.strategy.all_reduce
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):

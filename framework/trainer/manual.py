@@ -25,7 +25,7 @@ class ManualOptimization:
         trainer = self.trainer
         with trainer.runtime.autocast():
             output = trainer.training_step(batch, batch_idx)
-        trainer.module.record_logs_of_compiled_step()
+        trainer.module._record_logs_of_compiled_step()
         loss = check_training_output(output, manual=True)
         if trainer.step_hooks.update_scale is not None:  # once, after every optimizer of the batch stepped
             trainer.step_hooks.update_scale()

@@ -28,7 +28,7 @@ class StepClosure:
     def __init__(self, trainer: Any, optimizer: Any) -> None:
         self.trainer = trainer
         self.optimizer = optimizer
-        self.record_logs = trainer.module.record_logs_of_compiled_step
+        self.record_logs = trainer.module._record_logs_of_compiled_step
         self.prepare(None, 0, False)
 
     def prepare(self, batch: Any, batch_idx: int, stepping: bool) -> None:
