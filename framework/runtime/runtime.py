@@ -32,6 +32,7 @@ from framework.runtime.wrappers import (
 )
 from framework.seed import restore_rng_states, rng_states, seed_everything
 from framework.strategies import Ranks, Strategy, resolve_strategy
+from framework.utilities.rank_zero import set_rank
 
 
 class Runtime:
@@ -112,6 +113,7 @@ class Runtime:
         self.device = device_for(self.accelerator, self.device_ids[ranks.local_rank])
         self.precision.connect(self.device)
         self.strategy.connect(self.device, self.precision, ranks)
+        set_rank(ranks.global_rank)  # for the user's @rank_zero_only functions
 
     # -- launching ---
     @property
