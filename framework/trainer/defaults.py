@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import importlib.util
+from datetime import timedelta
 
-from framework.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, TQDMProgressBar
+from framework.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, Timer, TQDMProgressBar
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError
 from framework.loggers import CSVLogger, Logger, TensorBoardLogger
 from framework.trainer.dispatch import check_state_keys
+from framework.utilities.rank_zero import rank_zero_info
 
 
 def with_default_callbacks(callbacks: list[Callback], enable_checkpointing: bool, enable_progress_bar: bool,
-                           enable_model_summary: bool) -> list[Callback]:
+                           enable_model_summary: bool, max_time: timedelta | None = None) -> list[Callback]:
     """``callbacks`` plus a ModelCheckpoint, a TQDMProgressBar and a ModelSummary where the flags ask for
-    them and none was given; checkpoint-saving callbacks last. Contradicting flags are errors."""
+    them and none was given, and the Timer that ``max_time`` asks for; checkpoint-saving callbacks last.
+    Contradicting flags are errors."""
     callbacks = list(callbacks)
+    if max_time is not None:  # as in Lightning, a Timer measures it: trainer.callbacks has it, and resuming counts on
+        if any(isinstance(cb, Timer) for cb in callbacks):
+            rank_zero_info("Ignoring `Trainer(max_time=...)`: the callbacks already hold a Timer, whose duration "
+                           "bounds the run.")
+        else:
+            callbacks.append(Timer(duration=max_time, interval="step"))
     given_checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
     if given_checkpoints and not enable_checkpointing:
         raise MisconfigurationError(

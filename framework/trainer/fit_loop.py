@@ -9,7 +9,6 @@ batch, nothing is read back from the device, and logging I/O happens every
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -56,7 +55,6 @@ class FitLoop:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
-        self.started_at = 0.0
         self._closure: StepClosure | None = None  # automatic optimization's, made per epoch
         self.manual = ManualOptimization(trainer)
         self._applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
@@ -153,7 +151,6 @@ class FitLoop:
         the sanity check runs.
         """
         trainer = self.trainer
-        self.started_at = time.monotonic()
         if trainer.sanity_steps and trainer.validates_in_fit and trainer.state.global_step == 0:
             self._sanity_check()
         if trainer.limit_train_batches == 0 and not trainer.overfit_batches:
@@ -183,8 +180,6 @@ class FitLoop:
         epochs = trainer.epoch_limit
         if epochs != -1 and state.current_epoch >= epochs:
             return f"`max_epochs={epochs!r}` reached."
-        if self._time_is_up() and self.can_stop_early():
-            return f"`max_time={trainer.max_time}` reached."
         state.should_stop = self._stop_agreed = self._agreed(state.should_stop)
         if state.should_stop and self.can_stop_early():
             return _SHOULD_STOP
@@ -201,20 +196,6 @@ class FitLoop:
         met_epochs = trainer.min_epochs is None or state.current_epoch >= trainer.min_epochs
         met_steps = trainer.min_steps is None or state.global_step >= trainer.min_steps
         return met_epochs and met_steps
-
-    def _time_is_up(self) -> bool:
-        """Whether ``max_time`` has passed (by rank 0's or any rank's clock); sets ``should_stop`` then."""
-        if self.trainer.max_time is None:
-            return False
-        if self._agreed(self._time_passed()):
-            self.trainer.state.should_stop = True
-            return True
-        return False
-
-    def _time_passed(self) -> bool:
-        """Whether ``max_time`` has passed by this rank's clock."""
-        max_time = self.trainer.max_time
-        return max_time is not None and time.monotonic() - self.started_at >= max_time.total_seconds()
 
     def _agreed(self, decision: bool) -> bool:
         """True on every rank if any rank decided True (the ranks' clocks and callbacks may differ)."""
@@ -268,12 +249,10 @@ class FitLoop:
         batch_end = hooks.get(Hook.ON_TRAIN_BATCH_END)
         log_every = trainer.log_every_n_steps if trainer.loggers else 0
         max_steps = trainer.max_steps
-        watch_time = trainer.max_time is not None
         validates = trainer.validates_in_fit and self._validates_in_epoch()
         vote = StopVote(trainer.runtime) if trainer.world_size > 1 else None
         # Only the Module's on_train_batch_start can skip the rest of the epoch (by returning -1), as in Lightning.
         agree_skip = vote is not None and overrides(trainer.module, Module, "on_train_batch_start")
-        time_up = False
         plateau_each_step = trainer.has_step_schedulers
         fetch_skipped = bool(first) and not skip_in_sampler(loader, first)  # else the sampler starts past them
         if first:
@@ -297,8 +276,7 @@ class FitLoop:
                 batch_end(outputs_for_hooks(output, loss), batch, batch_idx)
             results.in_batch = False
             if vote is not None:  # a stop asked for on any rank stops every rank after the same batch
-                state.should_stop, time_up = vote.exchange(state.should_stop, watch_time and self._time_passed(),
-                                                           already_agreed=self._stop_agreed)
+                state.should_stop = vote.exchange(state.should_stop, already_agreed=self._stop_agreed)
                 self._stop_agreed = state.should_stop
             stepped = state.batches_stepped != stepped_before
             # While should_stop waits for min_epochs/min_steps, every step is logged (as Lightning does).
@@ -310,8 +288,6 @@ class FitLoop:
                 step_schedulers(trainer, "step", plateau=True)
             if max_steps != -1 and state.global_step >= max_steps:
                 break
-            if watch_time and (time_up if vote is not None else self._time_is_up()):
-                state.should_stop = True  # obeyed once min_epochs and min_steps are met, as Lightning's Timer is
             if state.should_stop and self.can_stop_early():
                 break
         else:  # the loader ran out: the epoch is whole, also where its length was unknown
@@ -380,7 +356,7 @@ class FitLoop:
         agreement, still under way, which a wish from the last batch still counts in.
         """
         trainer, state = self.trainer, self.trainer.state
-        if vote is not None and any(vote.finish()):
+        if vote is not None and vote.finish():
             state.should_stop = True
         state.epoch_finished = True
         trainer.train_results.in_batch = False  # also when the epoch ended by a break mid-batch

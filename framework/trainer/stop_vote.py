@@ -1,7 +1,7 @@
 """The ranks' agreement on stopping, exchanged while the next batch trains.
 
-``should_stop`` set on one rank (by a hook or a callback) and ``max_time`` passing on one
-rank's clock must stop every rank after the same batch, or the ranks' collectives stop
+``should_stop`` set on one rank (by a hook or a callback: EarlyStopping, or the Timer that
+``max_time`` adds, on that rank's clock) must stop every rank after the same batch, or the ranks' collectives stop
 matching and training hangs. Agreeing on it after every batch with a blocking all-reduce
 costs a round trip per step (~0.4 ms with gloo on a small CPU machine, 5% of a small step);
 started in the background instead, it travels while the next batch computes, and every
@@ -16,41 +16,41 @@ import torch
 
 
 class StopVote:
-    """Each rank's stop wishes of one batch; the agreement (any rank's wish) comes back at the next.
+    """Each rank's stop wish of one batch; the agreement (any rank's wish) comes back at the next.
 
     Example::
 
         vote = StopVote(runtime)
-        stop, time_up = vote.exchange(trainer.should_stop, time_passed)   # the previous batch's agreement
+        stop = vote.exchange(trainer.should_stop)   # the previous batch's agreement
         ...
-        stop, time_up = vote.finish()   # when the batches end: the last agreement
+        stop = vote.finish()   # when the batches end: the last agreement
     """
 
     def __init__(self, runtime: Any) -> None:
         self._strategy = runtime.strategy
         # The wishes are host values: exchanged from host memory (over gloo where the ranks' group is nccl) and
         # read through a numpy view of it, so the vote never waits for a device.
-        self._buffer = torch.zeros(2)
+        self._buffer = torch.zeros(1)
         self._values = self._buffer.numpy()
         self._pending: Any = None
         self._wished = False
 
-    def exchange(self, should_stop: bool, time_passed: bool, already_agreed: bool = False) -> tuple[bool, bool]:
-        """Send this batch's wishes; returns ``(stop, time_up)`` as all ranks wished them one batch ago.
+    def exchange(self, should_stop: bool, already_agreed: bool = False) -> bool:
+        """Send this batch's wish; returns whether any rank wished to stop one batch ago.
 
         ``already_agreed``: ``should_stop`` is True on every rank already (agreed after a
         validation): it is returned at once, not a batch later.
         """
-        stop, time_up = self.finish()
+        stop = self.finish()
         self._wished = (self._wished or should_stop) and not stop
-        self._values[0], self._values[1] = float(self._wished), float(time_passed)
+        self._values[0] = float(self._wished)
         self._pending = self._strategy.start_all_reduce(self._buffer, "max")
-        return stop or already_agreed, time_up
+        return stop or already_agreed
 
-    def finish(self) -> tuple[bool, bool]:
-        """Wait for the last exchange; ``(stop, time_up)`` as agreed (both False when none is under way)."""
+    def finish(self) -> bool:
+        """Wait for the last exchange; whether a rank wished to stop (False when none is under way)."""
         if self._pending is None:
-            return False, False
+            return False
         self._pending()
         self._pending = None
-        return bool(self._values[0]), bool(self._values[1])
+        return bool(self._values[0])

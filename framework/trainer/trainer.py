@@ -156,7 +156,7 @@ class Trainer(TrainerProperties):
         self._default_root_dir = check.check_root_dir(default_root_dir)
         self.callbacks: list[Callback] = with_default_callbacks(
             check.check_list_of("callbacks", callbacks, Callback, "Callback"), self.enable_checkpointing,
-            self.enable_progress_bar, self.enable_model_summary,
+            self.enable_progress_bar, self.enable_model_summary, self.max_time,
         )
         self.loggers: list[Logger] = self._resolve_loggers(logger)
         self._loggers_asked_for = logger is not False and logger != []

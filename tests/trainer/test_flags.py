@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import framework
+from framework.callbacks import Timer
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
 
 
@@ -132,6 +133,27 @@ def test_max_time_stops_training():
     trainer, model = fit(Slow(), max_time={"seconds": 0.3}, limit_val_batches=0)
     assert 3 <= trainer.global_step < 40
     assert trainer.max_epochs is None and trainer.epoch_limit == -1  # no epoch limit: the time bounds the run
+
+
+def test_max_time_is_a_timer_in_the_callbacks_that_a_resumed_run_counts_on_from(tmp_path, caplog):
+    trainer = framework.Trainer(accelerator="cpu", max_time={"hours": 1}, logger=False, enable_progress_bar=False,
+                                enable_model_summary=False, max_epochs=1, default_root_dir=tmp_path)
+    timer = [callback for callback in trainer.callbacks if isinstance(callback, Timer)]
+    assert len(timer) == 1 and timer[0].time_remaining() == 3600  # as Lightning's trainer.callbacks holds it
+    trainer.fit(Counting(), loader())
+    spent = timer[0].time_elapsed("train")
+    trainer.save_checkpoint(tmp_path / "one.ckpt")
+
+    resumed = quiet_trainer(max_time={"hours": 1}, max_epochs=2)
+    resumed.fit(Counting(), loader(), ckpt_path=tmp_path / "one.ckpt")
+    again = next(callback for callback in resumed.callbacks if isinstance(callback, Timer))
+    assert again.time_elapsed("train") > spent  # the first run's time counts: max_time bounds the whole training
+
+    own = Timer(duration={"minutes": 5})
+    with caplog.at_level("INFO", logger="framework"):
+        trainer = quiet_trainer(max_time={"hours": 1}, callbacks=[own])
+    assert [c for c in trainer.callbacks if isinstance(c, Timer)] == [own]
+    assert any("Ignoring `Trainer(max_time=...)`" in message for message in caplog.messages)
 
 
 @pytest.mark.parametrize("max_time", ["00:00:00:00", timedelta(0), 0])
