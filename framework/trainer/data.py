@@ -18,6 +18,7 @@ from framework.module import Module
 from framework.runtime.sharding import rebuilt
 from framework.seed import seed_worker
 from framework.trainer.sampler import with_eval_shard, with_resumable_sampler
+from framework.utilities.warnings import PossibleUserWarning
 
 INFINITE = math.inf
 
@@ -154,7 +155,7 @@ def load_train_data(trainer: Any) -> None:
         console.warn_user(
             f"The number of training batches ({trainer.num_training_batches}) is smaller than the logging interval "
             f"Trainer(log_every_n_steps={trainer.log_every_n_steps}). Set a lower value for log_every_n_steps if "
-            "you want to see logs for the training epoch."
+            "you want to see logs for the training epoch.", PossibleUserWarning
         )
 
 

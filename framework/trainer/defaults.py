@@ -21,8 +21,8 @@ def with_default_callbacks(callbacks: list[Callback], enable_checkpointing: bool
     callbacks = list(callbacks)
     if max_time is not None:  # as in Lightning, a Timer measures it: trainer.callbacks has it, and resuming counts on
         if any(isinstance(cb, Timer) for cb in callbacks):
-            rank_zero_info("Ignoring `Trainer(max_time=...)`: the callbacks already hold a Timer, whose duration "
-                           "bounds the run.")
+            rank_zero_info("Ignoring `Trainer(max_time=...)`, callbacks list already contains a Timer (its "
+                           "duration bounds the run).")
         else:
             callbacks.append(Timer(duration=max_time, interval="step"))
     given_checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]

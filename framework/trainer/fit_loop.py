@@ -46,6 +46,7 @@ from framework.trainer.sampler import skip_in_sampler
 from framework.trainer.state import RunningStage
 from framework.trainer.step import StepClosure, StepHooks, outputs_for_hooks
 from framework.trainer.stop_vote import StopVote
+from framework.utilities.warnings import PossibleUserWarning
 
 _SHOULD_STOP = "`trainer.should_stop` was set."
 
@@ -93,7 +94,7 @@ class FitLoop:
         trainer.hooks.call(Hook.ON_FIT_START)
         if trainer.max_epochs is None and trainer.epoch_limit != -1 and trainer.is_global_zero:
             console.warn_user(f"`max_epochs` was not set. Setting it to {trainer.epoch_limit} epochs. To train "
-                              "without an epoch limit, set `max_epochs=-1`.")
+                              "without an epoch limit, set `max_epochs=-1`.", PossibleUserWarning)
         if not module.training:
             console.warn_user(
                 f"{type(module).__qualname__} is in eval mode at the start of fit, so dropout and batch norm behave "

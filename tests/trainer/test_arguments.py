@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import framework
 from framework.errors import MisconfigurationError
+from framework.utilities.warnings import PossibleUserWarning
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
 
 
@@ -154,7 +155,7 @@ def test_max_epochs_none_stays_none_and_training_applies_lightnings_rule(bound, 
     data = loader(n=16, batch_size=8)  # 2 batches
     if limit == 1000:  # warned, as Lightning does, and stopped by the rule's limit
         trainer = quiet_trainer(max_epochs=None, limit_train_batches=1)
-        with pytest.warns(UserWarning, match=r"`max_epochs` was not set\. Setting it to 1000 epochs"):
+        with pytest.warns(PossibleUserWarning, match=r"`max_epochs` was not set\. Setting it to 1000 epochs"):
             trainer.fit(Regressor(), data)
         assert trainer.current_epoch == 1000 and trainer.max_epochs is None
         assert trainer.estimated_stepping_batches == 1000

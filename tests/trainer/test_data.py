@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 import framework
 from framework.errors import MisconfigurationError
+from framework.utilities.warnings import PossibleUserWarning
 from tests.helpers import Regressor, loader, quiet_trainer, regression_data
 
 
@@ -119,8 +120,8 @@ def test_a_zero_predict_limit_skips_the_loop():
 
 def test_lightnings_warnings_about_the_training_data(tmp_path):
     logger = framework.loggers.CSVLogger(tmp_path)
-    with pytest.warns(UserWarning, match=r"number of training batches \(8\) is smaller than the logging interval "
-                                         r"Trainer\(log_every_n_steps=50\)"):
+    expected = r"number of training batches \(8\) is smaller than the logging interval Trainer\(log_every_n_steps=50\)"
+    with pytest.warns(PossibleUserWarning, match=expected):
         quiet_trainer(max_epochs=1, logger=logger).fit(Regressor(), loader())
     with pytest.warns(UserWarning, match="overfit but enabled train dataloader shuffling. We are turning off"):
         quiet_trainer(max_epochs=1, overfit_batches=2).fit(Regressor(), loader(shuffle=True))
