@@ -103,26 +103,28 @@ class EarlyStopping(Callback):
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """The check, when it runs at the training epoch's end."""
         if self._check_on_train_epoch_end and not self._skips(trainer):
-            self._check(trainer)
+            self._run_early_stopping_check(trainer)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         """The check, when it runs after each validation."""
         if not self._check_on_train_epoch_end and not self._skips(trainer):
-            self._check(trainer)
+            self._run_early_stopping_check(trainer)
 
     def _skips(self, trainer: Any) -> bool:
         return trainer.state.fn != "fit" or trainer.sanity_checking or bool(trainer.fast_dev_run)
 
-    def _check(self, trainer: Any) -> None:
+    def _run_early_stopping_check(self, trainer: Any) -> None:
+        """Evaluate the monitored value and, when any rank's says so, set ``trainer.should_stop`` (Lightning's name
+        for this step, which subclasses override)."""
         metrics = trainer.callback_metrics
         current = metrics.get(self.monitor)
-        kind, reason = None, None
+        wants_stop, reason = False, None
         if current is not None:
-            kind, reason = self._evaluate(torch.as_tensor(current).detach().squeeze().cpu())
+            wants_stop, reason = self._evaluate_stopping_criteria(torch.as_tensor(current).detach().squeeze().cpu())
         # One vote of every rank: has the value, wants to stop. A rank without validation batches may lack a value
         # logged without sync_dist that the others have: it follows them; missing everywhere is the error.
         has_value, should_stop = (bool(vote) for vote in trainer.runtime.all_reduce(
-            torch.tensor([current is not None, kind is not None], dtype=torch.float32), reduce_op="max"))
+            torch.tensor([current is not None, wants_stop], dtype=torch.float32), reduce_op="max"))
         if not has_value:
             message = (f"EarlyStopping(monitor={self.monitor!r}) found no {self.monitor!r} in the logged metrics: "
                        f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value), or change monitor=")
@@ -134,14 +136,26 @@ class EarlyStopping(Callback):
         trainer.should_stop = trainer.should_stop or should_stop
         if should_stop:
             self.stopped_epoch = trainer.current_epoch
-            if kind is not None:
-                self.stopping_reason, self.stopping_reason_message = kind, reason
-        if reason and (should_stop or self.verbose) and (trainer.is_global_zero or not self.log_rank_zero_only):
-            prefix = f"[rank: {trainer.global_rank}] " if trainer.world_size > 1 else ""
-            console.info(prefix + reason)
+            if wants_stop:
+                self.stopping_reason_message = reason
+        if reason and (should_stop or self.verbose):
+            self._log_info(trainer, reason, self.log_rank_zero_only)
 
-    def _evaluate(self, current: torch.Tensor) -> tuple[EarlyStoppingReason | None, str | None]:
-        """Why ``current`` ends training (None: it does not), and a sentence saying so (or how it improved)."""
+    @staticmethod
+    def _log_info(trainer: Any, message: str, log_rank_zero_only: bool) -> None:
+        rank = trainer.global_rank if trainer.world_size > 1 else None
+        if rank is None or rank == 0 or not log_rank_zero_only:
+            console.info(message if rank is None else f"[rank: {rank}] {message}")
+
+    def _evaluate_stopping_criteria(self, current: torch.Tensor) -> tuple[bool, str | None]:
+        """Whether ``current`` ends training, and a sentence saying why (or how it improved); the reason for a
+        stop goes to ``stopping_reason``. Lightning's name and contract, for subclasses that override it."""
+        kind, reason = self._judge(current)
+        if kind is not None:
+            self.stopping_reason = kind
+        return kind is not None, reason
+
+    def _judge(self, current: torch.Tensor) -> tuple[EarlyStoppingReason | None, str | None]:
         better, value, stop = self.monitor_op, current.item(), " Signaling Trainer to stop."
         if self.check_finite and not torch.isfinite(current):
             return EarlyStoppingReason.NON_FINITE_METRIC, (

@@ -98,9 +98,9 @@ def test_checks_after_each_validation_when_validation_runs_inside_the_epoch():
     checks = []
 
     class Counts(EarlyStopping):
-        def _check(self, trainer):
+        def _run_early_stopping_check(self, trainer):  # the step Lightning users override
             checks.append(trainer.global_step)
-            super()._check(trainer)
+            super()._run_early_stopping_check(trainer)
 
     run([1, 1, 1], Counts(monitor="score", patience=10), val_check_interval=0.5, limit_train_batches=4)
     assert checks == [2, 4, 6, 8, 10, 12]
@@ -138,3 +138,14 @@ def test_two_early_stoppings_on_different_metrics_keep_separate_state():
     assert EarlyStopping("a").state_key != EarlyStopping("b").state_key
     assert EarlyStopping("a").state_key == "EarlyStopping{'monitor': 'a', 'mode': 'min'}"
     assert torch.equal(EarlyStopping("a", mode="max").best_score, torch.tensor(-math.inf))
+
+
+def test_a_subclass_overriding_evaluate_stopping_criteria_decides_as_in_lightning():
+    class StopsAtTwo(EarlyStopping):
+        def _evaluate_stopping_criteria(self, current):
+            return current.item() >= 2, f"score {current.item()} reached 2"
+
+    stopper = StopsAtTwo(monitor="score")
+    trainer = run([0, 1, 2, 3, 4], stopper)
+    assert trainer.current_epoch == 3 and stopper.stopped_epoch == 2
+    assert stopper.stopping_reason_message == "score 2.0 reached 2"
