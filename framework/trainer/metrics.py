@@ -86,8 +86,9 @@ class MetricStore:
         self.eval_steps: dict[int, int] = {}
 
     def callback_view(self) -> dict[str, Any]:
-        """``callback_metrics``: what was stored, with the running values on top."""
-        return {**self.callback, **self._running(2)}
+        """``callback_metrics``: what was stored, with the running values on top. Written to, it stores what is
+        written, as Lightning's dict does (tests of callbacks set a monitored value this way)."""
+        return _StoredOnWrite({**self.callback, **self._running(2)}, self.callback)
 
     def logged_view(self) -> dict[str, Any]:
         """``logged_metrics``: what went to loggers, with the running values on top."""
@@ -207,3 +208,20 @@ def to_floats(metrics: dict[str, Any]) -> dict[str, float]:
         values = torch.stack([metrics[key].detach().reshape(()).to(dtype) for key in keys]).tolist()
         floats.update(zip(keys, values, strict=True))
     return {key: floats[key] for key in metrics}  # in the order logged
+
+
+class _StoredOnWrite(dict):
+    """A view whose writes also reach the store it was made from."""
+
+    def __init__(self, values: dict[str, Any], store: dict[str, Any]) -> None:
+        super().__init__(values)
+        self._store = store
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._store[key] = value
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """``dict.update``, stored too."""
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value

@@ -149,3 +149,14 @@ def test_a_subclass_overriding_evaluate_stopping_criteria_decides_as_in_lightnin
     trainer = run([0, 1, 2, 3, 4], stopper)
     assert trainer.current_epoch == 3 and stopper.stopped_epoch == 2
     assert stopper.stopping_reason_message == "score 2.0 reached 2"
+
+
+def test_a_value_set_in_callback_metrics_is_what_the_check_reads_as_in_lightning_tests():
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.callback_metrics["score"] = torch.tensor([[[3.0]]])
+    assert trainer.callback_metrics["score"].item() == 3.0  # kept, not lost with the view
+    trainer.callback_metrics.update(other=1.0)
+    assert trainer.callback_metrics["other"] == 1.0
+    stopper = EarlyStopping(monitor="score", patience=0)
+    stopper._run_early_stopping_check(trainer)
+    assert stopper.best_score.item() == 3.0 and not trainer.should_stop
