@@ -298,3 +298,11 @@ def test_callback_hooks_name_their_arguments_as_lightning_so_keyword_calls_work(
     trainer.fit(Regressor(), loader())
     timer.on_train_start(trainer=trainer, pl_module=trainer.lightning_module)  # as Lightning's tests call it
     assert timer.time_remaining("train") <= 60
+
+
+def test_each_run_starts_without_the_gradients_left_before_it_as_in_lightning():
+    model = Regressor()
+    model.loss(next(iter(loader()))).backward()
+    assert all(p.grad is not None for p in model.parameters())
+    quiet_trainer().validate(model, loader(), verbose=False)
+    assert all(p.grad is None for p in model.parameters())  # freed, as Lightning's zero_grad at a run's start
