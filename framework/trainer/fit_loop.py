@@ -92,6 +92,7 @@ class FitLoop:
         if checkpoint is not None:
             restore_training_state(trainer, checkpoint)
         trainer.hooks.call(Hook.ON_FIT_START)
+        module.zero_grad(set_to_none=True)  # as Lightning at a run's start: no earlier gradient holds memory
         if trainer.max_epochs is None and trainer.epoch_limit != -1 and trainer.is_global_zero:
             console.warn_user(f"`max_epochs` was not set. Setting it to {trainer.epoch_limit} epochs. To train "
                               "without an epoch limit, set `max_epochs=-1`.", PossibleUserWarning)

@@ -406,7 +406,6 @@ class Trainer(TrainerProperties):
                 torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # in place: the Module is no BatchNorm
             self.model = self.runtime.wrap_module(module)
             self._module_setup = True
-        module.zero_grad(set_to_none=True)  # as Lightning at each run's start: no earlier gradient holds memory
         self._compiled_steps.use(module, self._given_compiler or self.runtime.compiler)
         self.training_step = without_unaccepted_batch_idx(
             self.runtime.strategy.step_function(self.model, "training_step", synced=module.automatic_optimization,
