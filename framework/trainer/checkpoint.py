@@ -94,6 +94,21 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
     for callback in trainer.callbacks:
         if callback.state_key in saved_callbacks:
             callback.load_state_dict(saved_callbacks[callback.state_key])
+        elif trainer.state.fn == TrainerFn.FITTING:
+            _warn_if_settings_changed(callback, saved_callbacks)
+
+
+def _warn_if_settings_changed(callback: Any, saved: dict[str, Any]) -> None:
+    # Lightning starts such a callback afresh without a word; a monitor changed by mistake would then quietly
+    # reset EarlyStopping's patience. Not an error: changing the monitor on resume may be meant.
+    kind = type(callback).__qualname__
+    others = [key for key in saved if key.startswith(kind + "{")]
+    if others and callback.state_key.startswith(kind + "{"):
+        console.warn_user(
+            f"The checkpoint holds the state of {', '.join(others)}, but this run's callback is {callback.state_key}: "
+            "its settings changed, so it starts afresh (for EarlyStopping: its patience count and best score) instead "
+            "of going on. Resume with the checkpoint's settings to continue from its state."
+        )
 
 
 def check_resumable(checkpoint: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -160,3 +161,24 @@ def test_a_value_set_in_callback_metrics_is_what_the_check_reads_as_in_lightning
     stopper = EarlyStopping(monitor="score", patience=0)
     stopper._run_early_stopping_check(trainer)
     assert stopper.best_score.item() == 3.0 and not trainer.should_stop
+
+
+def test_resuming_with_another_monitor_warns_that_the_state_starts_afresh(tmp_path):
+    stopper = EarlyStopping(monitor="score", patience=3)
+    trainer = run([5, 6], stopper)
+    trainer.save_checkpoint(tmp_path / "two.ckpt")
+    changed = EarlyStopping(monitor="score", mode="max", patience=3)
+    expected = (r"holds the state of EarlyStopping\{'monitor': 'score', 'mode': 'min'\}, but this run's callback is "
+                r"EarlyStopping\{'monitor': 'score', 'mode': 'max'\}: its settings changed, so it starts afresh")
+    with pytest.warns(UserWarning, match=expected):
+        quiet_trainer(callbacks=[changed], max_epochs=3, limit_train_batches=2, limit_val_batches=1,
+                      num_sanity_val_steps=0).fit(Scripted([5, 6, 7]), loader(), loader(n=8),
+                                                  ckpt_path=tmp_path / "two.ckpt")
+    assert changed.wait_count == 0  # not the checkpoint's 1
+    same = EarlyStopping(monitor="score", patience=3)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*starts afresh")
+        quiet_trainer(callbacks=[same], max_epochs=3, limit_train_batches=2, limit_val_batches=1,
+                      num_sanity_val_steps=0).fit(Scripted([5, 6, 7]), loader(), loader(n=8),
+                                                  ckpt_path=tmp_path / "two.ckpt")
+    assert same.wait_count == 2  # the checkpoint's 1, then one more epoch without improving
