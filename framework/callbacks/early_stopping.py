@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from enum import Enum
@@ -9,9 +10,11 @@ from typing import Any
 
 import torch
 
-from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
+
+# A child of the "framework" logger: its messages reach the console as the others do.
+log = logging.getLogger(__name__)
 
 _BETTER = {"min": torch.lt, "max": torch.gt}
 _SIGN = {"min": "<", "max": ">"}
@@ -145,7 +148,7 @@ class EarlyStopping(Callback):
     def _log_info(trainer: Any, message: str, log_rank_zero_only: bool) -> None:
         rank = trainer.global_rank if trainer.world_size > 1 else None
         if rank is None or rank == 0 or not log_rank_zero_only:
-            console.info(message if rank is None else f"[rank: {rank}] {message}")
+            log.info(message if rank is None else f"[rank: {rank}] {message}")
 
     def _evaluate_stopping_criteria(self, current: torch.Tensor) -> tuple[bool, str | None]:
         """Whether ``current`` ends training, and a sentence saying why (or how it improved); the reason for a
