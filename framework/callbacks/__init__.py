@@ -1,6 +1,7 @@
 """Callbacks: the base class and the built-in ones (checkpointing, early stopping, progress, monitors)."""
 
 from framework.callbacks.base import Callback
+from framework.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from framework.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from framework.callbacks.lambda_callback import LambdaCallback
 from framework.callbacks.lr_monitor import LearningRateMonitor
@@ -12,12 +13,14 @@ from framework.callbacks.timer import Timer
 
 __all__ = [
     "Callback",
+    "Checkpoint",
     "EarlyStopping",
     "EarlyStoppingReason",
     "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",
+    "OnExceptionCheckpoint",
     "ProgressBar",
     "TQDMProgressBar",
     "ThroughputMonitor",

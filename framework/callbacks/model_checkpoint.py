@@ -14,14 +14,14 @@ from typing import Any
 import torch
 
 from framework import console
-from framework.callbacks.base import Callback
+from framework.callbacks.checkpoint import Checkpoint
 from framework.errors import MisconfigurationError, describe
 from framework.io.fs import exists, is_dir, leftover_temporaries, make_dirs, names_in, remove, write_bytes_atomic
 
 _MODES = {"min": torch.lt, "max": torch.gt}
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Save a checkpoint every epoch (or every ``every_n_train_steps`` / ``train_time_interval``) and keep the best.
 
     With ``monitor`` the ``save_top_k`` best files by that logged metric are kept (``mode``
@@ -48,7 +48,6 @@ class ModelCheckpoint(Callback):
         print(best.best_model_path, best.best_model_score)
     """
 
-    runs_last = True
     reads_epoch_metrics = True
 
     CHECKPOINT_JOIN_CHAR = "-"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from datetime import timedelta
 
-from framework.callbacks import ModelCheckpoint, ModelSummary, ProgressBar, Timer, TQDMProgressBar
+from framework.callbacks import Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar, Timer, TQDMProgressBar
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError
 from framework.loggers import CSVLogger, Logger, TensorBoardLogger
@@ -25,11 +25,11 @@ def with_default_callbacks(callbacks: list[Callback], enable_checkpointing: bool
                            "duration bounds the run).")
         else:
             callbacks.append(Timer(duration=max_time, interval="step"))
-    given_checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+    given_checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]  # any one replaces the default
     if given_checkpoints and not enable_checkpointing:
         raise MisconfigurationError(
-            "Trainer(enable_checkpointing=False) was given together with a ModelCheckpoint in callbacks; "
-            "remove one of them."
+            f"Trainer(enable_checkpointing=False) was given together with {type(given_checkpoints[0]).__name__} "
+            "in callbacks; remove one of them."
         )
     if enable_checkpointing and not given_checkpoints:
         callbacks.append(ModelCheckpoint())

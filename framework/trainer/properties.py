@@ -167,7 +167,7 @@ class TrainerProperties:
 
     @property
     def checkpoint_callbacks(self) -> list[Callback]:
-        """The checkpoint-saving callbacks (those with ``runs_last``)."""
+        """The checkpoint-saving callbacks (``Checkpoint`` subclasses, and any other with ``runs_last``)."""
         return [cb for cb in self.callbacks if cb.runs_last]
 
     @property
