@@ -47,7 +47,8 @@ def test_nothing_is_saved_outside_fit_and_contradicting_flags_are_refused(tmp_pa
             raise ValueError("broken validation")
 
     with pytest.raises(ValueError, match="broken validation"):
-        quiet_trainer(callbacks=[saver], enable_checkpointing=True).validate(FailsInValidation(), loader(n=8), verbose=False)
+        trainer = quiet_trainer(callbacks=[saver], enable_checkpointing=True)
+        trainer.validate(FailsInValidation(), loader(n=8), verbose=False)
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(MisconfigurationError, match=r"enable_checkpointing=False\) was given together with "
                                                     r"OnExceptionCheckpoint"):
