@@ -3,6 +3,7 @@
 from framework.callbacks.base import Callback
 from framework.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from framework.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
+from framework.callbacks.gradient_accumulation import GradientAccumulationScheduler
 from framework.callbacks.lambda_callback import LambdaCallback
 from framework.callbacks.lr_monitor import LearningRateMonitor
 from framework.callbacks.model_checkpoint import ModelCheckpoint
@@ -16,6 +17,7 @@ __all__ = [
     "Checkpoint",
     "EarlyStopping",
     "EarlyStoppingReason",
+    "GradientAccumulationScheduler",
     "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
