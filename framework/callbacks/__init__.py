@@ -3,6 +3,7 @@
 from framework.callbacks.base import Callback
 from framework.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from framework.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
+from framework.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from framework.callbacks.gradient_accumulation import GradientAccumulationScheduler
 from framework.callbacks.lambda_callback import LambdaCallback
 from framework.callbacks.lr_monitor import LearningRateMonitor
@@ -13,6 +14,8 @@ from framework.callbacks.throughput import ThroughputMonitor
 from framework.callbacks.timer import Timer
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
     "Callback",
     "Checkpoint",
     "EarlyStopping",

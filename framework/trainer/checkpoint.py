@@ -79,7 +79,7 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
 
     The order is Lightning's: the Module's ``on_load_checkpoint``, the weights, the
     DataModule's state, then each callback's ``on_load_checkpoint`` and state. Resuming
-    fit adds ``restore_training_state`` once the optimizers exist.
+    fit adds ``restore_training_state`` once the optimizers exist (and ``restore_optimizer_states`` after on_fit_start).
     """
     trainer.module.on_load_checkpoint(checkpoint)
     if "state_dict" not in checkpoint:
@@ -121,15 +121,20 @@ def check_resumable(checkpoint: dict[str, Any]) -> None:
 
 
 def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
-    """Load the optimizers', LR schedulers', precision's and loop counters' state, to resume fit."""
+    """Load the precision's and loop counters' state, to resume fit (``on_fit_start`` sees where it resumes)."""
     _check_count("optimizer", trainer.optimizers, checkpoint["optimizer_states"])
     _check_count("LR scheduler", trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []))
+    trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
+    _restore_counters(trainer, checkpoint)
+
+
+def restore_optimizer_states(trainer: Any, checkpoint: dict[str, Any]) -> None:
+    """Load the optimizers' and LR schedulers' state. After ``on_fit_start``, as in Lightning: a callback may
+    add the parameter groups there that the saved state holds (BaseFinetuning)."""
     for optimizer, saved in zip(trainer.optimizers, checkpoint["optimizer_states"], strict=True):
         trainer.runtime.strategy.load_optimizer_state(optimizer, saved)
     for config, saved in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=True):
         config.scheduler.load_state_dict(saved)
-    trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
-    _restore_counters(trainer, checkpoint)
 
 
 def _check_count(what: str, configured: list, saved: list) -> None:

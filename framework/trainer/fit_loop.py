@@ -23,6 +23,7 @@ from framework.trainer.checkpoint import (
     check_resumable,
     load_for,
     restore_checkpoint,
+    restore_optimizer_states,
     restore_training_state,
     rng_state_of_rank,
 )
@@ -92,6 +93,8 @@ class FitLoop:
         if checkpoint is not None:
             restore_training_state(trainer, checkpoint)
         trainer.hooks.call(Hook.ON_FIT_START)
+        if checkpoint is not None:
+            restore_optimizer_states(trainer, checkpoint)
         module.zero_grad(set_to_none=True)  # as Lightning at a run's start: no earlier gradient holds memory
         if trainer.max_epochs is None and trainer.epoch_limit != -1 and trainer.is_global_zero:
             console.warn_user(f"`max_epochs` was not set. Setting it to {trainer.epoch_limit} epochs. To train "
