@@ -144,10 +144,11 @@ class ModelSummary(Callback):
         Trainer(callbacks=[ModelSummary(max_depth=2)])
     """
 
-    def __init__(self, max_depth: int = 1) -> None:
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < -1:
             raise MisconfigurationError(f"ModelSummary(max_depth={describe(max_depth)}): accepted an int >= -1.")
         self.max_depth = max_depth
+        self._summarize_kwargs = summarize_kwargs  # for subclasses that format the table their way, as Lightning's
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """Print the table on global rank 0 (nothing with ``max_depth=0``)."""

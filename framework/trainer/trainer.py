@@ -94,6 +94,7 @@ class Trainer(TrainerProperties):
         sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0,
         default_root_dir: str | os.PathLike | None = None,
+        enable_autolog_hparams: bool = True,
         compile: bool | dict[str, Any] = False,
     ) -> None:
         self.runtime = Runtime(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes,
@@ -154,6 +155,7 @@ class Trainer(TrainerProperties):
             if value is not None:
                 raise MisconfigurationError(f"Trainer({name}={describe(value)}): only None is supported for now.")
         self._default_root_dir = check.check_root_dir(default_root_dir)
+        self.enable_autolog_hparams = check.check_bool("enable_autolog_hparams", enable_autolog_hparams)
         self.callbacks: list[Callback] = with_default_callbacks(
             check.check_list_of("callbacks", callbacks, Callback, "Callback"), self.enable_checkpointing,
             self.enable_progress_bar, self.enable_model_summary, self.max_time,
@@ -415,7 +417,8 @@ class Trainer(TrainerProperties):
         # Loggers write on global rank 0 only; every rank checks the hyperparameters (so all fail alike).
         self.metrics.loggers = self.loggers if self.is_global_zero else []
         self.metrics.module = module
-        log_hyperparams(self.metrics.loggers, module, self.datamodule)
+        if self.enable_autolog_hparams:
+            log_hyperparams(self.metrics.loggers, module, self.datamodule)
         for logger in self.metrics.loggers:
             logger.log_graph(module)
             logger.save()  # hparams.yaml is on disk from the start, as Lightning

@@ -80,3 +80,8 @@ def test_it_is_printed_when_fit_starts(caplog):
             Regressor(), loader())
     assert not any("Total params" in r.getMessage() for r in caplog.records)
     assert torch.is_grad_enabled()
+
+
+def test_extra_summarize_arguments_are_kept_for_subclasses_as_in_lightning():
+    summary = ModelSummary(max_depth=2, header_style="bold")
+    assert summary.max_depth == 2 and summary._summarize_kwargs == {"header_style": "bold"}

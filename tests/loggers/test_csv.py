@@ -205,3 +205,13 @@ def test_a_version_folder_holding_any_file_is_warned_about_and_a_new_one_is_not(
         assert fresh.experiment.metrics == [{"x": 1.0, "step": 0}]  # buffered rows, as Lightning's writer keeps them
         fresh.save()
     assert fresh.experiment.metrics == [] and fresh.metrics_keys == ["step", "x"]
+
+
+def test_enable_autolog_hparams_false_logs_no_hyperparameters_but_metrics_still():
+    logger = CSVLogger("off")
+    quiet_trainer(max_epochs=1, logger=logger, log_every_n_steps=1, enable_autolog_hparams=False).fit(
+        Regressor(lr=0.5), loader())
+    assert not os.path.exists(os.path.join(logger.log_dir, "hparams.yaml"))
+    assert "train_loss" in logger.metrics_keys
+    with pytest.raises(MisconfigurationError, match="enable_autolog_hparams"):
+        quiet_trainer(enable_autolog_hparams="no")
