@@ -10,10 +10,11 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
+from framework.loader_hooks import LoaderHooks
 from framework.runtime.transfer import move_to_device
 
 
-class DataModule:
+class DataModule(LoaderHooks):
     """Groups data preparation and the loaders for fit, validate, test and predict.
 
     ``prepare_data`` runs once per node (local rank 0) and must not set state;

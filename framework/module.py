@@ -15,10 +15,11 @@ from torch.optim import Optimizer
 from framework import export
 from framework.errors import MisconfigurationError, describe, unloggable_value
 from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
+from framework.loader_hooks import LoaderHooks
 from framework.module_hooks import ModuleHooks
 
 
-class Module(ModuleHooks, nn.Module):
+class Module(ModuleHooks, LoaderHooks, nn.Module):
     """A ``torch.nn.Module`` that also says how to train, validate, test and predict.
 
     Example::

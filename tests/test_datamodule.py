@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 import framework
 from framework.io.checkpoint import load_checkpoint
-from tests.helpers import Regressor, quiet_trainer, regression_data
+from tests.helpers import Regressor, loader, quiet_trainer, regression_data
 
 # Both recording classes override the batch-transfer hooks; the one test about that checks the warning.
 pytestmark = pytest.mark.filterwarnings("ignore:.*overridden in both the Module and the DataModule")
@@ -281,7 +281,8 @@ def test_from_datasets_wraps_each_stage_in_a_loader():
     datamodule = framework.DataModule.from_datasets(train, val, test_dataset=regression_data(n=8), batch_size=8)
     assert isinstance(datamodule.train_dataloader().sampler, torch.utils.data.RandomSampler)
     assert [len(v) for v in datamodule.val_dataloader()] == [2, 1]
-    assert not hasattr(datamodule, "predict_dataloader")
+    with pytest.raises(framework.MisconfigurationError, match="`predict_dataloader` must be implemented"):
+        datamodule.predict_dataloader()  # no dataset given: Lightning's default, which says it is missing
 
     class TwoVal(Regressor):
         def validation_step(self, batch, batch_idx, dataloader_idx=0):
@@ -314,3 +315,19 @@ def test_datamodule_load_from_checkpoint_rebuilds_it_with_its_hyperparameters_an
     trainer.save_checkpoint(tmp_path / "a.ckpt")
     loaded = Sized.load_from_checkpoint(tmp_path / "a.ckpt")
     assert loaded.hparams.batch_size == 8 and loaded.restored == {"seen": 7}
+
+
+def test_undefined_loader_methods_say_so_when_called_and_the_trainer_passes_over_them():
+    class OnlyTraining(framework.DataModule):
+        def train_dataloader(self):
+            return loader()
+
+    datamodule = OnlyTraining()
+    for name in ("val_dataloader", "test_dataloader", "predict_dataloader"):
+        with pytest.raises(framework.MisconfigurationError, match=f"`{name}` must be implemented"):
+            getattr(datamodule, name)()
+    with pytest.raises(framework.MisconfigurationError, match="`train_dataloader` must be implemented"):
+        Regressor().train_dataloader()
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Regressor(), datamodule=datamodule)  # no validation loader: validation is skipped, as in Lightning
+    assert trainer.global_step == 8 and trainer.num_val_batches == []

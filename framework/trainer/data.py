@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset, SequentialSampler
 from framework import console
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
+from framework.loader_hooks import LoaderHooks
 from framework.module import Module
 from framework.runtime.sharding import rebuilt
 from framework.seed import seed_worker
@@ -31,7 +32,7 @@ def find_loaders(stage: str, given: Any, datamodule: Any, module: Any) -> list[I
     source = given
     method = f"{stage}_dataloader"
     for owner in (datamodule, module):
-        if source is None and owner is not None and callable(getattr(owner, method, None)):
+        if source is None and defines_loader(owner, method):
             source = getattr(owner, method)()
     if source is None:
         return None
@@ -214,8 +215,17 @@ def has_loader_source(trainer: Any, stage: str) -> bool:
     if trainer.given_loaders.get(stage) is not None:
         return True
     method = f"{stage}_dataloader"
-    return any(owner is not None and callable(getattr(owner, method, None))
-               for owner in (trainer.datamodule, trainer.module))
+    return any(defines_loader(owner, method) for owner in (trainer.datamodule, trainer.module))
+
+
+def defines_loader(owner: Any, method: str) -> bool:
+    """Whether ``owner`` (a Module, a DataModule, or None) defines ``method`` itself (or has it set), not only
+    the default that says it is missing."""
+    if owner is None:
+        return False
+    if isinstance(owner, LoaderHooks):
+        return overrides(owner, LoaderHooks, method)
+    return callable(getattr(owner, method, None))  # a duck-typed data source
 
 
 def load_val_data(trainer: Any) -> None:
