@@ -9,6 +9,7 @@ from framework.callbacks.lambda_callback import LambdaCallback
 from framework.callbacks.lr_monitor import LearningRateMonitor
 from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.callbacks.model_summary import ModelSummary
+from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.callbacks.progress import ProgressBar, TQDMProgressBar
 from framework.callbacks.throughput import ThroughputMonitor
 from framework.callbacks.timer import Timer
@@ -16,6 +17,7 @@ from framework.callbacks.timer import Timer
 __all__ = [
     "BackboneFinetuning",
     "BaseFinetuning",
+    "BasePredictionWriter",
     "Callback",
     "Checkpoint",
     "EarlyStopping",

@@ -103,10 +103,21 @@ def shard_loader(loader: Any, num_replicas: int, rank: int, shuffle_seed: Callab
 
 def rebuilt(loader: DataLoader, sampler: Sampler, generator: torch.Generator | None = None) -> DataLoader:
     """A DataLoader like ``loader`` in every setting, but drawing indices from ``sampler``."""
+    settings = _settings(loader, generator)
+    return DataLoader(loader.dataset, sampler=sampler, batch_size=loader.batch_size, drop_last=loader.drop_last,
+                      **settings)
+
+
+def rebuilt_with_batch_sampler(loader: DataLoader, batch_sampler: Sampler) -> DataLoader:
+    """A DataLoader like ``loader`` in every setting, but drawing its batches' indices from ``batch_sampler``."""
+    return DataLoader(loader.dataset, batch_sampler=batch_sampler, **_settings(loader, None))
+
+
+def _settings(loader: DataLoader, generator: torch.Generator | None) -> dict[str, Any]:
     settings: dict[str, Any] = dict(
-        batch_size=loader.batch_size, drop_last=loader.drop_last, num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
+        num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
+        timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
         generator=generator if generator is not None else loader.generator,
         persistent_workers=loader.persistent_workers, pin_memory_device=loader.pin_memory_device,
     )
@@ -114,4 +125,4 @@ def rebuilt(loader: DataLoader, sampler: Sampler, generator: torch.Generator | N
         settings["prefetch_factor"] = loader.prefetch_factor
     if hasattr(loader, "in_order"):
         settings["in_order"] = loader.in_order
-    return DataLoader(loader.dataset, sampler=sampler, **settings)
+    return settings

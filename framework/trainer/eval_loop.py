@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
+from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
@@ -15,6 +16,7 @@ from framework.runtime.transfer import move_to_device
 from framework.trainer.checkpoint import restore_for_evaluation
 from framework.trainer.data import INFINITE, any_rank_has_batches, eval_data, limited
 from framework.trainer.metrics import to_floats
+from framework.trainer.prediction_state import PredictionState, recording_indices
 from framework.trainer.results import Results
 from framework.trainer.signatures import check_dataloader_idx, without_unaccepted_batch_idx
 from framework.trainer.state import RunningStage, TrainerFn
@@ -80,23 +82,29 @@ def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
     restore_for_evaluation(trainer, ckpt_path)
     module.zero_grad(set_to_none=True)
     loaders, limits = eval_data(trainer, "predict", trainer.limit_predict_batches)
+    state = trainer.predict_loop = PredictionState(len(loaders))
+    writers = [callback for callback in trainer.callbacks if isinstance(callback, BasePredictionWriter)]
+    if writers:  # they are told each prediction's sample indices
+        loaders, state.recorders = (list(parts) for parts in zip(*map(recording_indices, loaders), strict=True))
     trainer.eval_loaders["predict"], trainer.eval_batches["predict"] = loaders, limits
     if not any_rank_has_batches(trainer, limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
         return [] if trainer._keep_predictions else None
     trainer.state.stage = RunningStage.PREDICTING
     module._logging_refused_in = "predict_step"  # as in Lightning, predicting logs nothing
+    keep = trainer._keep_predictions or any(writer.interval.on_epoch for writer in writers)
     try:
-        predictions = run_evaluation(trainer, "predict", loaders, limits)
+        predictions = run_evaluation(trainer, "predict", loaders, limits, keep=keep)
     finally:
         module._logging_refused_in = None
     return predictions if trainer._keep_predictions else None
 
 
-def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) -> list[dict[str, Any]]:
+def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float],
+                   keep: bool = False) -> list[dict[str, Any]]:
     """Run ``kind`` ("validate", "test" or "predict") over ``loaders``.
 
     Returns, for validate/test, one dict of epoch metrics per loader; for predict, one list
-    of batch predictions per loader.
+    of batch predictions per loader (or the list itself with one loader), when ``keep``.
     """
     names = _LOOPS[kind]
     hooks, module, metrics = trainer.hooks, trainer.module, trainer.metrics
@@ -119,10 +127,11 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float]) 
             fewest, same = _batches_on_every_rank(trainer, loaders, limits)
             with trainer.runtime.strategy.evaluating(trainer.model, every_rank_same_batches=same):
                 outputs = _run_batches(trainer, names, results, loaders, limits, predicting,
-                                       keep=predicting and trainer._keep_predictions,
-                                       synced_batches=None if predicting else fewest)
+                                       keep=predicting and keep, synced_batches=None if predicting else fewest)
             results.dataloader_idx = None  # epoch-end logs belong to no single loader
             if predicting:
+                trainer.predict_loop._predictions = outputs
+                outputs = trainer.predict_loop.predictions
                 hooks.call(names.epoch_end)
             else:
                 trainer.metrics.end_epoch_of(results)
@@ -171,6 +180,7 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     record_logs = trainer.module._record_logs_of_compiled_step
     collected: list[list[Any]] = []
     reduce = trainer.runtime.strategy.all_reduce
+    prediction_state = trainer.predict_loop if predicting and trainer.predict_loop.recorders else None
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
         extra = (dataloader_idx,) if several else ()
         predictions: list[Any] = []
@@ -179,6 +189,8 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
             results.start_batch(batch, dataloader_idx if several else None)
             if synced_batches is not None:
                 results.step_sync = reduce if batch_idx < synced_batches[dataloader_idx] else None
+            if prediction_state is not None:
+                prediction_state.note_batch(dataloader_idx, batch_idx, keep_indices=True)
             if batch_start is not None:
                 batch_start(batch, batch_idx, *extra)
             with trainer.runtime.autocast():
@@ -192,9 +204,7 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
             if not predicting:
                 _log_step(trainer, results)
         collected.append(predictions)
-    if keep:
-        return collected[0] if len(collected) == 1 else collected
-    return []
+    return collected if keep else []
 
 
 def _step_for(trainer: Any, names: _Names, several: bool) -> Any:

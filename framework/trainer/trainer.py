@@ -33,6 +33,7 @@ from framework.trainer.fit_loop import FitLoop
 from framework.trainer.launch import predictions_of_every_rank, run_launched, run_on_a_copy, trains_a_copy
 from framework.trainer.metrics import MetricStore, log_hyperparams
 from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy
+from framework.trainer.prediction_state import PredictionState
 from framework.trainer.properties import TrainerProperties
 from framework.trainer.report import print_results
 from framework.trainer.results import Results
@@ -195,6 +196,7 @@ class Trainer(TrainerProperties):
         self._weights_only: bool | None = None
         self._model_given = False
         self._keep_predictions = True
+        self.predict_loop = PredictionState()  # the last predict's predictions and batch indices, for writers
         self.given_loaders: dict[str, Any] = {}
         self._module_setup = False
         self._given_compiler: Any = None  # from fit(torch.compile(model)): its options compile the steps
