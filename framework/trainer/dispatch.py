@@ -15,6 +15,7 @@ from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, Target, overrides
 from framework.module import Module
+from framework.profilers.base import profiled
 
 # Module hooks whose base implementation does work (eval/train mode, moving the batch),
 # so they run even when the user did not override them.
@@ -94,7 +95,7 @@ class HookRunner:
         return [cb for cb in self.callbacks if overrides(cb, Callback, hook.value)]
 
     def _build(self, hook: Hook) -> Callable[..., Any] | None:
-        caller = self._caller(hook)
+        caller = profiled(self.trainer._profiling, hook.value, self._caller(hook))
         if caller is None or hook not in NO_LOGGING:
             return caller
         module, name = self.module, hook.value

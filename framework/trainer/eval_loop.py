@@ -12,6 +12,7 @@ from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
+from framework.profilers.base import profiled, profiled_batches
 from framework.runtime.transfer import move_to_device
 from framework.trainer.checkpoint import restore_for_evaluation
 from framework.trainer.data import INFINITE, any_rank_has_batches, eval_data, limited
@@ -184,7 +185,8 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
         extra = (dataloader_idx,) if several else ()
         predictions: list[Any] = []
-        for batch_idx, batch in enumerate(limited(loader, limit)):
+        for batch_idx, batch in enumerate(profiled_batches(trainer._profiling, f"{names.stage}_dataloader_next",
+                                                           limited(loader, limit))):
             batch = move(batch, dataloader_idx)
             results.start_batch(batch, dataloader_idx if several else None)
             if synced_batches is not None:
@@ -216,7 +218,8 @@ def _step_for(trainer: Any, names: _Names, several: bool) -> Any:
     for hook in (names.batch_start, names.batch_end):
         if overrides(module, Module, hook.value):
             check_dataloader_idx(getattr(module, hook.value), owner, hook.value, names.stage, several)
-    return without_unaccepted_batch_idx(trainer.strategy_step(names.step), method)
+    return profiled(trainer._profiling, names.step, without_unaccepted_batch_idx(trainer.strategy_step(names.step),
+                                                                               method))
 
 
 def _finish(trainer: Any, results: Results, num_loaders: int) -> list[dict[str, float]]:

@@ -18,6 +18,7 @@ from framework import console
 from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
+from framework.profilers.base import profiled_batches
 from framework.seed import isolated_rng, restore_rng_states, rng_states
 from framework.trainer.checkpoint import (
     check_resumable,
@@ -171,7 +172,11 @@ class FitLoop:
         trainer.module._results = trainer.train_results  # on_train_start may log too
         trainer.hooks.call(Hook.ON_TRAIN_START)
         while (reason := self._stop_reason()) is None:
-            self._run_epoch()
+            if trainer._profiling is None:
+                self._run_epoch()
+            else:
+                with trainer._profiling.profile("run_training_epoch"):
+                    self._run_epoch()
         self._announce_stop(reason)
         trainer.hooks.call(Hook.ON_TRAIN_END)
 
@@ -263,7 +268,8 @@ class FitLoop:
         if first:
             self._put_back_resumed_rng()
 
-        for batch_idx, batch, is_last in _numbered(loader, total, first, fetch_skipped):
+        batches = _numbered(loader, total, first, fetch_skipped)
+        for batch_idx, batch, is_last in profiled_batches(trainer._profiling, "train_dataloader_next", batches):
             state.is_last_batch = is_last
             batch = transfer(batch, 0)
             results.start_batch(batch)

@@ -14,6 +14,7 @@ from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.precision import Precision
+from framework.profilers.base import profiled
 from framework.strategies import Strategy
 
 
@@ -157,3 +158,5 @@ class StepHooks:
                 strategy.backward(loss, model, *args, **kwargs)
 
             self.backward = backward
+        self.backward = profiled(trainer._profiling, "backward", self.backward)
+        self.runtime_optimizer_step = profiled(trainer._profiling, "optimizer_step", self.runtime_optimizer_step)

@@ -19,6 +19,8 @@ from framework.hooks import Hook, overrides
 from framework.loggers.base import DummyLogger, Logger
 from framework.module import Module
 from framework.precision import Precision
+from framework.profilers import PassThroughProfiler, resolve_profiler
+from framework.profilers.base import profiled
 from framework.runtime import Runtime
 from framework.runtime.reporting import agree_on_runs, finalize
 from framework.runtime.transfer import move_to_device
@@ -152,9 +154,11 @@ class Trainer(TrainerProperties):
         self.enable_checkpointing = check.check_bool("enable_checkpointing", _default(enable_checkpointing, True))
         self.enable_progress_bar = check.check_bool("enable_progress_bar", _default(enable_progress_bar, True))
         self.enable_model_summary = check.check_bool("enable_model_summary", _default(enable_model_summary, True))
-        for name, value in (("profiler", profiler), ("plugins", plugins)):
-            if value is not None:
-                raise MisconfigurationError(f"Trainer({name}={describe(value)}): only None is supported for now.")
+        if plugins is not None:
+            raise MisconfigurationError(f"Trainer(plugins={describe(plugins)}): only None is supported for now.")
+        self.profiler = resolve_profiler(profiler)
+        # what the loops wrap their hooks, steps and fetches with: nothing for no profiler (or a pass-through one)
+        self._profiling = None if isinstance(self.profiler, PassThroughProfiler) else self.profiler
         self._default_root_dir = check.check_root_dir(default_root_dir)
         self.enable_autolog_hparams = check.check_bool("enable_autolog_hparams", enable_autolog_hparams)
         self.callbacks: list[Callback] = with_default_callbacks(
@@ -347,6 +351,9 @@ class Trainer(TrainerProperties):
         finally:
             self.state.stage = None
             module._results = None
+            if self.profiler is not None:
+                self.profiler.describe()
+                self.profiler.teardown(stage)
             self.runtime.teardown()
 
     def _run_launched(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None,
@@ -388,6 +395,8 @@ class Trainer(TrainerProperties):
 
     def _setup(self, stage: str) -> None:
         module = self.module
+        if self.profiler is not None:  # a file per rank in a distributed run
+            self.profiler.setup(stage, self.local_rank if self.world_size > 1 else None, self.log_dir)
         self.callbacks = merge_module_callbacks(self.callbacks, module.configure_callbacks())
         self.hooks = HookRunner(self, module, self.callbacks, self.datamodule)
         self._transfer_hooks = tuple(self.hooks.get(hook) for hook in (
@@ -411,11 +420,11 @@ class Trainer(TrainerProperties):
             self.model = self.runtime.wrap_module(module)
             self._module_setup = True
         self._compiled_steps.use(module, self._given_compiler or self.runtime.compiler)
-        self.training_step = without_unaccepted_batch_idx(
+        self.training_step = profiled(self._profiling, "training_step", without_unaccepted_batch_idx(
             self.runtime.strategy.step_function(self.model, "training_step", synced=module.automatic_optimization,
                                                 method=self._compiled_steps.method("training_step")),
             module.training_step,
-        )
+        ))
         # Loggers write on global rank 0 only; every rank checks the hyperparameters (so all fail alike).
         self.metrics.loggers = self.loggers if self.is_global_zero else []
         self.metrics.module = module
