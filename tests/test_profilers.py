@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from framework.errors import MisconfigurationError
-from framework.profilers import AdvancedProfiler, PassThroughProfiler, SimpleProfiler
+from framework.profilers import AdvancedProfiler, PassThroughProfiler, PyTorchProfiler, SimpleProfiler
 from tests.helpers import Regressor, loader, quiet_trainer
 
 
@@ -63,7 +65,8 @@ def test_names_pass_through_and_bad_input(caplog):
     trainer = quiet_trainer(max_epochs=1, profiler="passthrough")
     assert isinstance(trainer.profiler, PassThroughProfiler) and trainer._profiling is None  # nothing wrapped
     trainer.fit(Regressor(), loader())
-    with pytest.raises(MisconfigurationError, match=r"Trainer\(profiler='fancy'.*'advanced', 'passthrough', 'simple'"):
+    expected = r"Trainer\(profiler='fancy'.*'advanced', 'passthrough', 'pytorch', 'simple'"
+    with pytest.raises(MisconfigurationError, match=expected):
         quiet_trainer(profiler="fancy")
     profiler = SimpleProfiler()
     profiler.start("a")
@@ -71,3 +74,14 @@ def test_names_pass_through_and_bad_input(caplog):
         profiler.start("a")
     with pytest.raises(ValueError, match="never started"):
         profiler.stop("b")
+
+
+def test_the_pytorch_profiler_marks_each_action_and_writes_a_table_and_a_chrome_trace(tmp_path):
+    profiler = PyTorchProfiler(dirpath=tmp_path, filename="perf", row_limit=200)
+    quiet_trainer(max_epochs=1, limit_train_batches=2, profiler=profiler).fit(WithHooks(), loader())
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fit-perf.pt.trace.json", "fit-perf.txt"]
+    table = (tmp_path / "fit-perf.txt").read_text()
+    assert "training_step" in table and "aten::addmm" in table  # the ranges and the operators inside them
+    events = json.loads((tmp_path / "fit-perf.pt.trace.json").read_text())["traceEvents"]
+    assert sum(event.get("name") == "on_train_batch_end" for event in events) == 2
+    assert isinstance(quiet_trainer(profiler="pytorch").profiler, PyTorchProfiler)

@@ -12,15 +12,19 @@ from typing import Any
 from framework.errors import MisconfigurationError, describe
 from framework.profilers.advanced import AdvancedProfiler
 from framework.profilers.base import PassThroughProfiler, Profiler
+from framework.profilers.pytorch import PyTorchProfiler
 from framework.profilers.simple import SimpleProfiler
 
-__all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "SimpleProfiler", "resolve_profiler"]
+__all__ = [
+    "AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler", "resolve_profiler",
+]
 
-_BY_NAME = {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "passthrough": PassThroughProfiler}
+_BY_NAME = {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "pytorch": PyTorchProfiler,
+            "passthrough": PassThroughProfiler}
 
 
 def resolve_profiler(profiler: Any) -> Profiler | None:
-    """``Trainer(profiler=...)``: None, a name ("simple", "advanced", "passthrough") or a Profiler."""
+    """``Trainer(profiler=...)``: None, a name ("simple", "advanced", "pytorch", "passthrough") or a Profiler."""
     if profiler is None or isinstance(profiler, Profiler):
         return profiler
     if isinstance(profiler, str) and profiler.lower() in _BY_NAME:
