@@ -11,6 +11,7 @@ from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.callbacks.model_summary import ModelSummary
 from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.callbacks.progress import ProgressBar, TQDMProgressBar
+from framework.callbacks.spike import SpikeDetection, TrainingSpikeException
 from framework.callbacks.throughput import ThroughputMonitor
 from framework.callbacks.timer import Timer
 
@@ -29,7 +30,9 @@ __all__ = [
     "ModelSummary",
     "OnExceptionCheckpoint",
     "ProgressBar",
+    "SpikeDetection",
     "TQDMProgressBar",
     "ThroughputMonitor",
     "Timer",
+    "TrainingSpikeException",
 ]
