@@ -2,6 +2,7 @@
 
 from framework.callbacks.base import Callback
 from framework.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
+from framework.callbacks.device_stats import DeviceStatsMonitor
 from framework.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from framework.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from framework.callbacks.gradient_accumulation import GradientAccumulationScheduler
@@ -21,6 +22,7 @@ __all__ = [
     "BasePredictionWriter",
     "Callback",
     "Checkpoint",
+    "DeviceStatsMonitor",
     "EarlyStopping",
     "EarlyStoppingReason",
     "GradientAccumulationScheduler",
