@@ -196,6 +196,8 @@ def with_environment_defaults(init: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(init)
     def from_environment(self: Any, **given: Any) -> None:
-        init(self, **{**environment_defaults(names), **given})
+        arguments = {**environment_defaults(names), **given}
+        self._init_arguments = arguments  # to make a Trainer like this one (the Tuner's trial runs)
+        init(self, **arguments)
 
     return from_environment
