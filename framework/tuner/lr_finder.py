@@ -15,6 +15,7 @@ import torch
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
 from framework.trainer.optimizers import parse_optimizers
+from framework.tuner.attributes import holder_of, write_value
 from framework.tuner.trials import trial_trainer, weights_kept
 
 _MODES = ("exponential", "linear")
@@ -131,7 +132,7 @@ def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloa
     if name is not None:
         suggested = finder.suggestion()
         if suggested is not None:
-            _set_lr(model, name, suggested)
+            write_value(model, name, suggested)
     return finder
 
 
@@ -149,7 +150,7 @@ def _without_schedulers(model: Any) -> Iterator[None]:
 def _lr_attribute(model: Any, attr_name: str) -> str:
     names = [attr_name] if attr_name else ["lr", "learning_rate"]
     for name in names:
-        if hasattr(model, name) or name in getattr(model, "hparams", {}):
+        if holder_of(name, model) is not None:
             return name
     if attr_name:
         raise MisconfigurationError(f"lr_find(attr_name={attr_name!r}): {type(model).__name__} has no attribute or "
@@ -157,12 +158,3 @@ def _lr_attribute(model: Any, attr_name: str) -> str:
     raise MisconfigurationError("When using the learning rate finder either specify the attr_name or have a `lr`/"
                                 f"`learning_rate` field in {type(model).__name__} or its hparams (or pass "
                                 "update_attr=False).")
-
-
-def _set_lr(model: Any, name: str, value: float) -> None:
-    if hasattr(model, name) and name not in getattr(model, "hparams", {}):
-        setattr(model, name, value)
-        return
-    model.hparams[name] = value
-    if hasattr(model, name):
-        setattr(model, name, value)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from framework.errors import MisconfigurationError
+from framework.tuner.batch_size_scaling import scale_batch_size
 from framework.tuner.lr_finder import LRFinder, lr_find
 
 
@@ -30,9 +32,25 @@ class Tuner:
         with ``update_attr``, write the suggestion to the Module's ``lr``/``learning_rate`` (or ``attr_name``),
         attribute or hyperparameter. The Module's weights are put back afterwards."""
         if method != "fit":
-            from framework.errors import MisconfigurationError
-
             raise MisconfigurationError(f"lr_find(method={method!r}): only 'fit' is supported.")
         return lr_find(self._trainer, model, train_dataloaders if train_dataloaders is not None else dataloaders,
                        val_dataloaders, datamodule, min_lr, max_lr, num_training, mode, early_stop_threshold,
                        update_attr, attr_name)
+
+    def scale_batch_size(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
+                         dataloaders: Any = None, datamodule: Any = None, method: str = "fit", mode: str = "power",
+                         steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
+                         batch_arg_name: str = "batch_size") -> int:
+        """Grow the batch size the Module or DataModule holds in ``batch_arg_name`` (attribute or
+        hyperparameter), from ``init_val``, doubling (``mode="power"``) until a trial of ``steps_per_trial`` steps
+        runs out of memory or the training dataset is used whole, then with ``mode="binsearch"`` narrowing
+        between the last size that fit and the first that did not; set and return the size found. The loaders
+        must come from ``train_dataloader()`` reading that value, not be passed in. Weights are put back."""
+        if any(loaders is not None for loaders in (train_dataloaders, val_dataloaders, dataloaders)):
+            raise MisconfigurationError("The batch scaling feature cannot be used with dataloaders passed directly: "
+                                        "build them in the Module's or DataModule's train_dataloader() from "
+                                        f"self.{batch_arg_name}, so each trial can change it.")
+        if method != "fit":
+            raise MisconfigurationError(f"scale_batch_size(method={method!r}): only 'fit' is supported.")
+        return scale_batch_size(self._trainer, model, datamodule, mode, steps_per_trial, init_val, max_trials,
+                                batch_arg_name)
