@@ -1,12 +1,14 @@
 """Callbacks: the base class and the built-in ones (checkpointing, early stopping, progress, monitors)."""
 
 from framework.callbacks.base import Callback
+from framework.callbacks.batch_size_finder import BatchSizeFinder
 from framework.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from framework.callbacks.device_stats import DeviceStatsMonitor
 from framework.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from framework.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from framework.callbacks.gradient_accumulation import GradientAccumulationScheduler
 from framework.callbacks.lambda_callback import LambdaCallback
+from framework.callbacks.lr_finder import LearningRateFinder
 from framework.callbacks.lr_monitor import LearningRateMonitor
 from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.callbacks.model_summary import ModelSummary
@@ -20,6 +22,7 @@ __all__ = [
     "BackboneFinetuning",
     "BaseFinetuning",
     "BasePredictionWriter",
+    "BatchSizeFinder",
     "Callback",
     "Checkpoint",
     "DeviceStatsMonitor",
@@ -27,6 +30,7 @@ __all__ = [
     "EarlyStoppingReason",
     "GradientAccumulationScheduler",
     "LambdaCallback",
+    "LearningRateFinder",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",

@@ -10,7 +10,7 @@ import torch
 from framework import console
 from framework.errors import MisconfigurationError, describe
 from framework.tuner.attributes import holder_of, write_value
-from framework.tuner.trials import trial_trainer, weights_kept
+from framework.tuner.trials import model_kept, trial_trainer
 
 _MODES = ("power", "binsearch")
 
@@ -39,7 +39,7 @@ def scale_batch_size(trainer: Any, model: Any, datamodule: Any = None, mode: str
                                     "attributes: the loaders must read the batch size from there for the search to "
                                     "change it.")
     search = _Search(trainer, model, datamodule, owner, batch_arg_name, steps_per_trial)
-    with weights_kept(model):
+    with model_kept(model):
         found = search.power(init_val, max_trials)
         if mode == "binsearch" and search.failed_at is not None:
             found = search.bisect(found, search.failed_at)

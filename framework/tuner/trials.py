@@ -23,12 +23,16 @@ def trial_trainer(trainer: Any, callbacks: list[Any], **settings: Any) -> Any:
 
 
 @contextlib.contextmanager
-def weights_kept(model: torch.nn.Module) -> Iterator[None]:
-    """Put ``model``'s weights, buffers and Trainer back as they were once the block ends."""
+def model_kept(model: torch.nn.Module) -> Iterator[None]:
+    """Put ``model``'s weights, buffers and Trainer back as they were once the block ends. Inside, the model
+    belongs to the trial runs: a search started from a hook of a running fit (whose hook state refuses
+    ``self.log``) trains and logs as any run does."""
     saved = copy.deepcopy(model.state_dict())
-    attached = model.__dict__.get("_trainer")
+    state = model.__dict__
+    attached, refused = state.get("_trainer"), state.get("_logging_refused_in")
+    state["_logging_refused_in"] = None
     try:
         yield
     finally:
         model.load_state_dict(saved)
-        model.__dict__["_trainer"] = attached
+        state["_trainer"], state["_logging_refused_in"] = attached, refused
