@@ -94,3 +94,17 @@ def test_config_tutorial_trains_from_the_command_line_and_validates_the_last_che
     assert validated.returncode == 0, validated.stderr
     match = re.search(r"val_acc\s+([0-9.]+)", validated.stdout)
     assert match and float(match.group(1)) > 0.85, validated.stdout
+
+
+def test_tuning_tutorial_finds_a_rate_and_a_size_profiles_and_writes_predictions(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "08_tuning.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rate = re.search(r"suggested learning rate: ([0-9.e-]+)", done.stdout)
+    assert rate and 1e-5 <= float(rate.group(1)) <= 1.0, done.stdout
+    assert "batch size: 64" in done.stdout  # 8, 16, 32, 64: the four trials allowed
+    profile = (tmp_path / "fit-profile.txt").read_text()
+    assert "FIT Profiler Report" in profile and "training_step" in profile and "optimizer_step" in profile
+    written = re.search(r"wrote (\d+) prediction files, (\d+) images: accuracy ([0-9.]+)", done.stdout)
+    assert written and written.groups()[:2] == ("6", "359") and float(written.group(3)) > 0.9, done.stdout
+    assert ("saved the loss curve" in done.stdout) == (tmp_path / "lr_find.png").exists()

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
 from framework.trainer.optimizers import parse_optimizers
@@ -133,6 +134,7 @@ def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloa
         suggested = finder.suggestion()
         if suggested is not None:
             write_value(model, name, suggested)
+            console.info(f"Learning rate set to {suggested}")
     return finder
 
 

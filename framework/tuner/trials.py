@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from framework import console
 
 
 def trial_trainer(trainer: Any, callbacks: list[Any], **settings: Any) -> Any:
@@ -31,8 +34,11 @@ def model_kept(model: torch.nn.Module) -> Iterator[None]:
     state = model.__dict__
     attached, refused = state.get("_trainer"), state.get("_logging_refused_in")
     state["_logging_refused_in"] = None
+    level = console.LOGGER.level
+    console.LOGGER.setLevel(logging.WARNING)  # the trials' "`Trainer.fit` stopped" notes are not the user's run
     try:
         yield
     finally:
+        console.LOGGER.setLevel(level)
         model.load_state_dict(saved)
         state["_trainer"], state["_logging_refused_in"] = attached, refused
