@@ -17,6 +17,7 @@ from framework.callbacks.progress import ProgressBar, TQDMProgressBar
 from framework.callbacks.spike import SpikeDetection, TrainingSpikeException
 from framework.callbacks.throughput import ThroughputMonitor
 from framework.callbacks.timer import Timer
+from framework.callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
 __all__ = [
     "BackboneFinetuning",
@@ -26,6 +27,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "DeviceStatsMonitor",
+    "EMAWeightAveraging",
     "EarlyStopping",
     "EarlyStoppingReason",
     "GradientAccumulationScheduler",
@@ -41,4 +43,5 @@ __all__ = [
     "ThroughputMonitor",
     "Timer",
     "TrainingSpikeException",
+    "WeightAveraging",
 ]
