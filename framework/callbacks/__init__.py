@@ -15,6 +15,7 @@ from framework.callbacks.model_summary import ModelSummary
 from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.callbacks.progress import ProgressBar, TQDMProgressBar
 from framework.callbacks.spike import SpikeDetection, TrainingSpikeException
+from framework.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from framework.callbacks.throughput import ThroughputMonitor
 from framework.callbacks.timer import Timer
 from framework.callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
@@ -39,6 +40,7 @@ __all__ = [
     "OnExceptionCheckpoint",
     "ProgressBar",
     "SpikeDetection",
+    "StochasticWeightAveraging",
     "TQDMProgressBar",
     "ThroughputMonitor",
     "Timer",
