@@ -14,6 +14,7 @@ from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.callbacks.model_summary import ModelSummary
 from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.callbacks.progress import ProgressBar, TQDMProgressBar
+from framework.callbacks.pruning import ModelPruning
 from framework.callbacks.spike import SpikeDetection, TrainingSpikeException
 from framework.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from framework.callbacks.throughput import ThroughputMonitor
@@ -36,6 +37,7 @@ __all__ = [
     "LearningRateFinder",
     "LearningRateMonitor",
     "ModelCheckpoint",
+    "ModelPruning",
     "ModelSummary",
     "OnExceptionCheckpoint",
     "ProgressBar",
