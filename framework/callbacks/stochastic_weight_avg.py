@@ -9,6 +9,7 @@ import torch
 from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 
 from framework.callbacks.base import Callback
+from framework.callbacks.weight_averaging import copy_state
 from framework.errors import MisconfigurationError, describe
 
 
@@ -87,11 +88,10 @@ class StochasticWeightAveraging(Callback):
         if self._average_model is None or int(self._average_model.n_averaged) == 0:
             return
         if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in pl_module.modules()):
-            update_bn(trainer.train_dataloader, self._average_model, device=pl_module.device)
+            device = next(self._average_model.parameters()).device  # where the average lives (cpu by default)
+            update_bn(trainer.train_dataloader, self._average_model, device=device)
         self._trained = {name: value.detach().clone() for name, value in pl_module.state_dict().items()}
-        for mine, averaged in zip(pl_module.state_dict().values(), self._average_model.module.state_dict().values(),
-                                  strict=True):
-            mine.copy_(averaged)
+        copy_state(self._average_model.module, pl_module)
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         """The checkpoint's scheduler states are the Module's own, as ``configure_optimizers`` makes them again;

@@ -80,7 +80,7 @@ class WeightAveraging(Callback):
         resuming from it goes on training them)."""
         if self._average_model is not None:
             self._trained = {name: value.detach().clone() for name, value in pl_module.state_dict().items()}
-            _copy(self._average_model.module, pl_module)
+            copy_state(self._average_model.module, pl_module)
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         """The checkpoint's weights are the average; the trained ones and the count go beside them."""
@@ -116,7 +116,8 @@ def _tensors(module: nn.Module, with_buffers: bool) -> list[torch.Tensor]:
     return [*module.parameters(), *(module.buffers() if with_buffers else ())]
 
 
-def _copy(source: nn.Module, target: nn.Module) -> None:
+def copy_state(source: nn.Module, target: nn.Module) -> None:
+    """Copy ``source``'s parameters and buffers into ``target`` (the same architecture), in place."""
     for mine, averaged in zip(target.state_dict().values(), source.state_dict().values(), strict=True):
         mine.copy_(averaged)
 

@@ -13,11 +13,6 @@ def holder_of(name: str, *owners: Any) -> Any:
     return None
 
 
-def read_value(owner: Any, name: str) -> Any:
-    """``owner``'s ``name``: its attribute, else its hyperparameter."""
-    return getattr(owner, name) if hasattr(owner, name) else owner.hparams[name]
-
-
 def write_value(owner: Any, name: str, value: Any) -> None:
     """Set ``name`` on ``owner``: the hyperparameter when it has one, and the attribute when it has one."""
     if name in getattr(owner, "hparams", {}):
