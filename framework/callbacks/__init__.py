@@ -15,6 +15,7 @@ from framework.callbacks.model_summary import ModelSummary
 from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.callbacks.progress import ProgressBar, TQDMProgressBar
 from framework.callbacks.pruning import ModelPruning
+from framework.callbacks.rich_model_summary import RichModelSummary
 from framework.callbacks.spike import SpikeDetection, TrainingSpikeException
 from framework.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from framework.callbacks.throughput import ThroughputMonitor
@@ -41,6 +42,7 @@ __all__ = [
     "ModelSummary",
     "OnExceptionCheckpoint",
     "ProgressBar",
+    "RichModelSummary",
     "SpikeDetection",
     "StochasticWeightAveraging",
     "TQDMProgressBar",

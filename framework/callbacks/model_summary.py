@@ -156,8 +156,11 @@ class ModelSummary(Callback):
             precision, example = trainer.runtime.precision, getattr(pl_module, "example_input_array", None)
             if example is not None:
                 example = precision.convert_input(example)
-            summary = Summary(pl_module, self.max_depth, example, precision.autocast)
-            console.info("\n" + str(summary))
+            self.summarize(Summary(pl_module, self.max_depth, example, precision.autocast))
+
+    def summarize(self, summary: Summary) -> None:
+        """Show ``summary`` (subclasses show it their way: ``RichModelSummary``)."""
+        console.info("\n" + str(summary))
 
 
 def readable_count(number: int) -> str:

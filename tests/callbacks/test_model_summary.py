@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -85,3 +86,15 @@ def test_it_is_printed_when_fit_starts(caplog):
 def test_extra_summarize_arguments_are_kept_for_subclasses_as_in_lightning():
     summary = ModelSummary(max_depth=2, header_style="bold")
     assert summary.max_depth == 2 and summary._summarize_kwargs == {"header_style": "bold"}
+
+
+def test_the_rich_summary_draws_the_same_table_with_rich(capsys):
+    pytest.importorskip("rich", reason="the dev extra installs rich")
+    from framework.callbacks import RichModelSummary
+
+    trainer = quiet_trainer(max_epochs=1, enable_model_summary=True, callbacks=[RichModelSummary(max_depth=1)])
+    assert [type(cb).__name__ for cb in trainer.callbacks].count("ModelSummary") == 0  # it replaces the default
+    trainer.fit(Regressor(), loader())
+    out = capsys.readouterr().out
+    assert "┃" in out and "Name" in out and "Linear" in out  # a rich table of the layers
+    assert "Trainable params" in out and "Total estimated model params size (MB)" in out
