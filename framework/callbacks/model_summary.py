@@ -100,20 +100,23 @@ class Summary:
             row.flops = sum(counts.get(f"{type(module).__name__}.{row.name}", {}).values())
         return counter.get_total_flops()
 
-    def __str__(self) -> str:
-        header: tuple[str, ...] = ("", "Name", "Type", "Params", "Mode", "FLOPs")
-        cells = [(str(i), row.name, row.type, readable_count(row.params), "train" if row.training else "eval",
-                  readable_count(row.flops)) for i, row in enumerate(self.rows)]
-        if self.has_example_input:
-            header += ("In sizes", "Out sizes")
-            cells = [(*line, str(row.in_size), str(row.out_size)) for line, row in zip(cells, self.rows, strict=True)]
-        widths = [max(len(line[c]) for line in (header, *cells)) for c in range(len(header))]
+    def header(self) -> tuple[str, ...]:
+        """The table's column names (the sizes' only with an example input)."""
+        sizes = ("In sizes", "Out sizes") if self.has_example_input else ()
+        return ("", "Name", "Type", "Params", "Mode", "FLOPs", *sizes)
 
-        def render(line: tuple[str, ...]) -> str:
-            return " | ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+    def cells(self) -> list[tuple[str, ...]]:
+        """One line of text cells per layer, under ``header()``."""
+        lines = []
+        for index, row in enumerate(self.rows):
+            line = (str(index), row.name, row.type, readable_count(row.params), "train" if row.training else "eval",
+                    readable_count(row.flops))
+            lines.append((*line, str(row.in_size), str(row.out_size)) if self.has_example_input else line)
+        return lines
 
-        rule = "-" * (sum(widths) + 3 * (len(widths) + 1))  # Lightning's width, so logs compare line for line
-        totals = [
+    def totals(self) -> list[tuple[str, str]]:
+        """``(value, label)`` for each total under the table, as Lightning lists them."""
+        return [
             (readable_count(self.trainable_parameters), "Trainable params"),
             (readable_count(self.total_parameters - self.trainable_parameters), "Non-trainable params"),
             (readable_count(self.total_parameters), "Total params"),
@@ -122,8 +125,17 @@ class Summary:
             (str(self.eval_modules), "Modules in eval mode"),
             (readable_count(self.total_flops), "Total Flops"),
         ]
+
+    def __str__(self) -> str:
+        header, cells = self.header(), self.cells()
+        widths = [max(len(line[c]) for line in (header, *cells)) for c in range(len(header))]
+
+        def render(line: tuple[str, ...]) -> str:
+            return " | ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+
+        rule = "-" * (sum(widths) + 3 * (len(widths) + 1))  # Lightning's width, so logs compare line for line
         lines = [render(header), rule, *map(render, cells), rule] if cells else []
-        lines += [f"{value:<10}{label}" for value, label in totals]
+        lines += [f"{value:<10}{label}" for value, label in self.totals()]
         return "\n".join(lines)
 
 
