@@ -16,6 +16,28 @@ class CheckpointError(RuntimeError):
     """
 
 
+class MissingPackageError(ModuleNotFoundError, MisconfigurationError):
+    """A feature that wraps an optional package was used without that package installed.
+
+    The message names the feature and the command that installs the package.
+    """
+
+
+def require_package(module: str, feature: str, extra: str | None = None) -> None:
+    """Raise ``MissingPackageError`` unless ``module`` can be imported; ``extra`` is the framework's extra that
+    installs it, named in the message.
+
+    Example::
+
+        require_package("mlflow", "MLFlowLogger", extra="mlflow")
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        command = f'pip install "framework[{extra}]"' if extra else f"pip install {module}"
+        raise MissingPackageError(f"{feature} needs {module}, which is not installed: {command}.")
+
+
 def describe(value: object) -> str:
     """A short ``repr`` of ``value`` with its type, for error messages."""
     text = repr(value)

@@ -16,6 +16,7 @@ from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.callbacks.progress import ProgressBar, TQDMProgressBar
 from framework.callbacks.pruning import ModelPruning
 from framework.callbacks.rich_model_summary import RichModelSummary
+from framework.callbacks.rich_progress import RichProgressBar, RichProgressBarTheme
 from framework.callbacks.spike import SpikeDetection, TrainingSpikeException
 from framework.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from framework.callbacks.throughput import ThroughputMonitor
@@ -43,6 +44,8 @@ __all__ = [
     "OnExceptionCheckpoint",
     "ProgressBar",
     "RichModelSummary",
+    "RichProgressBar",
+    "RichProgressBarTheme",
     "SpikeDetection",
     "StochasticWeightAveraging",
     "TQDMProgressBar",

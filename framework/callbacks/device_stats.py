@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from framework.callbacks.base import Callback
-from framework.errors import MisconfigurationError
+from framework.errors import MisconfigurationError, require_package
 
 
 class DeviceStatsMonitor(Callback):
@@ -32,9 +32,8 @@ class DeviceStatsMonitor(Callback):
         if not trainer.loggers:
             raise MisconfigurationError("Cannot use DeviceStatsMonitor callback with Trainer that has no logger: pass "
                                         "logger=True (or a logger), or remove the callback.")
-        if self._cpu_stats and importlib.util.find_spec("psutil") is None:
-            raise MisconfigurationError("DeviceStatsMonitor(cpu_stats=True) reads the CPU's use through psutil, "
-                                        "which is not installed: pip install psutil.")
+        if self._cpu_stats:
+            require_package("psutil", "DeviceStatsMonitor(cpu_stats=True)", extra="psutil")
 
     def _log(self, trainer: Any, key: str, ended: bool) -> None:
         every = trainer.log_every_n_steps

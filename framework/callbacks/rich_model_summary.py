@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from framework.callbacks.model_summary import ModelSummary, Summary
-from framework.errors import MisconfigurationError
+from framework.errors import require_package
 
 
 class RichModelSummary(ModelSummary):
@@ -19,8 +18,7 @@ class RichModelSummary(ModelSummary):
     """
 
     def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
-        if importlib.util.find_spec("rich") is None:
-            raise MisconfigurationError("RichModelSummary draws with rich, which is not installed: pip install rich.")
+        require_package("rich", "RichModelSummary", extra="rich")
         super().__init__(max_depth=max_depth, **summarize_kwargs)
 
     def summarize(self, summary: Summary) -> None:

@@ -4,7 +4,6 @@ loss falls fastest."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import math
 import warnings
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ import torch
 
 from framework import console
 from framework.callbacks.base import Callback
-from framework.errors import MisconfigurationError, describe
+from framework.errors import MisconfigurationError, describe, require_package
 from framework.trainer.optimizers import parse_optimizers
 from framework.tuner.attributes import holder_of, write_value
 from framework.tuner.trials import model_kept, trial_trainer
@@ -56,9 +55,7 @@ class LRFinder:
     def plot(self, suggest: bool = False, show: bool = False, ax: Any = None) -> Any:
         """The loss against the learning rate (log scale in exponential mode), with the suggestion marked; needs
         matplotlib (``pip install matplotlib``)."""
-        if importlib.util.find_spec("matplotlib") is None:
-            raise MisconfigurationError("LRFinder.plot() draws with matplotlib, which is not installed: "
-                                        "pip install matplotlib.")
+        require_package("matplotlib", "LRFinder.plot()")
         import matplotlib.pyplot as plt
 
         figure, ax = (plt.subplots() if ax is None else (ax.figure, ax))
