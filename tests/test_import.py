@@ -22,6 +22,17 @@ def test_import_does_not_load_tensorboard_yaml_or_tqdm():
     assert loaded == ""
 
 
+def test_the_wrappers_of_optional_packages_import_them_only_when_used():
+    code = (
+        "import sys\n"
+        "import framework.loggers, framework.callbacks, framework.profilers, framework.tuner\n"
+        "names = ('mlflow', 'wandb', 'rich', 'psutil', 'matplotlib')\n"
+        "print(','.join(m for m in names if m in sys.modules))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == ""
+
+
 def test_public_names():
     import framework
 

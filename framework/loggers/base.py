@@ -70,6 +70,13 @@ class Logger:
         """Take in what ``run_state`` returned in another process."""
 
 
+def with_prefix(metrics: dict[str, Any], prefix: str, separator: str = "-") -> dict[str, Any]:
+    """``metrics`` with ``prefix-`` before each name when a prefix was given (Lightning's join)."""
+    if not prefix:
+        return metrics
+    return {f"{prefix}{separator}{key}": value for key, value in metrics.items()}
+
+
 class DummyLogger(Logger):
     """A logger that records nothing; ``fast_dev_run`` puts it in place of the real ones.
 
@@ -78,9 +85,9 @@ class DummyLogger(Logger):
     """
 
     @property
-    def experiment(self) -> _NoOp:
+    def experiment(self) -> NoOpExperiment:
         """An object on which every method call does nothing."""
-        return _NoOp()
+        return NoOpExperiment()
 
     @property
     def name(self) -> str:
@@ -93,9 +100,14 @@ class DummyLogger(Logger):
         return ""
 
 
-class _NoOp:
+class NoOpExperiment:
+    """Accepts any call and does nothing: the experiment of a logger on a rank that does not write."""
+
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
 
-    def __getitem__(self, index: Any) -> _NoOp:
+    def __getitem__(self, index: Any) -> NoOpExperiment:
         return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        pass

@@ -9,7 +9,7 @@ from typing import Any
 
 from framework.errors import MisconfigurationError, describe
 from framework.io.fs import make_dirs, names_in, write_bytes_atomic
-from framework.loggers.base import Logger
+from framework.loggers.base import Logger, with_prefix
 
 
 class DirectoryLogger(Logger):
@@ -81,9 +81,7 @@ class DirectoryLogger(Logger):
 
     def with_prefix(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """``metrics`` with ``prefix-`` before each name when a prefix was given."""
-        if not self._prefix:
-            return metrics
-        return {f"{self._prefix}-{key}": value for key, value in metrics.items()}
+        return with_prefix(metrics, self._prefix)
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any) -> None:
         """Remember ``params`` (a dict or an ``argparse.Namespace``) for ``hparams.yaml``, written by ``save``."""
