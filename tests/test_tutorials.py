@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import importlib.util
 import re
 import subprocess
 import sys
@@ -107,4 +108,5 @@ def test_tuning_tutorial_finds_a_rate_and_a_size_profiles_and_writes_predictions
     assert "FIT Profiler Report" in profile and "training_step" in profile and "optimizer_step" in profile
     written = re.search(r"wrote (\d+) prediction files, (\d+) images: accuracy ([0-9.]+)", done.stdout)
     assert written and written.groups()[:2] == ("6", "359") and float(written.group(3)) > 0.9, done.stdout
-    assert ("saved the loss curve" in done.stdout) == (tmp_path / "lr_find.png").exists()
+    plotted = importlib.util.find_spec("matplotlib") is not None  # the dev extra installs it
+    assert ("saved the loss curve" in done.stdout) == (tmp_path / "lr_find.png").exists() == plotted

@@ -100,7 +100,7 @@ def main() -> None:
         finder.plot(suggest=True).savefig(os.path.join(args.out, "lr_find.png"))
         print(f"saved the loss curve to {os.path.join(args.out, 'lr_find.png')}")
     else:
-        print("matplotlib is not installed: no plot of the search (pip install matplotlib)")
+        print("matplotlib is not installed: no plot of the search (pip install \"framework[matplotlib]\")")
 
     size = tuner.scale_batch_size(model, mode="power", init_val=8, max_trials=4)
     print(f"batch size: {size}")

@@ -54,8 +54,8 @@ class LRFinder:
 
     def plot(self, suggest: bool = False, show: bool = False, ax: Any = None) -> Any:
         """The loss against the learning rate (log scale in exponential mode), with the suggestion marked; needs
-        matplotlib (``pip install matplotlib``)."""
-        require_package("matplotlib", "LRFinder.plot()")
+        matplotlib (``pip install "framework[matplotlib]"``)."""
+        require_package("matplotlib", "LRFinder.plot()", extra="matplotlib")
         import matplotlib.pyplot as plt
 
         figure, ax = (plt.subplots() if ax is None else (ax.figure, ax))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
+import sys
 
 import pytest
 import torch
 
-from framework.errors import MisconfigurationError
+from framework.errors import MisconfigurationError, MissingPackageError
 from framework.tuner import LRFinder, Tuner
 from tests.helpers import Regressor, loader, quiet_trainer
 
@@ -66,12 +66,15 @@ def test_what_lr_find_cannot_do_is_said():
         Tuner(quiet_trainer()).lr_find(Regressor(), loader(), min_lr=1.0, max_lr=0.1)
 
 
-def test_plot_draws_with_matplotlib_or_names_the_extra(tmp_path):
+def test_plot_draws_with_matplotlib_or_names_the_extra(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the dev extra installs matplotlib")
     finder = Tuner(quiet_trainer()).lr_find(Regressor(), loader(n=256), num_training=20, update_attr=False)
-    if importlib.util.find_spec("matplotlib") is None:
-        with pytest.raises(MisconfigurationError, match="pip install matplotlib"):
-            finder.plot()
-        return
     figure = finder.plot(suggest=True)
     figure.savefig(tmp_path / "lr.png")
     assert (tmp_path / "lr.png").stat().st_size > 0
+    curve, suggestion = figure.axes[0].lines
+    assert list(curve.get_xdata()) == finder.results["lr"] and figure.axes[0].get_xscale() == "log"
+    assert list(suggestion.get_xdata()) == [finder.suggestion()]
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(MissingPackageError, match=r'LRFinder.plot\(\) needs matplotlib.*"framework\[matplotlib\]"'):
+        finder.plot()
