@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ast
-import os
 import importlib.util
+import os
 import re
 import subprocess
 import sys
