@@ -105,6 +105,14 @@ class _Recorder(Callback):
             trainer.should_stop = True
         self._best = min(self._best, smoothed)
 
+    def state_dict(self) -> dict[str, Any]:
+        """What was recorded: on ranks the Trainer started, rank 0's comes back to this process this way."""
+        return {"lr": list(self.finder.results["lr"]), "loss": list(self.finder.results["loss"])}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take in what rank 0 recorded."""
+        self.finder.results = {"lr": list(state_dict["lr"]), "loss": list(state_dict["loss"])}
+
 
 def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: Any = None, min_lr: float = 1e-8, max_lr: float = 1.0, num_training: int = 100,

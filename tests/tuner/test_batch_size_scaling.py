@@ -90,3 +90,18 @@ def test_what_cannot_work_is_refused():
         Tuner(quiet_trainer()).scale_batch_size(Fits(limit=1))
     with pytest.raises(MisconfigurationError, match=r"mode='linear'"):
         Tuner(quiet_trainer()).scale_batch_size(Fits(), mode="linear")
+
+
+class FitsOnRankOne(Fits):
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1:  # only rank 0 runs out of memory: the other must not wait for it
+            return Regressor.training_step(self, batch, batch_idx)
+        return super().training_step(batch, batch_idx)
+
+
+def test_on_two_ranks_an_out_of_memory_on_one_rank_ends_the_trial_on_both():
+    model, trainer = FitsOnRankOne(limit=40), quiet_trainer(devices=2, max_epochs=1)
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    assert Tuner(trainer).scale_batch_size(model, mode="binsearch") == 40 and model.batch_size == 40
+    assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
+    assert trainer.global_step == 0

@@ -78,3 +78,16 @@ def test_plot_draws_with_matplotlib_or_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(MissingPackageError, match=r'LRFinder.plot\(\) needs matplotlib.*"framework\[matplotlib\]"'):
         finder.plot()
+
+
+def test_on_two_ranks_rank_zeros_record_comes_back_and_a_divergence_stops_both():
+    model = Regressor(lr=0.05)
+    before = _weights(model)
+    finder = Tuner(quiet_trainer(devices=2)).lr_find(model, loader(n=512), min_lr=1e-5, max_lr=1.0, num_training=20,
+                                                     early_stop_threshold=None)
+    assert len(finder.results["lr"]) == len(finder.results["loss"]) == 20
+    assert finder.results["lr"][0] == pytest.approx(1e-5) and model.hparams.lr == finder.suggestion()
+    assert all(torch.equal(value, before[name]) for name, value in _weights(model).items())
+    diverged = Tuner(quiet_trainer(devices=2)).lr_find(Regressor(), loader(n=1024), min_lr=1e-3, max_lr=1e3,
+                                                       num_training=60, update_attr=False)
+    assert 2 < len(diverged.results["lr"]) < 60  # stopped together: no rank waits for the other
