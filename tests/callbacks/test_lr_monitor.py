@@ -103,3 +103,28 @@ def test_log_momentum_warns_for_an_optimizer_without_momentum_as_lightning_does(
         warnings.filterwarnings("error", message=".*do not have momentum")
         quiet_trainer(max_epochs=1, callbacks=[LearningRateMonitor(log_momentum=True)],
                       logger=RecordingLogger()).fit(PlainSGD(), loader())
+
+
+def test_a_parameter_group_added_mid_run_renames_the_key_as_lightning_does():
+    from framework.callbacks import BackboneFinetuning
+
+    class WithBackbone(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.backbone = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.net(self.backbone(x))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.net.parameters(), lr=0.05)
+
+    logger = RecordingLogger()
+    callbacks = [BackboneFinetuning(unfreeze_backbone_at_epoch=1), LearningRateMonitor()]
+    quiet_trainer(max_epochs=2, logger=logger, log_every_n_steps=4, callbacks=callbacks).fit(WithBackbone(), loader())
+    names = [(step, sorted(key for key in metrics if key.startswith("lr-"))) for step, metrics in logger.calls
+             if any(key.startswith("lr-") for key in metrics)]
+    one, two = ["lr-SGD"], ["lr-SGD/pg1", "lr-SGD/pg2"]  # at each epoch's start, then every 4 steps
+    assert names == [(0, one), (3, one), (7, one), (8, two), (11, two), (15, two)]
+    last = [metrics for _, metrics in logger.calls if "lr-SGD/pg2" in metrics][-1]
+    assert last["lr-SGD/pg2"] == pytest.approx(0.005)  # the backbone's: a tenth, as Lightning
