@@ -1,0 +1,213 @@
+"""One run of fit, validate, test or predict in this process: set-up, the loop, the end (or the failure), and the
+services the loops call on every batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from framework import console
+from framework.datamodule import DataModule
+from framework.errors import describe
+from framework.hooks import Hook, overrides
+from framework.module import Module
+from framework.precision import Precision
+from framework.profilers.base import profiled
+from framework.runtime.reporting import agree_on_runs, finalize
+from framework.runtime.transfer import move_to_device
+from framework.trainer.data import forget_fit_data
+from framework.trainer.dispatch import HookRunner, merge_module_callbacks
+from framework.trainer.eval_loop import run_predict, run_validate_or_test
+from framework.trainer.fit_loop import FitLoop
+from framework.trainer.launch import predictions_of_every_rank, run_launched
+from framework.trainer.metrics import log_hyperparams
+from framework.trainer.properties import TrainerProperties
+from framework.trainer.signatures import without_unaccepted_batch_idx
+from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
+
+
+class TrainerRun(TrainerProperties):
+    """The part of the Trainer that runs: ``_run_here`` (this process as one rank, or the only one) and
+    ``_run_launched`` (ranks started for it), and what the loops call on every batch."""
+
+    def _run_here(self, fn: TrainerFn, module: Module, loaders: dict[str, Any], ckpt_path: Any,
+                  weights_only: bool | None) -> Any:
+        """Run ``fn`` in this process, as one rank or the only one."""
+        self.given_loaders = loaders
+        self._weights_only = weights_only
+        self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
+        self.state.stage = _FIRST_STAGE[fn]  # so setup() already sees trainer.training / testing ..., as in Lightning
+        self.state.should_stop = False
+        self.metrics.clear()  # each run starts with empty metric dicts, as in Lightning
+        self.ckpt_path = None
+        if fn == TrainerFn.FITTING:  # before setup(), which may read estimated_stepping_batches already
+            forget_fit_data(self)
+        stage = "fit" if fn == TrainerFn.FITTING else fn.value
+        try:
+            self._setup(stage)
+            if fn == TrainerFn.FITTING:
+                self.fit_loop = FitLoop(self)
+                outcome = self.fit_loop.fit(ckpt_path)
+            elif fn == TrainerFn.PREDICTING:
+                outcome = predictions_of_every_rank(self, run_predict(self, ckpt_path))
+            else:
+                outcome = run_validate_or_test(self, fn, ckpt_path)
+            self._teardown(stage)
+            self.state.status = TrainerStatus.FINISHED
+            self._finalize_loggers("success")
+            return outcome
+        except KeyboardInterrupt as interruption:
+            self.state.status = TrainerStatus.INTERRUPTED
+            self._on_exception(interruption)
+            self._finalize_loggers("interrupted")
+            if self.world_size > 1:
+                raise  # the others wait for this rank in a collective: its launcher must stop them all
+            console.warn_user("Detected KeyboardInterrupt: the run was stopped (trainer.state.status is "
+                              "'interrupted').")
+            return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
+        except BaseException as error:
+            self.state.status = TrainerStatus.INTERRUPTED
+            self._on_exception(error)
+            self._finalize_loggers("failed")
+            raise
+        finally:
+            self.state.stage = None
+            module._results = None
+            if self.profiler is not None:
+                self.profiler.describe()
+                self.profiler.teardown(stage)
+            self.runtime.teardown()
+
+    def _run_launched(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None,
+                      loaders: dict[str, Any], ckpt_path: Any, weights_only: bool | None) -> Any:
+        """Start the ranks, run ``fn`` on each, and bring rank 0's outcome back into this process's objects."""
+        self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
+        try:
+            return run_launched(self, fn, model, datamodule, loaders, ckpt_path, weights_only)
+        except KeyboardInterrupt:
+            self.state.status = TrainerStatus.INTERRUPTED
+            console.warn_user("Detected KeyboardInterrupt: the ranks were stopped (trainer.state.status is "
+                              "'interrupted').")
+            return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
+        except BaseException:
+            self.state.status = TrainerStatus.INTERRUPTED
+            raise
+
+    def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
+        if model is None:
+            if self.module is None:
+                raise TypeError(f"trainer.{fn.value}() needs a model: pass one, or call trainer.fit(model) first.")
+            model = self.module
+        if not isinstance(model, Module):
+            raise TypeError(f"trainer.{fn.value}(model={describe(model)}): the model must subclass framework.Module.")
+        if datamodule is not None and not isinstance(datamodule, DataModule):
+            raise TypeError(
+                f"trainer.{fn.value}(datamodule={describe(datamodule)}): it must subclass framework.DataModule."
+            )
+        self.hooks = None  # until this run's are resolved, an early failure must not reach the last run's
+        if model is not self.module:
+            self._module_setup = False
+            self.optimizers, self.lr_scheduler_configs, self.manual_optimizers = [], [], []
+        self.module = model
+        model.trainer = self
+        self.datamodule = datamodule
+        if datamodule is not None:
+            datamodule.trainer = self
+        return model
+
+    def _setup(self, stage: str) -> None:
+        module = self.module
+        if self.profiler is not None:  # a file per rank in a distributed run
+            self.profiler.setup(stage, self.local_rank if self.world_size > 1 else None, self.log_dir)
+        self.callbacks = merge_module_callbacks(self.callbacks, module.configure_callbacks())
+        self.hooks = HookRunner(self, module, self.callbacks, self.datamodule)
+        self._transfer_hooks = tuple(self.hooks.get(hook) for hook in (
+            Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER))
+        precision = self.runtime.precision
+        self._convert_input = precision.convert_input if overrides(precision, Precision, "convert_input") else None
+        self._plain_transfer = self._convert_input is None and self.hooks.all_default(
+            Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER
+        )
+        self.runtime.setup_environment()
+        if self.world_size > 1:  # every rank's loggers name rank 0's run (trainer.log_dir, checkpoint dirs)
+            agree_on_runs(self.loggers, self.runtime.broadcast)
+        if self._prepares_data():
+            self.hooks.call(Hook.PREPARE_DATA)
+        self.runtime.barrier("prepare_data")
+        self.hooks.call(Hook.SETUP, stage=stage)  # by keyword, as Lightning passes it
+        self.hooks.call(Hook.CONFIGURE_MODEL)  # every run, as in Lightning: it must be idempotent
+        if not self._module_setup:
+            if self.sync_batchnorm and self.world_size > 1:
+                torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # in place: the Module is no BatchNorm
+            self.model = self.runtime.wrap_module(module)
+            self._module_setup = True
+        self._compiled_steps.use(module, self._given_compiler or self.runtime.compiler)
+        self.training_step = profiled(self._profiling, "training_step", without_unaccepted_batch_idx(
+            self.runtime.strategy.step_function(self.model, "training_step", synced=module.automatic_optimization,
+                                                method=self._compiled_steps.method("training_step")),
+            module.training_step,
+        ))
+        # Loggers write on global rank 0 only; every rank checks the hyperparameters (so all fail alike).
+        self.metrics.loggers = self.loggers if self.is_global_zero else []
+        self.metrics.module = module
+        if self.enable_autolog_hparams:
+            log_hyperparams(self.metrics.loggers, module, self.datamodule)
+        for logger in self.metrics.loggers:
+            logger.log_graph(module)
+            logger.save()  # hparams.yaml is on disk from the start, as Lightning
+
+    def _prepares_data(self) -> bool:
+        """``prepare_data`` runs on each node's first process, or only on global rank 0 where the Module or
+        DataModule sets ``prepare_data_per_node = False`` (data on a filesystem all nodes share)."""
+        owners = [owner for owner in (self.module, self.datamodule) if owner is not None]
+        if all(getattr(owner, "prepare_data_per_node", True) for owner in owners):
+            return self.runtime.local_rank == 0
+        return self.is_global_zero
+
+    def _teardown(self, stage: str) -> None:
+        self.hooks.call(Hook.TEARDOWN, stage=stage)
+
+    def _on_exception(self, error: BaseException) -> None:
+        if self.hooks is None:
+            return
+        # The other ranks are not where this one is (they may wait in a collective of the step it left): what
+        # on_exception does (ModelCheckpoint's save) runs on this rank alone.
+        with self.runtime.strategy.without_collectives():
+            self.hooks.call(Hook.ON_EXCEPTION, error)
+
+    def _finalize_loggers(self, status: str) -> None:
+        finalize(self.metrics.loggers, status)
+
+    # -- services the loops call ---
+    def batch_mover(self) -> Callable[[Any, int], Any]:
+        """The fastest callable doing what ``transfer_batch`` does, for the loops to call on every batch."""
+        if not self._plain_transfer:
+            return self.transfer_batch
+        device = self.runtime.device
+        return lambda batch, dataloader_idx: move_to_device(batch, device)
+
+    def transfer_batch(self, batch: Any, dataloader_idx: int) -> Any:
+        """The batch-transfer hooks around moving ``batch`` to the device."""
+        before, transfer, after = self._transfer_hooks
+        if before is not None:
+            batch = before(batch, dataloader_idx)
+        batch = transfer(batch, self.runtime.device, dataloader_idx)
+        if self._convert_input is not None:
+            batch = self._convert_input(batch)
+        return after(batch, dataloader_idx) if after is not None else batch
+
+    def strategy_step(self, name: str) -> Any:
+        """The callable that runs the step method ``name`` (e.g. ``"validation_step"``) on the set-up model."""
+        return self.runtime.strategy.step_function(self.model, name, method=self._compiled_steps.method(name))
+
+
+_FIRST_STAGE = {
+    TrainerFn.FITTING: RunningStage.TRAINING,
+    TrainerFn.VALIDATING: RunningStage.VALIDATING,
+    TrainerFn.TESTING: RunningStage.TESTING,
+    TrainerFn.PREDICTING: RunningStage.PREDICTING,
+}
+
+
