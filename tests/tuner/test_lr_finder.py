@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from framework.errors import MisconfigurationError, MissingPackageError
+from framework.strategies import DDPStrategy, SingleDeviceStrategy
 from framework.tuner import LRFinder, Tuner
 from tests.helpers import Regressor, loader, quiet_trainer
 
@@ -33,6 +34,14 @@ def test_lr_find_suggests_a_rate_writes_it_and_leaves_model_and_trainer_as_they_
     assert trainer.global_step == 0 and trainer.optimizers == []  # the user's Trainer did not run
     trainer.fit(model, loader())
     assert trainer.global_step == 8 and trainer.optimizers[0].param_groups[0]["lr"] == suggestion
+
+
+def test_a_strategy_instance_given_to_the_trainer_serves_the_search_and_then_the_users_run():
+    trainer = quiet_trainer(strategy=SingleDeviceStrategy(), max_epochs=1)
+    model = Regressor()
+    Tuner(trainer).lr_find(model, loader(n=256), num_training=20, early_stop_threshold=None)
+    trainer.fit(model, loader())
+    assert trainer.global_step == 8 and trainer.optimizers[0].param_groups[0]["lr"] == model.hparams.lr
 
 
 def test_a_diverging_loss_ends_the_search_early_and_linear_mode_steps_evenly():
@@ -88,6 +97,10 @@ def test_on_two_ranks_rank_zeros_record_comes_back_and_a_divergence_stops_both()
     assert len(finder.results["lr"]) == len(finder.results["loss"]) == 20
     assert finder.results["lr"][0] == pytest.approx(1e-5) and model.hparams.lr == finder.suggestion()
     assert all(torch.equal(value, before[name]) for name, value in _weights(model).items())
-    diverged = Tuner(quiet_trainer(devices=2)).lr_find(Regressor(), loader(n=1024), min_lr=1e-3, max_lr=1e3,
-                                                       num_training=60, update_attr=False)
+    # A strategy instance is shared by the user's Trainer and the trial Trainers made from its arguments.
+    trainer = quiet_trainer(devices=2, strategy=DDPStrategy(), max_epochs=1)
+    diverged = Tuner(trainer).lr_find(Regressor(), loader(n=1024), min_lr=1e-3, max_lr=1e3, num_training=60,
+                                      update_attr=False)
     assert 2 < len(diverged.results["lr"]) < 60  # stopped together: no rank waits for the other
+    trainer.fit(Regressor(), loader())
+    assert trainer.global_step == 4 and trainer.strategy.world_size == 2
