@@ -439,7 +439,8 @@ def test_a_keyboard_interrupt_on_one_rank_stops_all_and_fit_returns_interrupted(
 
 class _Prints(framework.callbacks.Callback):
     def on_train_end(self, trainer, module):
-        print(f"rank {trainer.global_rank} ends, sees {os.environ.get('FRAMEWORK_TEST_MARK')}", flush=True)
+        # One write per line: two ranks' print() calls (text, then newline) could interleave on the shared stdout.
+        os.write(1, f"rank {trainer.global_rank} ends, sees {os.environ.get('FRAMEWORK_TEST_MARK')}\n".encode())
 
 
 def test_spawned_and_forkserver_ranks_train_like_forked_ones_print_and_see_the_callers_environment(capfd,
