@@ -302,12 +302,17 @@ class Runtime:
         module = self.setup_module(module, move_to_device=move_to_device)
         if not optimizers and scheduler is None:
             return module
-        _use_set_up_parameters(optimizers, names, self.strategy.unwrap(module.module), self.strategy.name)
+        use_set_up_parameters(optimizers, names, self.strategy.unwrap(module.module), self.strategy.name)
         wrapped = [RuntimeOptimizer(self.setup_optimizer(optimizer), self) for optimizer in optimizers]
         return (module, *wrapped) if scheduler is None else (module, *wrapped, scheduler)
 
-    def setup_module(self, module: nn.Module, move_to_device: bool = True) -> RuntimeModule:
-        """``module`` set up alone (optimizers may come later, from ``setup_optimizers``)."""
+    def setup_module(self, module: nn.Module, move_to_device: bool = True,
+                     float_outputs: bool = False) -> RuntimeModule:
+        """``module`` set up alone (optimizers may come later, from ``setup_optimizers``).
+
+        ``float_outputs``: what forward computed in float16/bfloat16 under autocast comes back in
+        float32, as Accelerate's prepared models return it.
+        """
         if isinstance(module, RuntimeModule):
             raise MisconfigurationError("runtime.setup_module got a module that was set up already; pass the original.")
         self.setup_environment()
@@ -317,7 +322,7 @@ class Runtime:
             wrapped = module if self.world_size == 1 else self.strategy.setup_module(module)
         else:
             wrapped = self.wrap_module(module)
-        return RuntimeModule(wrapped, original, self)
+        return RuntimeModule(wrapped, original, self, float_outputs)
 
     def setup_optimizers(self, *optimizers: Optimizer) -> Any:
         """The optimizers set up to step through the precision; one, or a tuple of several."""
@@ -595,7 +600,7 @@ def _run_as_rank(runtime: Runtime, rng: dict[str, Any], function: Callable[..., 
     return result
 
 
-def _use_set_up_parameters(optimizers: tuple[Optimizer, ...], names: dict[nn.Parameter, str],
+def use_set_up_parameters(optimizers: tuple[Optimizer, ...], names: dict[nn.Parameter, str],
                            module: nn.Module, strategy: str) -> None:
     """Point optimizers made before ``setup`` at the parameters the strategy put in their place (fully_shard
     replaces each parameter with a sharded one), so ``runtime.setup(model, optimizer)`` works for every

@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from framework.nested import map_tensors
+
 _SYNCED_BY_DEFAULT = frozenset({"training_step"})
 
 
@@ -28,12 +30,14 @@ class RuntimeModule(nn.Module):
         model.module                   # the original module
     """
 
-    def __init__(self, forward_module: nn.Module, original: nn.Module, runtime: Any) -> None:
+    def __init__(self, forward_module: nn.Module, original: nn.Module, runtime: Any,
+                 float_outputs: bool = False) -> None:
         super().__init__()
         self._forward_module = forward_module
         self.__dict__["_original"] = original
         self.__dict__["_runtime"] = runtime
         self.__dict__["_synced_methods"] = set(_SYNCED_BY_DEFAULT)
+        self.__dict__["_finish"] = _in_float32 if float_outputs else None
 
     @property
     def module(self) -> nn.Module:
@@ -44,7 +48,9 @@ class RuntimeModule(nn.Module):
         runtime = self.__dict__["_runtime"]
         args, kwargs = runtime.precision.convert_input((args, kwargs))
         with runtime.precision.autocast():
-            return self._forward_module(*args, **kwargs)
+            output = self._forward_module(*args, **kwargs)
+        finish = self.__dict__["_finish"]
+        return output if finish is None else finish(output)
 
     def mark_forward_method(self, method: str | Callable[..., Any]) -> None:
         """Make calls of ``method`` (a method of the original module) run through the wrapper's forward.
@@ -81,10 +87,13 @@ class RuntimeModule(nn.Module):
             compiled = compiler.method(self.__dict__["_original"], name) if compiler is not None else None
             step = runtime.strategy.step_function(self._forward_module, name, synced=True, method=compiled)
 
+            finish = self.__dict__["_finish"]
+
             def call(*args: Any, **kwargs: Any) -> Any:  # as forward: inputs converted, under autocast
                 args, kwargs = runtime.precision.convert_input((args, kwargs))
                 with runtime.precision.autocast():
-                    return step(*args, **kwargs)
+                    output = step(*args, **kwargs)
+                return output if finish is None else finish(output)
 
             made[name] = call
         return made[name]
@@ -107,7 +116,7 @@ class RuntimeOptimizer:
         # are read through, since load_state_dict gives the original new ones.
         self.__dict__ = {key: value for key, value in optimizer.__dict__.items()
                          if key not in ("step", "state_dict", "state", "param_groups")}
-        self.__class__ = type(f"Runtime{type(optimizer).__name__}", (RuntimeOptimizer, type(optimizer)), {})
+        self.__class__ = type(f"{type(self).__name__}{type(optimizer).__name__}", (type(self), type(optimizer)), {})
         self._optimizer = optimizer
         self._runtime = runtime
 
@@ -188,6 +197,14 @@ class RuntimeDataLoader:
         if name == "_loader":
             raise AttributeError(name)
         return getattr(self._loader, name)
+
+
+def _in_float32(output: Any) -> Any:
+    """``output`` with its half-precision tensors (what autocast computed) in float32."""
+    return map_tensors(output, lambda tensor: tensor.float() if tensor.dtype in _HALF else tensor)
+
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def original_module(module: nn.Module) -> nn.Module:

@@ -1,0 +1,531 @@
+"""``Accelerator``: Hugging Face Accelerate's way of writing a training loop, on the framework's Runtime."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+from torch.utils.data import DataLoader, RandomSampler
+
+from framework.accelerate import checkpointing, settings, tracking
+from framework.accelerate.data import PreparedDataLoader, SkippedDataLoader
+from framework.accelerate.gradient_state import GradientState
+from framework.accelerate.prepared import AcceleratedOptimizer, AcceleratedScheduler
+from framework.accelerate.processes import ProcessControl
+from framework.accelerate.utils import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProjectConfiguration,
+)
+from framework.accelerate.weights import save_sharded_weights
+from framework.errors import MisconfigurationError, describe
+from framework.runtime import Runtime
+from framework.runtime.runtime import use_set_up_parameters
+from framework.runtime.wrappers import RuntimeModule, forward_module, original_module, original_optimizer
+from framework.strategies.sharded_tensors import whole
+
+
+class Accelerator(ProcessControl):
+    """Accelerate's ``Accelerator`` on the framework's Runtime: change ``from accelerate import Accelerator`` to
+    ``from framework.accelerate import Accelerator`` and the loop runs, on one process or on the ranks
+    ``framework launch`` (or torchrun) started, CPU ranks included.
+
+    Example::
+
+        accelerator = Accelerator(mixed_precision="bf16", gradient_accumulation_steps=2)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+
+    Arguments as Accelerate's; where ``mixed_precision`` and ``gradient_accumulation_steps``
+    are left out, the launcher's settings apply (``ACCELERATE_*`` environment variables).
+    DeepSpeed, Megatron-LM, tensor parallelism plugins and ``split_batches`` are refused.
+    """
+
+    def __init__(self, device_placement: bool = True, split_batches: bool = False, mixed_precision: str | None = None,
+                 gradient_accumulation_steps: int = 1, cpu: bool = False,
+                 dataloader_config: DataLoaderConfiguration | None = None, deepspeed_plugin: Any = None,
+                 fsdp_plugin: Any = None, torch_tp_plugin: Any = None, megatron_lm_plugin: Any = None,
+                 rng_types: Any = None, log_with: Any = None, project_dir: str | os.PathLike | None = None,
+                 project_config: ProjectConfiguration | None = None,
+                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+                 step_scheduler_with_optimizer: bool = True, kwargs_handlers: list[Any] | None = None,
+                 dynamo_backend: Any = None, dynamo_plugin: Any = None, deepspeed_plugins: Any = None,
+                 parallelism_config: Any = None) -> None:
+        _refuse(deepspeed_plugin=deepspeed_plugin, deepspeed_plugins=deepspeed_plugins, torch_tp_plugin=torch_tp_plugin,
+                megatron_lm_plugin=megatron_lm_plugin, parallelism_config=parallelism_config,
+                dynamo_plugin=dynamo_plugin)
+        self.dataloader_config = dataloader_config or DataLoaderConfiguration(split_batches=split_batches)
+        if self.dataloader_config.split_batches:
+            raise MisconfigurationError("Accelerator(split_batches=True) is not supported: each process takes whole "
+                                        "batches. Divide the batch size by the number of processes instead.")
+        self.project_configuration = project_config or ProjectConfiguration()
+        if project_dir is not None:
+            self.project_configuration.set_directories(os.fspath(project_dir))
+        handlers = _handlers(kwargs_handlers)
+        self._mixed_precision = settings.mixed_precision(mixed_precision)
+        self.gradient_state = GradientState(**_accumulation(gradient_accumulation_plugin, gradient_accumulation_steps))
+        ddp = handlers.get(DistributedDataParallelKwargs)
+        group = handlers.get(InitProcessGroupKwargs)
+        strategy = settings.strategy(fsdp_plugin, ddp.to_kwargs() if ddp else {}, _group_options(group))
+        self._runtime = Runtime(accelerator="cpu" if cpu or settings.flag("ACCELERATE_USE_CPU") else "auto",
+                                strategy=strategy, precision=settings.PRECISIONS[self._mixed_precision],
+                                compile=_compile_options(dynamo_backend))
+        scaler = handlers.get(GradScalerKwargs)
+        if scaler is not None and self._mixed_precision == "fp16":
+            self._runtime.precision.scaler = torch.amp.GradScaler(self.device.type, **scaler.to_kwargs())
+        self._autocast_handler = handlers.get(AutocastKwargs)
+        self._runtime.setup_environment()
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = rng_types
+        self.step = 0  # batches since the last synced one, as Accelerate counts them
+        self._models: list[RuntimeModule] = []
+        self._parameter_names: list[dict[nn.Parameter, str]] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[PreparedDataLoader] = []
+        self._custom_objects: list[Any] = []
+        self._requested_trackers = tracking.requested_trackers(log_with)
+        self.trackers: list[Any] = []
+
+    # -- settings ---
+    @property
+    def state(self) -> Accelerator:
+        """This object, which answers what Accelerate's ``AcceleratorState`` does (``num_processes`` ...)."""
+        return self
+
+    @property
+    def mixed_precision(self) -> str:
+        """``"no"``, ``"fp16"`` or ``"bf16"``."""
+        return self._mixed_precision
+
+    @property
+    def native_amp(self) -> bool:
+        """Whether forward passes run under torch's autocast."""
+        return self._mixed_precision != "no"
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """The fp16 loss scaler, or None."""
+        return getattr(self._runtime.precision, "scaler", None)
+
+    @property
+    def split_batches(self) -> bool:
+        """False: each process takes whole batches."""
+        return False
+
+    @property
+    def even_batches(self) -> bool:
+        """Whether prepared dataloaders give every process as many batches."""
+        return self.dataloader_config.even_batches
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step."""
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.num_steps = steps
+
+    @property
+    def sync_gradients(self) -> bool:
+        """Whether this batch ends an accumulation window: gradients are all-reduced and the optimizer steps."""
+        return self.gradient_state.sync_gradients
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether an optimizer skipped its last step for inf/nan gradients (fp16)."""
+        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+
+    @property
+    def project_dir(self) -> str | None:
+        """The project folder (``save_state`` with automatic naming, trackers)."""
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        """The trackers' folder (the project folder unless set)."""
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next automatically named ``save_state`` folder takes."""
+        return self.project_configuration.iteration
+
+    # -- prepare ---
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Models, optimizers, dataloaders and LR schedulers, in any order and number, returned prepared in the
+        same order (one object alone as it is); anything else is returned unchanged."""
+        placements = device_placement or [None] * len(args)
+        prepared = list(args)
+        kinds = [_kind(obj) for obj in args]
+        for wanted in ("model", "optimizer", "scheduler", "dataloader"):  # models first: FSDP swaps the parameters
+            for index, (obj, kind) in enumerate(zip(args, kinds, strict=False)):
+                if kind == wanted:
+                    prepared[index] = self._prepare_one(kind, obj, placements[index])
+        return prepared[0] if len(prepared) == 1 else tuple(prepared)
+
+    def _prepare_one(self, kind: str, obj: Any, placement: bool | None) -> Any:
+        if kind == "model":
+            return self.prepare_model(obj, device_placement=placement)
+        if kind == "optimizer":
+            return self.prepare_optimizer(obj)
+        if kind == "scheduler":
+            return self.prepare_scheduler(obj)
+        return self.prepare_data_loader(obj, device_placement=placement)
+
+    def prepare_model(self, model: nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> nn.Module:
+        """``model`` on the device, wrapped for the strategy (DDP, FSDP2), its forward under autocast with float32
+        outputs in mixed precision."""
+        if isinstance(model, RuntimeModule):
+            return model
+        names = {parameter: name for name, parameter in model.named_parameters()}
+        placement = self.device_placement if device_placement is None else device_placement
+        _check_wrapped_classes(self._runtime.strategy, model)
+        prepared = self._runtime.setup_module(model, move_to_device=placement, float_outputs=self.native_amp)
+        self._models.append(prepared)
+        self._parameter_names.append(names)
+        if evaluation_mode:
+            prepared.eval()
+        return prepared
+
+    def prepare_optimizer(self, optimizer: Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
+        """``optimizer`` stepping through the precision, only when the gradients are synced."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        strategy = self._runtime.strategy
+        for model, names in zip(self._models, self._parameter_names, strict=False):
+            use_set_up_parameters((optimizer,), names, strategy.unwrap(forward_module(model)), strategy.name)
+        prepared = AcceleratedOptimizer(self._runtime.setup_optimizer(optimizer), self._runtime, self.gradient_state)
+        self._optimizers.append(prepared)
+        return prepared
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """``scheduler`` stepping after each optimizer step that happened (``num_processes`` times)."""
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        own = [opt for opt in self._optimizers if original_optimizer(opt) is getattr(scheduler, "optimizer", None)]
+        prepared = AcceleratedScheduler(scheduler, own or list(self._optimizers), self.gradient_state,
+                                        self.num_processes, self.step_scheduler_with_optimizer)
+        self._schedulers.append(prepared)
+        return prepared
+
+    def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None) -> PreparedDataLoader:
+        """``data_loader`` handing this process its batches (batch ``i`` of a pass to process ``i mod N``), on the
+        device."""
+        if isinstance(data_loader, PreparedDataLoader):
+            return data_loader
+        placement = self.device_placement if device_placement is None else device_placement
+        prepared = PreparedDataLoader(data_loader, self.gradient_state, self.num_processes, self.process_index,
+                                      self.even_batches, self._shared_seed(data_loader),
+                                      self._runtime.to_device if placement else _as_it_is)
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def _shared_seed(self, loader: Any) -> int:
+        """The seed the processes shuffle a loader's passes with (rank 0's draw), as the Runtime agrees on one."""
+        sampler = getattr(loader, "sampler", None)
+        if self.num_processes == 1 or not isinstance(loader, DataLoader) or type(sampler) is not RandomSampler:
+            return 0
+        generator = sampler.generator
+        return self._runtime.broadcast(int(torch.randint(0, 2**31, (), generator=generator)))
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Have ``save_state``/``load_state`` keep these objects too (anything with ``state_dict`` and
+        ``load_state_dict``)."""
+        for obj in objects:
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise TypeError(f"register_for_checkpointing({describe(obj)}): an object needs state_dict() and "
+                                "load_state_dict() to be saved and restored.")
+        self._custom_objects.extend(objects)
+
+    # -- the step ---
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()`` through the strategy and precision (fp16: scaled), divided by
+        ``gradient_accumulation_steps`` so accumulated gradients are the window's mean."""
+        steps = self.gradient_state.num_steps
+        self._runtime.backward(loss / steps if steps > 1 else loss, **kwargs)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: nn.Module) -> Iterator[None]:
+        """One batch of an accumulation window: ``sync_gradients`` is True on every
+        ``gradient_accumulation_steps``-th batch and on a prepared dataloader's last; on the others the gradients
+        are not all-reduced and the prepared optimizer and scheduler do not step."""
+        self._advance()
+        sync = self.sync_gradients or (self.use_distributed and self.gradient_state.sync_each_batch)
+        with contextlib.ExitStack() as stack:
+            if not sync:
+                for model in models:
+                    stack.enter_context(self._runtime.no_backward_sync(model))
+            yield
+
+    def _advance(self) -> None:
+        state = self.gradient_state
+        if state.sync_with_dataloader and state.end_of_dataloader:
+            self.step = 0
+            state.sync_gradients = True
+        else:
+            self.step += 1
+            state.sync_gradients = self.step % state.num_steps == 0
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
+        """Backward passes inside this block leave ``model``'s gradients unreduced (they accumulate locally)."""
+        return self._runtime.no_backward_sync(model)
+
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager:
+        """The mixed-precision context for computation outside the prepared model's forward (a loss, say)."""
+        handler = autocast_handler or self._autocast_handler
+        if handler is not None and not handler.enabled:
+            return contextlib.nullcontext()
+        return self._runtime.autocast()
+
+    def unscale_gradients(self, optimizer: Optimizer | list[Optimizer] | None = None) -> None:
+        """Divide fp16 gradients by the loss scale (done by the clipping methods; nothing in other precisions)."""
+        chosen = self._optimizers if optimizer is None else optimizer if isinstance(optimizer, list) else [optimizer]
+        for item in chosen:
+            self._runtime.precision.unscale(original_optimizer(item))
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clip the gradients of ``parameters`` to total norm ``max_norm`` (over every process's shard under FSDP);
+        returns the norm they had."""
+        self.unscale_gradients()
+        parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
+        total = whole(torch.nn.utils.get_total_norm(grads, norm_type)) if grads else torch.tensor(0.0)
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+        return total
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clamp each gradient of ``parameters`` to ``[-clip_value, clip_value]`` (after unscaling)."""
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # -- models and memory ---
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
+                     ) -> nn.Module:
+        """The module given to ``prepare`` (inside a ``torch.compile`` wrapper unless ``keep_torch_compile``)."""
+        module = self._runtime.strategy.unwrap(forward_module(model)) if isinstance(model, RuntimeModule) else model
+        module = original_module(model) if isinstance(model, RuntimeModule) else module
+        if not keep_torch_compile and hasattr(module, "_orig_mod"):
+            return module._orig_mod
+        return module
+
+    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """``model``'s whole state dict (every process calls: FSDP gathers the shards)."""
+        strategy = self._runtime.strategy
+        target = forward_module(model) if isinstance(model, RuntimeModule) else model
+        return strategy.full_module_state_dict(target)
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget the prepared objects and release cached memory; returns a None for each object given, to
+        assign back (``model, optimizer = accelerator.free_memory(model, optimizer)``)."""
+        self._models.clear()
+        self._parameter_names.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        self.step = 0
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return [None] * len(objects)
+
+    clear = free_memory
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """An iterable over ``dataloader``'s current pass from batch ``num_batches`` (resuming inside an epoch);
+        the skipped batches are not loaded."""
+        return skip_first_batches(dataloader, num_batches)
+
+    # -- files ---
+    def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
+        """``torch.save(obj, f)`` on the main process only (safetensors for a dict of tensors when asked)."""
+        if self.is_main_process:
+            from framework.accelerate.weights import write_weights
+
+            path = os.fspath(f)
+            write_weights(obj, path, safe_serialization) if safe_serialization else torch.save(obj, path)
+        self.wait_for_everyone()
+
+    def save_model(self, model: nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
+        """``model``'s whole weights in ``save_directory`` (``model.safetensors``, or ``pytorch_model.bin`` without
+        safetensors; numbered shards with an index past ``max_shard_size``). Every process calls it."""
+        state = self.get_state_dict(model)
+        if self.is_main_process:
+            save_sharded_weights(state, os.fspath(save_directory), max_shard_size, safe_serialization)
+        self.wait_for_everyone()
+
+    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save everything a loop needs to continue exactly: the prepared models, optimizers, schedulers and
+        dataloaders' positions, the fp16 scaler, every process's random state and the registered objects.
+        Returns the folder."""
+        return checkpointing.save_state(self, output_dir, safe_serialization)
+
+    def load_state(self, input_dir: str | os.PathLike | None = None, strict: bool = True,
+                   **load_model_func_kwargs: Any) -> None:
+        """Restore what ``save_state`` saved into the prepared (and registered) objects: the next pass of a
+        prepared dataloader continues where the saved one stood."""
+        checkpointing.load_state(self, input_dir, strict)
+
+    # -- trackers ---
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, Any] | None = None) -> None:
+        """Start the trackers of ``log_with`` on the main process, recording ``config``."""
+        if not self.is_main_process:
+            return
+        self.trackers = tracking.make_trackers(self._requested_trackers, project_name, self.logging_dir,
+                                               init_kwargs or {})
+        if config is not None:
+            tracking.store_config(self.trackers, dict(config))
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker named ``name`` (its underlying run or writer with ``unwrap``)."""
+        for tracker in self.trackers:
+            if tracking.tracker_name(tracker) == name:
+                return tracker.experiment if unwrap else tracker
+        raise ValueError(f"get_tracker({name!r}): no such tracker; started: "
+                         f"{[tracking.tracker_name(t) for t in self.trackers]}.")
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> None:
+        """Log ``values`` to every tracker, on the main process."""
+        if self.is_main_process:
+            tracking.log_values(self.trackers, values, step, log_kwargs or {})
+
+    def end_training(self) -> None:
+        """Finish the trackers and end the process group (a barrier first)."""
+        tracking.finish(self.trackers)
+        self._runtime.strategy.end_process_group()
+
+    def __repr__(self) -> str:
+        return (f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
+                f"mixed_precision={self.mixed_precision!r}, distributed_type={self.distributed_type.value})")
+
+
+def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+    """``dataloader``'s current pass from batch ``num_batches``: a prepared loader skips without loading those
+    batches; any other iterable drops them as it goes."""
+    if isinstance(dataloader, PreparedDataLoader):
+        return SkippedDataLoader(dataloader, num_batches)
+    return _Skipped(dataloader, num_batches)
+
+
+class _Skipped:
+    def __init__(self, iterable: Any, count: int) -> None:
+        self.iterable, self.count = iterable, count
+
+    def __iter__(self) -> Iterator[Any]:
+        import itertools
+
+        return itertools.islice(iter(self.iterable), self.count, None)
+
+    def __len__(self) -> int:
+        return max(len(self.iterable) - self.count, 0)
+
+
+def _kind(obj: Any) -> str | None:
+    if isinstance(obj, nn.Module):
+        return "model"
+    if isinstance(obj, Optimizer):
+        return "optimizer"
+    if isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)):
+        return "scheduler"
+    if isinstance(obj, DataLoader):
+        return "dataloader"
+    return None
+
+
+def _as_it_is(batch: Any) -> Any:
+    return batch
+
+
+def _refuse(**plugins: Any) -> None:
+    given = [name for name, value in plugins.items() if value is not None]
+    if given:
+        raise MisconfigurationError(
+            f"Accelerator({given[0]}=...) is not supported: the framework runs DDP and FSDP2 (fsdp_plugin=, or "
+            "`framework launch --use_fsdp`), not DeepSpeed, Megatron-LM or tensor-parallel plugins."
+        )
+
+
+def _handlers(kwargs_handlers: list[Any] | None) -> dict[type, Any]:
+    found: dict[type, Any] = {}
+    for handler in kwargs_handlers or []:
+        kind = type(handler)
+        if kind not in (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs):
+            raise MisconfigurationError(
+                f"Accelerator(kwargs_handlers=[{describe(handler)}]): accepted DistributedDataParallelKwargs, "
+                "GradScalerKwargs, InitProcessGroupKwargs and AutocastKwargs from framework.accelerate.utils."
+            )
+        if kind in found:
+            raise MisconfigurationError(f"Accelerator(kwargs_handlers=...): two {kind.__name__} given; pass one.")
+        found[kind] = handler
+    return found
+
+
+def _accumulation(plugin: GradientAccumulationPlugin | None, steps: int) -> dict[str, Any]:
+    if plugin is None:
+        return {"num_steps": settings.accumulation_steps(steps)}
+    if steps != 1:
+        raise MisconfigurationError("Accelerator: pass gradient_accumulation_steps or gradient_accumulation_plugin, "
+                                    "not both.")
+    return {"num_steps": settings.accumulation_steps(plugin.num_steps or 1),
+            "sync_with_dataloader": plugin.sync_with_dataloader, "sync_each_batch": plugin.sync_each_batch,
+            "adjust_scheduler": plugin.adjust_scheduler}
+
+
+def _group_options(handler: InitProcessGroupKwargs | None) -> dict[str, Any]:
+    if handler is None:
+        return {}
+    options: dict[str, Any] = {}
+    if handler.backend is not None:
+        options["process_group_backend"] = handler.backend
+    if handler.timeout is not None:
+        options["timeout"] = handler.timeout
+    return options
+
+
+def _compile_options(dynamo_backend: Any) -> bool | dict[str, Any]:
+    backend = dynamo_backend if dynamo_backend is not None else os.environ.get("ACCELERATE_DYNAMO_BACKEND")
+    backend = str(getattr(backend, "value", backend) or "no").lower()
+    if backend == "no":
+        return False
+    options: dict[str, Any] = {"backend": backend}
+    if os.environ.get("ACCELERATE_DYNAMO_MODE"):
+        options["mode"] = os.environ["ACCELERATE_DYNAMO_MODE"]
+    if settings.flag("ACCELERATE_DYNAMO_USE_FULLGRAPH"):
+        options["fullgraph"] = True
+    return options
+
+
+def _check_wrapped_classes(strategy: Any, model: nn.Module) -> None:
+    """A transformer layer class to wrap that the model does not have is a typo, said now (as Accelerate does)."""
+    policy = getattr(strategy, "auto_wrap_policy", None)
+    names = getattr(policy, "names", None)
+    if not names:
+        return
+    present = {type(module).__name__ for module in model.modules()}
+    missing = sorted(names - present)
+    if missing:
+        raise MisconfigurationError(
+            f"fsdp_transformer_layer_cls_to_wrap names {missing}, which {type(model).__name__} does not contain; "
+            f"its module classes are {sorted(present)}."
+        )

@@ -1,0 +1,179 @@
+"""``save_state`` / ``load_state``: everything a loop needs to continue exactly, in a folder laid out as
+Accelerate's (``model.safetensors``, ``optimizer.bin``, ``scheduler.bin``, ``random_states_<rank>.pkl`` ...),
+every file loadable with ``torch.load(weights_only=True)`` or safetensors.
+
+The folder is written under a temporary name and renamed into place once complete, so a crash
+while saving leaves the previous state (and an older one that ``total_limit`` would drop) intact.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Any
+
+from framework.accelerate.weights import read_weights, weights_file, write_weights
+from framework.errors import MisconfigurationError
+from framework.io.checkpoint import load_checkpoint, save_checkpoint
+from framework.runtime.wrappers import forward_module, original_optimizer
+from framework.seed import restore_rng_states, rng_states
+
+_CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
+
+
+def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_serialization: bool) -> str:
+    """Write the prepared objects' states, the registered objects', every rank's random state, the dataloaders'
+    positions and the accumulation count to ``output_dir`` (or the next automatically named folder)."""
+    target = _output_dir(accelerator, output_dir)
+    partial = f"{target}.partial"
+    runtime, main = accelerator._runtime, accelerator.is_main_process
+    if main:
+        shutil.rmtree(partial, ignore_errors=True)
+        os.makedirs(partial)
+    runtime.barrier("save_state")
+    strategy = runtime.strategy
+    for index, model in enumerate(accelerator._models):
+        if _sharded(strategy):
+            folder = _numbered("pytorch_model_fsdp", index, "", always=True)
+            runtime.save(os.path.join(partial, folder), {"model": model})
+            continue
+        state = strategy.module_state_dict(forward_module(model))
+        if main:
+            write_weights(state, os.path.join(partial, weights_file(index, safe_serialization)), safe_serialization)
+    for index, optimizer in enumerate(accelerator._optimizers):
+        name = _numbered("optimizer", index, "", always=True) if _sharded(strategy) else _numbered("optimizer", index)
+        runtime.save(os.path.join(partial, name), {"optimizer": original_optimizer(optimizer)})
+    _on_main(main, partial, "scheduler", [scheduler.state_dict() for scheduler in accelerator._schedulers])
+    _on_main(main, partial, "dl_state_dict", [loader.state_dict() for loader in accelerator._dataloaders])
+    _on_main(main, partial, "custom_checkpoint", [item.state_dict() for item in accelerator._custom_objects], ".pkl")
+    if accelerator.mixed_precision == "fp16" and main:
+        save_checkpoint(runtime.precision.state_dict(), os.path.join(partial, "scaler.pt"))
+    save_checkpoint({"rng": rng_states(), "step": accelerator.step},
+                    os.path.join(partial, f"random_states_{accelerator.process_index}.pkl"))
+    runtime.barrier("save_state")
+    if main:
+        _move_into_place(partial, target)
+        _drop_old_checkpoints(accelerator)
+    runtime.barrier("save_state")
+    if accelerator.project_configuration.automatic_checkpoint_naming:
+        accelerator.project_configuration.iteration += 1
+    return target
+
+
+def load_state(accelerator: Any, input_dir: str | os.PathLike | None, strict: bool) -> None:
+    """Put back what ``save_state`` wrote into the prepared and registered objects, in the order they were
+    prepared; each rank takes its own random state."""
+    source = _input_dir(accelerator, input_dir)
+    runtime, strategy = accelerator._runtime, accelerator._runtime.strategy
+    for index, model in enumerate(accelerator._models):
+        sharded = os.path.join(source, _numbered("pytorch_model_fsdp", index, "", always=True))
+        if os.path.isdir(sharded):
+            runtime.load(sharded, {"model": model}, strict=strict)
+        else:
+            strategy.load_module_state(forward_module(model), read_weights(source, index), strict=strict)
+    for index, optimizer in enumerate(accelerator._optimizers):
+        path = os.path.join(source, _numbered("optimizer", index, "", always=True))
+        runtime.load(path if os.path.isdir(path) else os.path.join(source, _numbered("optimizer", index)),
+                     {"optimizer": original_optimizer(optimizer)})
+    _restore(source, "scheduler", accelerator._schedulers)
+    _restore(source, "dl_state_dict", accelerator._dataloaders)
+    _restore(source, "custom_checkpoint", accelerator._custom_objects, ".pkl")
+    scaler = os.path.join(source, "scaler.pt")
+    if accelerator.mixed_precision == "fp16" and os.path.exists(scaler):
+        runtime.precision.load_state_dict(load_checkpoint(scaler, map_location="cpu"))
+    own = os.path.join(source, f"random_states_{accelerator.process_index}.pkl")
+    saved = load_checkpoint(own if os.path.exists(own) else os.path.join(source, "random_states_0.pkl"))
+    restore_rng_states(saved["rng"])
+    accelerator.step = saved["step"]
+    found = _CHECKPOINT.search(os.path.basename(os.path.normpath(source)))
+    if accelerator.project_configuration.automatic_checkpoint_naming and found:
+        accelerator.project_configuration.iteration = int(found.group(1)) + 1
+    runtime.barrier("load_state")
+
+
+def _output_dir(accelerator: Any, output_dir: str | os.PathLike | None) -> str:
+    config = accelerator.project_configuration
+    if not config.automatic_checkpoint_naming:
+        if output_dir is None:
+            raise MisconfigurationError(
+                "save_state() needs output_dir=..., or Accelerator(project_config=ProjectConfiguration(project_dir="
+                "..., automatic_checkpoint_naming=True)) to name the folders itself."
+            )
+        return os.fspath(output_dir)
+    folder = os.path.join(config.project_dir or ".", "checkpoints", f"checkpoint_{config.iteration}")
+    if os.path.isdir(folder) and os.listdir(folder):
+        raise MisconfigurationError(
+            f"save_state(): the checkpoint folder {folder} exists already (save iteration {config.iteration}). Set "
+            "accelerator.project_configuration.iteration to the next free number, or load_state() first, which "
+            "continues the numbering."
+        )
+    return folder
+
+
+def _input_dir(accelerator: Any, input_dir: str | os.PathLike | None) -> str:
+    if input_dir is not None:
+        if not os.path.isdir(input_dir):
+            raise FileNotFoundError(f"load_state({os.fspath(input_dir)!r}): no such folder.")
+        return os.fspath(input_dir)
+    config = accelerator.project_configuration
+    folders = _numbered_checkpoints(config.project_dir) if config.automatic_checkpoint_naming else []
+    if not folders:
+        raise MisconfigurationError(
+            "load_state() needs input_dir=..., or automatic checkpoint naming with a saved checkpoint in "
+            f"{os.path.join(config.project_dir or '.', 'checkpoints')}."
+        )
+    return folders[-1]
+
+
+def _numbered_checkpoints(project_dir: str | None) -> list[str]:
+    parent = os.path.join(project_dir or ".", "checkpoints")
+    if not os.path.isdir(parent):
+        return []
+    found = [(int(match.group(1)), name) for name in os.listdir(parent) if (match := _CHECKPOINT.match(name))]
+    return [os.path.join(parent, name) for _, name in sorted(found)]
+
+
+def _drop_old_checkpoints(accelerator: Any) -> None:
+    config = accelerator.project_configuration
+    if not config.automatic_checkpoint_naming or not config.total_limit:
+        return
+    for folder in _numbered_checkpoints(config.project_dir)[:-config.total_limit]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _move_into_place(partial: str, target: str) -> None:
+    """Rename the complete ``partial`` folder to ``target``; an older ``target`` goes only once it is replaced."""
+    older = f"{target}.old"
+    if os.path.exists(target):
+        shutil.rmtree(older, ignore_errors=True)
+        os.rename(target, older)
+    os.rename(partial, target)
+    shutil.rmtree(older, ignore_errors=True)
+
+
+def _numbered(stem: str, index: int, suffix: str = ".bin", always: bool = False) -> str:
+    """Accelerate's file names: ``optimizer.bin``, ``optimizer_1.bin`` ... (``always``: ``optimizer_0`` too)."""
+    return f"{stem}_{index}{suffix}" if index or always else f"{stem}{suffix}"
+
+
+def _on_main(main: bool, folder: str, stem: str, states: list[Any], suffix: str = ".bin") -> None:
+    if not main:
+        return
+    for index, state in enumerate(states):
+        name = f"{stem}_{index}{suffix}" if stem == "custom_checkpoint" else _numbered(stem, index, suffix)
+        save_checkpoint(state, os.path.join(folder, name))
+
+
+def _restore(folder: str, stem: str, targets: list[Any], suffix: str = ".bin") -> None:
+    for index, target in enumerate(targets):
+        name = f"{stem}_{index}{suffix}" if stem == "custom_checkpoint" else _numbered(stem, index, suffix)
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            raise MisconfigurationError(f"load_state({folder!r}): {name} is missing; the state was saved with fewer "
+                                        f"objects of this kind than are prepared (or registered) now.")
+        target.load_state_dict(load_checkpoint(path, map_location="cpu"))
+
+
+def _sharded(strategy: Any) -> bool:
+    return getattr(strategy, "state_dict_type", None) == "sharded"

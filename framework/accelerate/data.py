@@ -1,0 +1,262 @@
+"""Prepared dataloaders: this rank's batches of every pass (dealt out as Accelerate deals them), on the device,
+with a position ``save_state`` keeps so a resumed loop gets the batches the interrupted one would have had."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+
+from framework.accelerate.dealing import batch_length, deal, filled_indices, rank_batch_count, repeated_batches
+from framework.accelerate.gradient_state import GradientState
+from framework.runtime.sharding import rebuilt_with_batch_sampler
+
+
+class RankBatches(Sampler[list[int]]):
+    """The batch sampler of a prepared map-style DataLoader: this rank's index batches of each pass.
+
+    A pass's order is the one the loader's own sampler would give: unshuffled, or shuffled as
+    ``RandomSampler`` shuffles (one process: from a seed drawn from torch's generator, so the
+    order is a plain loop's; several: from a seed all ranks share plus the pass number, as
+    ``DistributedSampler`` does). The pass's randomness is recorded (``order_record``), so
+    ``replay`` can rebuild that order after a restart. Other batch samplers are dealt out as
+    they batch, without a record.
+    """
+
+    def __init__(self, batch_sampler: Any, num_replicas: int, rank: int, even_batches: bool, shared_seed: int) -> None:
+        self.batch_sampler = batch_sampler
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.even_batches = even_batches
+        self.shared_seed = shared_seed
+        sampler = getattr(batch_sampler, "sampler", None)
+        self.plain = type(batch_sampler) is BatchSampler and (type(sampler) is SequentialSampler or _plainly_shuffles(
+            sampler))
+        self.batch_size = getattr(batch_sampler, "batch_size", None)
+        self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
+        self.pass_index = 0
+        self.order_record: dict[str, Any] | None = None
+        self.remainder = 0
+        self.planned = 0  # batches the current pass hands out, from its start position
+        self._start = 0
+        self._replay: dict[str, Any] | None = None
+
+    def prepare_pass(self, pass_index: int, start: int, replay: dict[str, Any] | None) -> None:
+        """The next ``__iter__`` is pass ``pass_index`` from its batch ``start``, with ``replay``'s order if given."""
+        self.pass_index, self._start, self._replay = pass_index, start, replay
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # A generator, so the order is drawn at the first batch, after the DataLoader drew its workers' seed, as a
+        # plain RandomSampler draws it: the same random numbers go to the same uses as in a plain loop.
+        dealt = list(deal(self._pass_batches(), self.num_replicas, self.rank, len, self.batch_size,
+                          self._last_round()))
+        self.remainder = dealt[-1][1] if dealt else 0
+        mine = [batch for batch, _ in dealt[self._start:]]
+        self.planned = len(mine)
+        yield from mine
+
+    def __len__(self) -> int:
+        return rank_batch_count(len(self.batch_sampler), self.num_replicas, self.rank, self.drop_last,
+                                self.even_batches)
+
+    def _last_round(self) -> Any:
+        if self.drop_last:
+            return "drop"
+        if not self.even_batches or self.num_replicas == 1:  # one process keeps a short last batch as it is
+            return "uneven"
+        if self.batch_size is None:
+            return repeated_batches(self.num_replicas)
+        return filled_indices(self.num_replicas, self.batch_size)
+
+    def _pass_batches(self) -> Any:
+        if not self.plain:
+            self.order_record = None
+            return iter(self.batch_sampler)
+        order = self._order()
+        size = self.batch_size
+        batches = [order[start:start + size] for start in range(0, len(order), size)]
+        return batches if not self.drop_last or not batches or len(batches[-1]) == size else batches[:-1]
+
+    def _order(self) -> list[int]:
+        sampler = self.batch_sampler.sampler
+        length = len(sampler)
+        replay, self._replay = self._replay, None
+        if type(sampler) is SequentialSampler:
+            self.order_record = {}
+            return list(range(length))
+        if self.num_replicas > 1:  # every rank the same order, a new one each pass, as DistributedSampler
+            generator = torch.Generator().manual_seed(self.shared_seed + self.pass_index)
+            self.order_record = {}
+        elif sampler.generator is not None:  # the user's generator decides, and moves on as RandomSampler moves it
+            generator = sampler.generator
+            if replay is not None:
+                generator.set_state(replay["generator_state"])
+            self.order_record = {"generator_state": generator.get_state()}
+        else:
+            seed = replay["seed"] if replay is not None else int(torch.empty((), dtype=torch.int64).random_().item())
+            generator = torch.Generator().manual_seed(seed)
+            self.order_record = {"seed": seed}
+        return torch.randperm(length, generator=generator).tolist()
+
+
+class PreparedDataLoader:
+    """What ``accelerator.prepare`` makes of a DataLoader: iterating it yields this rank's batches on the device.
+
+    Batch ``i`` of a pass goes to rank ``i mod N``; with ``even_batches`` (the default) the last
+    round is completed from the pass's first samples so every rank runs as many batches.
+    While it is iterated, ``accelerator.gradient_state`` knows whether the current batch is
+    the pass's last. ``state_dict()`` holds the position in the pass (saved by ``save_state``),
+    and after ``load_state_dict`` the next pass continues the interrupted one.
+
+    Example::
+
+        loader = accelerator.prepare(DataLoader(dataset, batch_size=32, shuffle=True))
+        for x, y in loader:   # on accelerator.device; this rank's share
+            ...
+    """
+
+    def __init__(self, loader: Any, gradient_state: GradientState, num_replicas: int, rank: int, even_batches: bool,
+                 shared_seed: int, place: Any) -> None:
+        self.base_dataloader = loader
+        self.gradient_state = gradient_state
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.even_batches = even_batches
+        self._place = place
+        self._batches: RankBatches | None = None
+        self._loader = loader
+        if isinstance(loader, DataLoader) and loader.batch_sampler is not None and not isinstance(
+                loader.dataset, IterableDataset):
+            self._batches = RankBatches(loader.batch_sampler, num_replicas, rank, even_batches, shared_seed)
+            self._loader = rebuilt_with_batch_sampler(loader, self._batches)
+        self._passes = 0  # passes started (the next one's number when none runs)
+        self._position = 0  # batches handed out in the current pass
+        self._in_pass = False
+        self._resume: dict[str, Any] | None = None
+
+    # -- Accelerate's DataLoader attributes ---
+    @property
+    def total_batch_size(self) -> int:
+        """The samples of one round over all ranks: the batch size times the number of processes."""
+        return (self.batch_size or 1) * self.num_replicas
+
+    @property
+    def total_dataset_length(self) -> int:
+        """The number of samples in the dataset."""
+        return len(self.base_dataloader.dataset)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass number ``epoch`` (shuffled orders of several ranks follow it)."""
+        self._passes = epoch
+        sampler = getattr(self.base_dataloader, "sampler", None)
+        if self._batches is None and callable(getattr(sampler, "set_epoch", None)):
+            sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        if self._batches is not None:
+            return len(self._batches)
+        return rank_batch_count(len(self._loader), self.num_replicas, self.rank, False, self.even_batches)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("base_dataloader", "_loader"):
+            raise AttributeError(name)
+        return getattr(self.base_dataloader, name)
+
+    # -- iteration ---
+    def __iter__(self) -> Iterator[Any]:
+        return self.iterate()
+
+    def iterate(self, skip: int | None = None) -> Iterator[Any]:
+        """One pass, from batch ``skip`` when given (``skip_first_batches``), else from where a restored
+        position left it, else from its start."""
+        resume, self._resume = self._resume, None
+        pass_index, start, replay = (resume["pass"], resume["position"], resume["order"]) if resume else (
+            self._passes, 0, None)
+        if skip is not None:
+            start = skip
+        self._passes, self._position, self._in_pass = pass_index + 1, start, True
+        if self._batches is not None:
+            self._batches.prepare_pass(pass_index, start, replay)
+            batches = self._indexed_pass(resume is not None)
+        else:
+            batches = self._dealt_pass(pass_index, start)
+        current = self.gradient_state.begin(self)
+        try:
+            for batch, last, remainder in batches:
+                self._position += 1
+                current.at_end, current.remainder = last, remainder
+                yield self._place(batch)
+            self._in_pass = False
+        finally:
+            self.gradient_state.end(current)
+
+    def _indexed_pass(self, restored: bool) -> Iterator[tuple[Any, bool, int]]:
+        """The rebuilt DataLoader's batches; the pass's length is known once its first batch is drawn."""
+        rng = torch.get_rng_state() if restored else None
+        iterator = iter(self._loader)
+        if rng is not None:  # the restored random state is the interrupted run's: undo the DataLoader's seed draw
+            torch.set_rng_state(rng)
+        for handed, batch in enumerate(iterator, start=1):
+            last = handed == self._batches.planned
+            yield batch, last, self._batches.remainder if last else 0
+
+    def _dealt_pass(self, pass_index: int, start: int) -> Iterator[tuple[Any, bool, int]]:
+        """Batches of a loader that cannot be rebuilt (an iterable dataset), dealt out as they come, looking one
+        batch ahead to know the last."""
+        sampler = getattr(self._loader, "sampler", None)
+        if callable(getattr(sampler, "set_epoch", None)):
+            sampler.set_epoch(pass_index)
+        last_round = repeated_batches(self.num_replicas) if self.even_batches else "uneven"
+        source = deal(self._loader, self.num_replicas, self.rank, batch_length, None, last_round)
+        for _ in range(start):
+            if next(source, None) is None:
+                return
+        ahead = next(source, None)
+        while ahead is not None:
+            following = next(source, None)
+            batch, remainder = ahead
+            yield batch, following is None, remainder if following is None else 0
+            ahead = following
+
+    # -- the position, for save_state ---
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands: passes started, whether one runs and how many of its batches were handed out,
+        and the randomness of its order."""
+        record = self._batches.order_record if self._batches is not None and self._in_pass else None
+        return {"passes": self._passes, "in_pass": self._in_pass, "position": self._position, "order": record}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: the next iteration finishes the pass it was in, or starts the one after."""
+        self._passes = state["passes"]
+        self._resume = None
+        if state["in_pass"]:
+            self._resume = {"pass": state["passes"] - 1, "position": state["position"], "order": state["order"]}
+
+    def __repr__(self) -> str:
+        return f"PreparedDataLoader({self.base_dataloader!r}, rank {self.rank} of {self.num_replicas})"
+
+
+class SkippedDataLoader:
+    """``skip_first_batches(loader, n)``: each iteration of it is ``loader``'s pass from batch ``n``."""
+
+    def __init__(self, loader: PreparedDataLoader, num_batches: int) -> None:
+        self.loader = loader
+        self.num_batches = num_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.loader.iterate(skip=self.num_batches)
+
+    def __len__(self) -> int:
+        return max(len(self.loader) - self.num_batches, 0)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+def _plainly_shuffles(sampler: Any) -> bool:
+    return (type(sampler) is RandomSampler and not sampler.replacement
+            and sampler.num_samples == len(sampler.data_source))

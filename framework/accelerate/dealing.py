@@ -1,0 +1,91 @@
+"""Dealing a pass's batches out to the ranks as Accelerate does: batch i to rank i mod N, the last round
+completed so every rank gets a batch of full size (or not, or dropped), and which of its samples are real.
+
+The ranks' batches of one round, joined in rank order, are the pass's batches in order, so
+gathering them gives back the dataset in order; the samples that complete the last round
+repeat the pass's first ones and come last, so ``gather_for_metrics`` can cut them off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+# What each rank yields: (its batch, how many samples of that round are real, or 0 when none is repeated).
+Dealt = tuple[Any, int]
+# Completes the last round: (its batches, the first round's) -> num_replicas batches.
+Completion = Callable[[list[Any], list[Any]], list[Any]]
+
+
+def deal(batches: Iterable[Any], num_replicas: int, rank: int, size: Callable[[Any], int], full_size: int | None,
+         last_round: str | Completion) -> Iterator[Dealt]:
+    """Rank ``rank``'s batches of ``batches``, each with the real-sample count of its round (0: all real).
+
+    A round is complete when it has ``num_replicas`` batches of ``full_size`` (any size when
+    None). The last, incomplete round is dropped (``last_round="drop"``: the loader's
+    ``drop_last``), handed out as it is so the ranks past its batches get none (``"uneven"``:
+    ``even_batches=False``), or completed by ``last_round(round, first_round)`` to
+    ``num_replicas`` full batches whose repeated samples come last.
+    """
+    first_round: list[Any] = []
+    current: list[Any] = []
+    for batch in batches:
+        if len(first_round) < num_replicas:
+            first_round.append(batch)
+        current.append(batch)
+        if len(current) == num_replicas and (full_size is None or size(batch) == full_size):
+            yield current[rank], 0
+            current = []
+    if not current or last_round == "drop":
+        return
+    if last_round == "uneven":
+        if rank < len(current):
+            yield current[rank], 0
+        return
+    real = sum(size(batch) for batch in current)
+    yield last_round(current, first_round)[rank], real
+
+
+def filled_indices(num_replicas: int, batch_size: int) -> Completion:
+    """Complete a last round of index batches to ``num_replicas`` batches of ``batch_size``, taking the missing
+    indices from the start of the pass (again and again when the pass is shorter than one round)."""
+
+    def complete(current: list[list[int]], first_round: list[list[int]]) -> list[list[int]]:
+        indices = [index for batch in current for index in batch]
+        start = [index for batch in first_round for index in batch]
+        missing = num_replicas * batch_size - len(indices)
+        indices += (start * (missing // len(start) + 1))[:missing]
+        return [indices[i * batch_size:(i + 1) * batch_size] for i in range(num_replicas)]
+
+    return complete
+
+
+def repeated_batches(num_replicas: int) -> Completion:
+    """Complete a last round of batches (collated objects) with the first round's batches of the missing ranks."""
+
+    def complete(current: list[Any], first_round: list[Any]) -> list[Any]:
+        return current + [first_round[index % len(first_round)] for index in range(len(current), num_replicas)]
+
+    return complete
+
+
+def batch_length(batch: Any) -> int:
+    """How many samples a collated batch holds: the first dimension of its first tensor, else its length."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.dim() else 1
+    if isinstance(batch, dict):
+        return batch_length(next(iter(batch.values()))) if batch else 0
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_length(batch[0]) if isinstance(batch[0], (torch.Tensor, dict, list, tuple)) else len(batch)
+    return len(batch) if hasattr(batch, "__len__") else 1
+
+
+def rank_batch_count(total: int, num_replicas: int, rank: int, drop_last: bool, even_batches: bool) -> int:
+    """How many of a pass's ``total`` batches rank ``rank`` gets."""
+    if drop_last:
+        return total // num_replicas
+    if even_batches:
+        return -(-total // num_replicas)
+    return len(range(rank, total, num_replicas))

@@ -1,0 +1,103 @@
+"""The prepared optimizer and LR scheduler: they step only when the gradients are synced (the end of an
+accumulation window), as Accelerate's do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch.optim import Optimizer
+
+from framework.accelerate.gradient_state import GradientState
+from framework.runtime.wrappers import RuntimeOptimizer
+
+
+class AcceleratedOptimizer(RuntimeOptimizer):
+    """The optimizer ``prepare`` returns: ``step()`` goes through the precision (fp16 loss scaling) on the batches
+    that sync gradients and does nothing on the others; ``zero_grad()`` likewise keeps accumulating gradients.
+    ``step_was_skipped`` tells whether the last step was skipped for inf/nan gradients (fp16).
+
+    Example::
+
+        model, optimizer = accelerator.prepare(model, optimizer)
+        with accelerator.accumulate(model):
+            accelerator.backward(loss)
+            optimizer.step()        # only every gradient_accumulation_steps batches
+            optimizer.zero_grad()
+    """
+
+    def __init__(self, optimizer: Optimizer, runtime: Any, gradient_state: GradientState) -> None:
+        super().__init__(optimizer, runtime)
+        self.gradient_state = gradient_state
+        self._stepped: Any = True
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """Whether the last step that was due was skipped because fp16 gradients held inf or nan."""
+        return not self._stepped
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """Step through the precision when the gradients are synced; otherwise leave the weights alone."""
+        if self.gradient_state.sync_gradients:
+            self._stepped = self._runtime.strategy.optimizer_step(self._optimizer, closure, **kwargs)
+        return None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the gradients when the gradients are synced; otherwise keep accumulating them."""
+        if self.gradient_state.sync_gradients:
+            self._optimizer.zero_grad(set_to_none=set_to_none)
+
+
+class AcceleratedScheduler:
+    """The LR scheduler ``prepare`` returns: it steps only after an optimizer step that happened (synced gradients,
+    no fp16 overflow), and then ``num_processes`` times unless ``split_batches``, as Accelerate's does: a
+    schedule written for the one-process number of batches ends with the same learning rate.
+
+    Example::
+
+        scheduler = accelerator.prepare(torch.optim.lr_scheduler.LinearLR(optimizer, total_iters=len(loader)))
+    """
+
+    def __init__(self, scheduler: Any, optimizers: list[AcceleratedOptimizer], gradient_state: GradientState,
+                 num_processes: int, step_with_optimizer: bool = True, split_batches: bool = False) -> None:
+        self.scheduler = scheduler
+        self.optimizers = optimizers
+        self.gradient_state = gradient_state
+        self.step_with_optimizer = step_with_optimizer
+        self.steps_per_update = 1 if split_batches else num_processes
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        """Step as described above."""
+        if not self.step_with_optimizer:
+            self.scheduler.step(*args, **kwargs)
+            return
+        if not self.gradient_state.sync_gradients:
+            if self.gradient_state.adjust_scheduler:
+                self.scheduler._step_count += 1  # keeps torch's "step before optimizer.step()" warning quiet
+            return
+        if any(optimizer.step_was_skipped for optimizer in self.optimizers):
+            return
+        for _ in range(self.steps_per_update):
+            total = getattr(self.scheduler, "total_steps", None)  # OneCycleLR refuses steps past its total
+            if total is None or self.scheduler.last_epoch < total:
+                self.scheduler.step(*args, **kwargs)
+
+    def get_last_lr(self) -> list[float]:
+        """The scheduler's last learning rates."""
+        return self.scheduler.get_last_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scheduler's state dict."""
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the scheduler's state dict."""
+        self.scheduler.load_state_dict(state_dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "scheduler":
+            raise AttributeError(name)
+        return getattr(self.scheduler, name)
+
+    def __repr__(self) -> str:
+        return f"AcceleratedScheduler({self.scheduler!r})"
