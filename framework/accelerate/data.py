@@ -225,11 +225,15 @@ class PreparedDataLoader:
         """Where this loader stands: passes started, whether one runs and how many of its batches were handed out,
         and the randomness of its order."""
         record = self._batches.order_record if self._batches is not None and self._in_pass else None
-        return {"passes": self._passes, "in_pass": self._in_pass, "position": self._position, "order": record}
+        shared_seed = self._batches.shared_seed if self._batches is not None else 0
+        return {"passes": self._passes, "in_pass": self._in_pass, "position": self._position, "order": record,
+                "shared_seed": shared_seed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next iteration finishes the pass it was in, or starts the one after."""
         self._passes = state["passes"]
+        if self._batches is not None:  # the ranks' shuffled orders come from the seed they agreed on then
+            self._batches.shared_seed = state.get("shared_seed", self._batches.shared_seed)
         self._resume = None
         if state["in_pass"]:
             self._resume = {"pass": state["passes"] - 1, "position": state["position"], "order": state["order"]}

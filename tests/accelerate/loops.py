@@ -1,0 +1,81 @@
+"""One training loop written three ways: for the Accelerator, for the Runtime, and as plain PyTorch; shared by the
+Accelerator's tests (functions at the top level, so started ranks can import them)."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import framework
+from framework.accelerate import Accelerator
+
+FEATURES = 4
+
+
+def data(count: int = 64, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(count, FEATURES, generator=generator)
+    return TensorDataset(x, x.sum(dim=1, keepdim=True).sin())
+
+
+def model_and_optimizer(seed: int = 0, dropout: float = 0.1) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A small MLP with momentum SGD, so any difference in the gradients shows in the weights; dropout, so the
+    random state matters too."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Dropout(dropout),
+                                torch.nn.Linear(8, 1))
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: value.detach().cpu().clone() for name, value in model.state_dict().items()}
+
+
+def accelerate_loop(accumulate: int = 2, epochs: int = 2, shuffle: bool = True, count: int = 64,
+                    batch_size: int = 4, dropout: float = 0.1, **options) -> dict:
+    """The loop as an Accelerate user writes it; returns the final weights and what each batch saw."""
+    model, optimizer = model_and_optimizer(dropout=dropout)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulate, **options)
+    loader = DataLoader(data(count), batch_size=batch_size, shuffle=shuffle)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    syncs = []
+    for _ in range(epochs):
+        model.train()
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                accelerator.backward(loss)
+                syncs.append(accelerator.sync_gradients)
+                optimizer.step()
+                optimizer.zero_grad()
+    return {"weights": {name: value.clone() for name, value in accelerator.get_state_dict(model).items()},
+            "syncs": syncs, "batches": len(loader), "distributed_type": accelerator.distributed_type.value}
+
+
+def runtime_loop(accumulate: int = 2, epochs: int = 2, shuffle: bool = True, count: int = 64,
+                 batch_size: int = 4, dropout: float = 0.1) -> dict:
+    """The same loop on the Runtime (Fabric's way): accumulation written out by hand."""
+    model, optimizer = model_and_optimizer(dropout=dropout)
+    runtime = framework.Runtime(accelerator="cpu")
+    model, optimizer = runtime.setup(model, optimizer)
+    loader = runtime.setup_dataloaders(DataLoader(data(count), batch_size=batch_size, shuffle=shuffle))
+    for _ in range(epochs):
+        model.train()
+        for index, (x, y) in enumerate(loader, start=1):
+            stepping = index % accumulate == 0 or index == len(loader)
+            with runtime.no_backward_sync(model, enabled=not stepping):
+                runtime.backward(torch.nn.functional.mse_loss(model(x), y) / accumulate)
+            if stepping:
+                optimizer.step()
+                optimizer.zero_grad()
+    return {"weights": weights(model.module)}
+
+
+# On several ranks the two loops put a pass's samples on other ranks (Accelerate deals whole batches, the Runtime
+# every N-th sample): the same samples make each step, but each rank draws the same dropout masks for other rows.
+def accelerate_loop_on_rank(rank: int, accumulate: int, shuffle: bool) -> dict:
+    return accelerate_loop(accumulate=accumulate, shuffle=shuffle, dropout=0.0)
+
+
+def runtime_loop_on_rank(rank: int, accumulate: int, shuffle: bool) -> dict:
+    return runtime_loop(accumulate=accumulate, shuffle=shuffle, dropout=0.0)

@@ -1,0 +1,112 @@
+"""The Accelerator on two real gloo ranks: it trains as the Runtime does, syncs gradients only where Accelerate
+does, gathers evaluation results exactly, resumes exactly, and runs FSDP on CPU."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from framework.accelerate import Accelerator
+from framework.runtime.wrappers import forward_module
+from framework.testing import spawn
+from tests.accelerate.loops import accelerate_loop_on_rank, data, model_and_optimizer, runtime_loop_on_rank
+from tests.accelerate.resumable import train_on_rank
+
+
+def _assert_same(weights: dict, reference: dict, exact: bool = False) -> None:
+    for name, value in weights.items():
+        tolerance = {"rtol": 0, "atol": 0} if exact else {"rtol": 1e-5, "atol": 1e-6}
+        torch.testing.assert_close(value, reference[name], **tolerance, msg=name)
+
+
+def test_two_ranks_train_as_the_runtime_does_with_accumulation_and_shuffling():
+    accelerated = spawn(2, accelerate_loop_on_rank, 2, True)
+    reference = spawn(2, runtime_loop_on_rank, 2, True)
+    for rank in (0, 1):
+        _assert_same(accelerated[rank]["weights"], reference[0]["weights"])
+        assert accelerated[rank]["batches"] == 8  # 16 batches a pass, dealt out in turn
+        assert accelerated[rank]["syncs"] == [False, True] * 8
+        assert accelerated[rank]["distributed_type"] == "MULTI_CPU"
+
+
+def _count_all_reduces(rank: int) -> dict:
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    model, optimizer = model_and_optimizer()
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=3)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data(40), batch_size=4))
+    reduced = [0]
+
+    def counting(state, bucket):
+        reduced[0] += 1
+        return allreduce_hook(state, bucket)
+
+    forward_module(model).register_comm_hook(None, counting)
+    syncs = 0
+    for x, y in loader:  # 5 batches on each rank: windows of 3, then the pass's last batch syncs
+        with accelerator.accumulate(model):
+            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+            syncs += accelerator.sync_gradients
+            optimizer.step()
+            optimizer.zero_grad()
+    return {"all_reduces": reduced[0], "syncs": syncs}
+
+
+def test_gradients_are_all_reduced_only_on_the_batches_that_sync():
+    for counts in spawn(2, _count_all_reduces):
+        assert counts == {"all_reduces": 2, "syncs": 2}
+
+
+def _evaluate(rank: int) -> dict:
+    accelerator = Accelerator(cpu=True)
+    values = torch.arange(101.0)
+    loader = accelerator.prepare(DataLoader(TensorDataset(values), batch_size=8))
+    tensors, objects, sizes = [], [], []
+    for (batch,) in loader:
+        sizes.append(len(batch))
+        tensors.append(accelerator.gather_for_metrics(batch))
+        objects.extend(accelerator.gather_for_metrics([f"sample {int(v)}" for v in batch]))
+    return {"tensors": torch.cat(tensors), "objects": objects, "sizes": sizes,
+            "gather": accelerator.gather(torch.tensor(float(rank))),
+            "padded": accelerator.pad_across_processes(torch.ones(rank + 1), pad_index=-1),
+            "reduced": accelerator.reduce(torch.tensor(rank + 1.0), reduction="mean")}
+
+
+def test_gather_for_metrics_sees_each_of_101_samples_once_in_order():
+    for seen in spawn(2, _evaluate):
+        assert torch.equal(seen["tensors"], torch.arange(101.0))
+        assert seen["objects"] == [f"sample {index}" for index in range(101)]
+        assert seen["sizes"] == [8] * 7  # the last round completed so both ranks run 7 full batches
+        assert torch.equal(seen["gather"], torch.tensor([0.0, 1.0]))
+        assert seen["reduced"].item() == 1.5
+    assert spawn(2, _evaluate)[0]["padded"].tolist() == [1.0, -1.0]
+
+
+def test_two_ranks_resume_from_save_state_as_if_never_stopped(tmp_path):
+    folder = str(tmp_path / "state")
+    whole = spawn(2, train_on_rank, str(tmp_path / "unused"), False, None)
+    saved = spawn(2, train_on_rank, folder, True, None)
+    assert {"random_states_0.pkl", "random_states_1.pkl", "model.safetensors"} <= set(saved[0]["saved"])
+    resumed = spawn(2, train_on_rank, folder, False, "position")
+    for rank in (0, 1):
+        _assert_same(resumed[rank]["weights"], whole[rank]["weights"], exact=True)
+
+
+def test_fsdp_from_the_launchers_settings_trains_saves_and_resumes_on_cpu_ranks(tmp_path, monkeypatch):
+    ddp = spawn(2, accelerate_loop_on_rank, 2, True)
+    for name, value in {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_RESHARD_AFTER_FORWARD": "true",
+                        "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP", "FSDP_TRANSFORMER_CLS_TO_WRAP": "Linear",
+                        "FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT"}.items():
+        monkeypatch.setenv(name, value)
+    sharded = spawn(2, accelerate_loop_on_rank, 2, True)
+    assert sharded[0]["distributed_type"] == "FSDP"
+    _assert_same(sharded[0]["weights"], ddp[0]["weights"])
+    folder = str(tmp_path / "state")
+    whole = spawn(2, train_on_rank, str(tmp_path / "unused"), False, None)
+    saved = spawn(2, train_on_rank, folder, True, None)
+    assert {"pytorch_model_fsdp_0", "optimizer_0"} <= set(saved[0]["saved"])
+    assert os.path.isdir(os.path.join(folder, "pytorch_model_fsdp_0"))
+    resumed = spawn(2, train_on_rank, folder, False, "position")
+    _assert_same(resumed[0]["weights"], whole[0]["weights"])
