@@ -14,10 +14,11 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader, RandomSampler
 
 from framework.accelerate import checkpointing, settings, tracking
-from framework.accelerate.data import PreparedDataLoader, SkippedDataLoader
+from framework.accelerate.data import PreparedDataLoader, skip_first_batches
 from framework.accelerate.gradient_state import GradientState
 from framework.accelerate.prepared import AcceleratedOptimizer, AcceleratedScheduler
 from framework.accelerate.processes import ProcessControl
+from framework.accelerate.tracking import TrackerMethods
 from framework.accelerate.utils import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -35,7 +36,7 @@ from framework.runtime.wrappers import RuntimeModule, forward_module, original_m
 from framework.strategies.sharded_tensors import whole
 
 
-class Accelerator(ProcessControl):
+class Accelerator(ProcessControl, TrackerMethods):
     """Accelerate's ``Accelerator`` on the framework's Runtime: change ``from accelerate import Accelerator`` to
     ``from framework.accelerate import Accelerator`` and the loop runs, on one process or on the ranks
     ``framework launch`` (or torchrun) started, CPU ranks included.
@@ -66,9 +67,9 @@ class Accelerator(ProcessControl):
                  step_scheduler_with_optimizer: bool = True, kwargs_handlers: list[Any] | None = None,
                  dynamo_backend: Any = None, dynamo_plugin: Any = None, deepspeed_plugins: Any = None,
                  parallelism_config: Any = None) -> None:
-        _refuse(deepspeed_plugin=deepspeed_plugin, deepspeed_plugins=deepspeed_plugins, torch_tp_plugin=torch_tp_plugin,
-                megatron_lm_plugin=megatron_lm_plugin, parallelism_config=parallelism_config,
-                dynamo_plugin=dynamo_plugin)
+        settings.refuse_plugins(deepspeed_plugin=deepspeed_plugin, deepspeed_plugins=deepspeed_plugins,
+                                torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
+                                parallelism_config=parallelism_config, dynamo_plugin=dynamo_plugin)
         self.dataloader_config = dataloader_config or DataLoaderConfiguration(split_batches=split_batches)
         if self.dataloader_config.split_batches:
             raise MisconfigurationError("Accelerator(split_batches=True) is not supported: each process takes whole "
@@ -76,20 +77,12 @@ class Accelerator(ProcessControl):
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
             self.project_configuration.set_directories(os.fspath(project_dir))
-        handlers = _handlers(kwargs_handlers)
+        handlers = settings.handlers_by_type(kwargs_handlers)
         self._mixed_precision = settings.mixed_precision(mixed_precision)
-        self.gradient_state = GradientState(**_accumulation(gradient_accumulation_plugin, gradient_accumulation_steps))
-        ddp = handlers.get(DistributedDataParallelKwargs)
-        group = handlers.get(InitProcessGroupKwargs)
-        strategy = settings.strategy(fsdp_plugin, ddp.to_kwargs() if ddp else {}, _group_options(group))
-        self._runtime = Runtime(accelerator="cpu" if cpu or settings.flag("ACCELERATE_USE_CPU") else "auto",
-                                strategy=strategy, precision=settings.PRECISIONS[self._mixed_precision],
-                                compile=_compile_options(dynamo_backend))
-        scaler = handlers.get(GradScalerKwargs)
-        if scaler is not None and self._mixed_precision == "fp16":
-            self._runtime.precision.scaler = torch.amp.GradScaler(self.device.type, **scaler.to_kwargs())
+        accumulation = settings.accumulation_settings(gradient_accumulation_plugin, gradient_accumulation_steps)
+        self.gradient_state = GradientState(**accumulation)
+        self._runtime = self._make_runtime(cpu, fsdp_plugin, handlers, dynamo_backend)
         self._autocast_handler = handlers.get(AutocastKwargs)
-        self._runtime.setup_environment()
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = rng_types
@@ -102,6 +95,19 @@ class Accelerator(ProcessControl):
         self._custom_objects: list[Any] = []
         self._requested_trackers = tracking.requested_trackers(log_with)
         self.trackers: list[Any] = []
+
+    def _make_runtime(self, cpu: bool, fsdp_plugin: Any, handlers: dict[type, Any], dynamo_backend: Any) -> Runtime:
+        """The Runtime on this process's device, its process group joined where a launcher started ranks."""
+        ddp, group = handlers.get(DistributedDataParallelKwargs), handlers.get(InitProcessGroupKwargs)
+        strategy = settings.strategy(fsdp_plugin, ddp.to_kwargs() if ddp else {}, settings.process_group_options(group))
+        runtime = Runtime(accelerator="cpu" if cpu or settings.flag("ACCELERATE_USE_CPU") else "auto",
+                          strategy=strategy, precision=settings.PRECISIONS[self._mixed_precision],
+                          compile=settings.compile_options(dynamo_backend))
+        scaler = handlers.get(GradScalerKwargs)
+        if scaler is not None and self._mixed_precision == "fp16":
+            runtime.precision.scaler = torch.amp.GradScaler(runtime.device.type, **scaler.to_kwargs())
+        runtime.setup_environment()
+        return runtime
 
     # -- settings ---
     @property
@@ -198,7 +204,7 @@ class Accelerator(ProcessControl):
             return model
         names = {parameter: name for name, parameter in model.named_parameters()}
         placement = self.device_placement if device_placement is None else device_placement
-        _check_wrapped_classes(self._runtime.strategy, model)
+        settings.check_wrapped_classes(self._runtime.strategy, model)
         prepared = self._runtime.setup_module(model, move_to_device=placement, float_outputs=self.native_amp)
         self._models.append(prepared)
         self._parameter_names.append(names)
@@ -386,59 +392,9 @@ class Accelerator(ProcessControl):
         prepared dataloader continues where the saved one stood."""
         checkpointing.load_state(self, input_dir, strict)
 
-    # -- trackers ---
-    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
-                      init_kwargs: dict[str, Any] | None = None) -> None:
-        """Start the trackers of ``log_with`` on the main process, recording ``config``."""
-        if not self.is_main_process:
-            return
-        self.trackers = tracking.make_trackers(self._requested_trackers, project_name, self.logging_dir,
-                                               init_kwargs or {})
-        if config is not None:
-            tracking.store_config(self.trackers, dict(config))
-
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The tracker named ``name`` (its underlying run or writer with ``unwrap``)."""
-        for tracker in self.trackers:
-            if tracking.tracker_name(tracker) == name:
-                return tracker.experiment if unwrap else tracker
-        raise ValueError(f"get_tracker({name!r}): no such tracker; started: "
-                         f"{[tracking.tracker_name(t) for t in self.trackers]}.")
-
-    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> None:
-        """Log ``values`` to every tracker, on the main process."""
-        if self.is_main_process:
-            tracking.log_values(self.trackers, values, step, log_kwargs or {})
-
-    def end_training(self) -> None:
-        """Finish the trackers and end the process group (a barrier first)."""
-        tracking.finish(self.trackers)
-        self._runtime.strategy.end_process_group()
-
     def __repr__(self) -> str:
         return (f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
                 f"mixed_precision={self.mixed_precision!r}, distributed_type={self.distributed_type.value})")
-
-
-def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
-    """``dataloader``'s current pass from batch ``num_batches``: a prepared loader skips without loading those
-    batches; any other iterable drops them as it goes."""
-    if isinstance(dataloader, PreparedDataLoader):
-        return SkippedDataLoader(dataloader, num_batches)
-    return _Skipped(dataloader, num_batches)
-
-
-class _Skipped:
-    def __init__(self, iterable: Any, count: int) -> None:
-        self.iterable, self.count = iterable, count
-
-    def __iter__(self) -> Iterator[Any]:
-        import itertools
-
-        return itertools.islice(iter(self.iterable), self.count, None)
-
-    def __len__(self) -> int:
-        return max(len(self.iterable) - self.count, 0)
 
 
 def _kind(obj: Any) -> str | None:
@@ -457,75 +413,3 @@ def _as_it_is(batch: Any) -> Any:
     return batch
 
 
-def _refuse(**plugins: Any) -> None:
-    given = [name for name, value in plugins.items() if value is not None]
-    if given:
-        raise MisconfigurationError(
-            f"Accelerator({given[0]}=...) is not supported: the framework runs DDP and FSDP2 (fsdp_plugin=, or "
-            "`framework launch --use_fsdp`), not DeepSpeed, Megatron-LM or tensor-parallel plugins."
-        )
-
-
-def _handlers(kwargs_handlers: list[Any] | None) -> dict[type, Any]:
-    found: dict[type, Any] = {}
-    for handler in kwargs_handlers or []:
-        kind = type(handler)
-        if kind not in (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs):
-            raise MisconfigurationError(
-                f"Accelerator(kwargs_handlers=[{describe(handler)}]): accepted DistributedDataParallelKwargs, "
-                "GradScalerKwargs, InitProcessGroupKwargs and AutocastKwargs from framework.accelerate.utils."
-            )
-        if kind in found:
-            raise MisconfigurationError(f"Accelerator(kwargs_handlers=...): two {kind.__name__} given; pass one.")
-        found[kind] = handler
-    return found
-
-
-def _accumulation(plugin: GradientAccumulationPlugin | None, steps: int) -> dict[str, Any]:
-    if plugin is None:
-        return {"num_steps": settings.accumulation_steps(steps)}
-    if steps != 1:
-        raise MisconfigurationError("Accelerator: pass gradient_accumulation_steps or gradient_accumulation_plugin, "
-                                    "not both.")
-    return {"num_steps": settings.accumulation_steps(plugin.num_steps or 1),
-            "sync_with_dataloader": plugin.sync_with_dataloader, "sync_each_batch": plugin.sync_each_batch,
-            "adjust_scheduler": plugin.adjust_scheduler}
-
-
-def _group_options(handler: InitProcessGroupKwargs | None) -> dict[str, Any]:
-    if handler is None:
-        return {}
-    options: dict[str, Any] = {}
-    if handler.backend is not None:
-        options["process_group_backend"] = handler.backend
-    if handler.timeout is not None:
-        options["timeout"] = handler.timeout
-    return options
-
-
-def _compile_options(dynamo_backend: Any) -> bool | dict[str, Any]:
-    backend = dynamo_backend if dynamo_backend is not None else os.environ.get("ACCELERATE_DYNAMO_BACKEND")
-    backend = str(getattr(backend, "value", backend) or "no").lower()
-    if backend == "no":
-        return False
-    options: dict[str, Any] = {"backend": backend}
-    if os.environ.get("ACCELERATE_DYNAMO_MODE"):
-        options["mode"] = os.environ["ACCELERATE_DYNAMO_MODE"]
-    if settings.flag("ACCELERATE_DYNAMO_USE_FULLGRAPH"):
-        options["fullgraph"] = True
-    return options
-
-
-def _check_wrapped_classes(strategy: Any, model: nn.Module) -> None:
-    """A transformer layer class to wrap that the model does not have is a typo, said now (as Accelerate does)."""
-    policy = getattr(strategy, "auto_wrap_policy", None)
-    names = getattr(policy, "names", None)
-    if not names:
-        return
-    present = {type(module).__name__ for module in model.modules()}
-    missing = sorted(names - present)
-    if missing:
-        raise MisconfigurationError(
-            f"fsdp_transformer_layer_cls_to_wrap names {missing}, which {type(model).__name__} does not contain; "
-            f"its module classes are {sorted(present)}."
-        )

@@ -261,6 +261,27 @@ class SkippedDataLoader:
         return getattr(self.loader, name)
 
 
+def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+    """``dataloader``'s current pass from batch ``num_batches``: a prepared loader skips without loading those
+    batches; any other iterable drops them as it goes."""
+    if isinstance(dataloader, PreparedDataLoader):
+        return SkippedDataLoader(dataloader, num_batches)
+    return _Skipped(dataloader, num_batches)
+
+
+class _Skipped:
+    def __init__(self, iterable: Any, count: int) -> None:
+        self.iterable, self.count = iterable, count
+
+    def __iter__(self) -> Iterator[Any]:
+        import itertools
+
+        return itertools.islice(iter(self.iterable), self.count, None)
+
+    def __len__(self) -> int:
+        return max(len(self.iterable) - self.count, 0)
+
+
 def _plainly_shuffles(sampler: Any) -> bool:
     return (type(sampler) is RandomSampler and not sampler.replacement
             and sampler.num_samples == len(sampler.data_source))

@@ -12,6 +12,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from framework.accelerate.utils import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+)
 from framework.errors import MisconfigurationError, describe
 
 PRECISIONS = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
@@ -158,3 +165,82 @@ class AtLeast:
 
     def __call__(self, module: Any) -> bool:
         return sum(parameter.numel() for parameter in module.parameters()) >= self.min_num_params
+
+
+def refuse_plugins(**plugins: Any) -> None:
+    """Refuse the plugins of engines the framework does not run (DeepSpeed, Megatron-LM ...)."""
+    given = [name for name, value in plugins.items() if value is not None]
+    if given:
+        raise MisconfigurationError(
+            f"Accelerator({given[0]}=...) is not supported: the framework runs DDP and FSDP2 (fsdp_plugin=, or "
+            "`framework launch --use_fsdp`), not DeepSpeed, Megatron-LM or tensor-parallel plugins."
+        )
+
+
+def handlers_by_type(kwargs_handlers: list[Any] | None) -> dict[type, Any]:
+    """``kwargs_handlers`` by their class, checked: known kinds, one of each."""
+    found: dict[type, Any] = {}
+    for handler in kwargs_handlers or []:
+        kind = type(handler)
+        if kind not in (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs):
+            raise MisconfigurationError(
+                f"Accelerator(kwargs_handlers=[{describe(handler)}]): accepted DistributedDataParallelKwargs, "
+                "GradScalerKwargs, InitProcessGroupKwargs and AutocastKwargs from framework.accelerate.utils."
+            )
+        if kind in found:
+            raise MisconfigurationError(f"Accelerator(kwargs_handlers=...): two {kind.__name__} given; pass one.")
+        found[kind] = handler
+    return found
+
+
+def accumulation_settings(plugin: GradientAccumulationPlugin | None, steps: int) -> dict[str, Any]:
+    """``GradientState`` arguments from the plugin or the step count (the launcher's count wins)."""
+    if plugin is None:
+        return {"num_steps": accumulation_steps(steps)}
+    if steps != 1:
+        raise MisconfigurationError("Accelerator: pass gradient_accumulation_steps or gradient_accumulation_plugin, "
+                                    "not both.")
+    return {"num_steps": accumulation_steps(plugin.num_steps or 1),
+            "sync_with_dataloader": plugin.sync_with_dataloader, "sync_each_batch": plugin.sync_each_batch,
+            "adjust_scheduler": plugin.adjust_scheduler}
+
+
+def process_group_options(handler: InitProcessGroupKwargs | None) -> dict[str, Any]:
+    """The strategy's backend and timeout from ``InitProcessGroupKwargs``."""
+    if handler is None:
+        return {}
+    options: dict[str, Any] = {}
+    if handler.backend is not None:
+        options["process_group_backend"] = handler.backend
+    if handler.timeout is not None:
+        options["timeout"] = handler.timeout
+    return options
+
+
+def compile_options(dynamo_backend: Any) -> bool | dict[str, Any]:
+    """The Runtime's ``compile=`` from ``dynamo_backend`` or the launcher's ``ACCELERATE_DYNAMO_*``."""
+    backend = dynamo_backend if dynamo_backend is not None else os.environ.get("ACCELERATE_DYNAMO_BACKEND")
+    backend = str(getattr(backend, "value", backend) or "no").lower()
+    if backend == "no":
+        return False
+    options: dict[str, Any] = {"backend": backend}
+    if os.environ.get("ACCELERATE_DYNAMO_MODE"):
+        options["mode"] = os.environ["ACCELERATE_DYNAMO_MODE"]
+    if flag("ACCELERATE_DYNAMO_USE_FULLGRAPH"):
+        options["fullgraph"] = True
+    return options
+
+
+def check_wrapped_classes(strategy: Any, model: Any) -> None:
+    """A transformer layer class to wrap that the model does not have is a typo, said now (as Accelerate does)."""
+    policy = getattr(strategy, "auto_wrap_policy", None)
+    names = getattr(policy, "names", None)
+    if not names:
+        return
+    present = {type(module).__name__ for module in model.modules()}
+    missing = sorted(names - present)
+    if missing:
+        raise MisconfigurationError(
+            f"fsdp_transformer_layer_cls_to_wrap names {missing}, which {type(model).__name__} does not contain; "
+            f"its module classes are {sorted(present)}."
+        )

@@ -113,3 +113,43 @@ def _installed(name: str) -> bool:
 
     module = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}[name]
     return importlib.util.find_spec(module) is not None
+
+
+class TrackerMethods:
+    """The ``Accelerator``'s trackers: ``init_trackers``, ``log``, ``get_tracker`` and ``end_training``; it needs
+    ``self._requested_trackers``, ``self.trackers``, ``self.logging_dir``, ``self.is_main_process`` and
+    ``self._runtime``."""
+
+    _requested_trackers: list[Any]
+    trackers: list[Any]
+    logging_dir: str | None
+    is_main_process: bool
+    _runtime: Any
+
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, Any] | None = None) -> None:
+        """Start the trackers of ``log_with`` on the main process, recording ``config``."""
+        if not self.is_main_process:
+            return
+        self.trackers = make_trackers(self._requested_trackers, project_name, self.logging_dir,
+                                               init_kwargs or {})
+        if config is not None:
+            store_config(self.trackers, dict(config))
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker named ``name`` (its underlying run or writer with ``unwrap``)."""
+        for tracker in self.trackers:
+            if tracker_name(tracker) == name:
+                return tracker.experiment if unwrap else tracker
+        raise ValueError(f"get_tracker({name!r}): no such tracker; started: "
+                         f"{[tracker_name(t) for t in self.trackers]}.")
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> None:
+        """Log ``values`` to every tracker, on the main process."""
+        if self.is_main_process:
+            log_values(self.trackers, values, step, log_kwargs or {})
+
+    def end_training(self) -> None:
+        """Finish the trackers and end the process group (a barrier first)."""
+        finish(self.trackers)
+        self._runtime.strategy.end_process_group()
