@@ -4,12 +4,16 @@ Every option torchrun takes is accepted, spelled with dashes or underscores. Two
 differ: on one node without a rendezvous address it runs ``--standalone`` (a free port, so
 two runs on one machine do not collide), and each rank gets ``OMP_NUM_THREADS`` = its share
 of the CPU cores instead of torchrun's 1.
+
+``accelerate launch``'s options and config files are the other form (:mod:`framework.cli.accelerate_launch`):
+they become torchrun options and the environment variables Accelerate's launcher sets.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 
 _RENDEZVOUS_OPTIONS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr", "--master-port",
@@ -17,15 +21,37 @@ _RENDEZVOUS_OPTIONS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "-
 
 
 def launch(argv: Sequence[str]) -> int:
-    """Run ``torchrun <argv>``; returns the exit code (0 when every rank succeeded).
+    """Run ``torchrun <argv>``, or the torchrun launch Accelerate's options in ``argv`` describe; returns the exit
+    code (0 when every rank succeeded, 2 for options or a config that cannot be honoured).
 
     Example::
 
         framework launch --nproc-per-node 2 train.py --epochs 3
+        framework launch --num_processes 2 --mixed_precision bf16 train.py --epochs 3
     """
-    from torch.distributed.run import get_args_parser, run
+    from framework.cli.accelerate_launch import help_text, print_notes, translate, wants_help
+    from framework.cli.errors import ConfigError
 
     argv = list(argv)
+    if wants_help(argv):
+        print(help_text(), end="")
+        return 0
+    try:
+        accelerate = translate(argv)
+    except ConfigError as error:  # a message written to be read, not a traceback
+        print(f"framework launch: error: {error}", file=sys.stderr)
+        return 2
+    if accelerate is not None:
+        print_notes(accelerate.notes, sys.stderr)
+        os.environ.update(accelerate.environment)
+        argv = accelerate.torchrun_argv
+    return _torchrun(argv)
+
+
+def _torchrun(argv: list[str]) -> int:
+    """``torchrun <argv>`` with this launcher's two defaults (--standalone on one node, OMP_NUM_THREADS)."""
+    from torch.distributed.run import get_args_parser, run
+
     parser = get_args_parser()
     options = _options_before_script(argv, _flags_of(parser))
     if not any(option.split("=")[0] in _RENDEZVOUS_OPTIONS for option in options) and _nodes(options) == "1":

@@ -1,0 +1,133 @@
+"""The checks of Accelerate config values: each takes what a YAML file or a flag gives (``true``, ``"yes"``,
+``2``, ``"2"``, ``1e8``) and returns the value in one spelling, or raises :class:`Refused` saying what is
+accepted. Accelerate's own reader is as lenient about spellings (``str_to_bool``, upper-cased names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Check = Callable[[Any], Any]
+
+_TRUE = ("true", "yes", "y", "on", "1")
+_FALSE = ("false", "no", "n", "off", "0")
+_HSDP = " yet (hybrid sharding comes with the tensor-parallel/HSDP work)"
+_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
+_HYBRID = {"HYBRID_SHARD": _HSDP, "HYBRID_SHARD_ZERO2": _HSDP, "_HYBRID_SHARD_ZERO2": _HSDP}
+
+
+class Refused(ValueError):
+    """A value a key cannot take; the message names the value and what is accepted."""
+
+
+def choice(*accepted: str, lower: bool = False, refused: Mapping[str, str] | None = None) -> Check:
+    """A check for one of ``accepted`` (matched without regard to case; returned as spelled in ``accepted``).
+    ``refused`` maps values known but not supported to the reason told."""
+    refused = refused or {}
+
+    def check(value: Any) -> str:
+        if value is False and "NO" in (name.upper() for name in accepted):
+            value = "no"  # YAML 1.1 reads an unquoted `no` as false
+        spelled = str(value).strip()
+        canonical = spelled.lower() if lower else spelled.upper()
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and canonical in accepted:
+            return canonical
+        reason = refused.get(spelled.upper(), "")
+        raise Refused(f"{value!r} is not supported{reason}; accepted: {', '.join(accepted)}.")
+
+    return check
+
+
+def whole(minimum: int, maximum: int | None = None, also: tuple[int, ...] = ()) -> Check:
+    """A check for a whole number from ``minimum`` to ``maximum`` (or one of ``also``); ``"2"`` and ``1e8`` count."""
+
+    def check(value: Any) -> int:
+        number = _as_int(value)
+        if number is not None and (number in also or (number >= minimum and (maximum is None or number <= maximum))):
+            return number
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
+        raise Refused(f"{value!r} is not accepted; accepted: a whole number {bounds}.")
+
+    return check
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(mark in value for mark in ".eE") else int(value)
+        except ValueError:
+            return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) else None
+
+
+def boolean(value: Any) -> bool:
+    """``true``/``false`` (also ``yes``/``no``, ``1``/``0``, in any case, as Accelerate's ``str_to_bool``)."""
+    if isinstance(value, bool):
+        return value
+    spelled = str(value).strip().lower()
+    if isinstance(value, (str, int)) and spelled in _TRUE + _FALSE:
+        return spelled in _TRUE
+    raise Refused(f"{value!r} is not accepted; accepted: true, false.")
+
+
+def text(value: Any) -> str:
+    """A non-empty string (an address, a name)."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise Refused(f"{value!r} is not accepted; accepted: a non-empty string.")
+
+
+def class_names(value: Any) -> str:
+    """Layer class names, comma-separated as Accelerate writes them (a YAML list is joined)."""
+    if isinstance(value, list) and value and all(isinstance(name, str) and name.strip() for name in value):
+        return ",".join(name.strip() for name in value)
+    if isinstance(value, str) and all(name.strip() for name in value.split(",")):
+        return ",".join(name.strip() for name in value.split(","))
+    raise Refused(f"{value!r} is not accepted; accepted: class names, comma-separated (BertLayer,BertEmbeddings).")
+
+
+def gpu_ids(value: Any) -> str:
+    """``all`` or GPU indices, comma-separated (``0,1``), as ``CUDA_VISIBLE_DEVICES`` takes them."""
+    if isinstance(value, list):
+        value = ",".join(str(item) for item in value)
+    spelled = str(value).strip().replace(" ", "")
+    if spelled.lower() == "all":
+        return "all"
+    if not isinstance(value, bool) and spelled and all(part.isdigit() for part in spelled.split(",")):
+        return spelled
+    raise Refused(f"{value!r} is not accepted; accepted: all, or GPU indices comma-separated (0,1).")
+
+
+def sharding_strategy(value: Any) -> str:
+    """FSDP version 1's strategy by name, or by Accelerate's number for it (1 FULL_SHARD ... 5 HYBRID_SHARD_ZERO2).
+    Hybrid sharding is refused: it needs a 2-D device mesh, which comes with the HSDP work."""
+    number = _as_int(value)
+    if number is not None and 1 <= number <= 5:
+        value = (*_SHARDING, "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")[number - 1]
+    return choice(*_SHARDING, refused=_HYBRID)(value)
+
+
+def reshard(value: Any) -> bool | str:
+    """``fsdp_reshard_after_forward``: true/false (FSDP version 2), or a sharding strategy name (version 1,
+    where ``accelerate config`` writes the strategy under this key)."""
+    try:
+        return boolean(value)
+    except Refused:
+        pass
+    try:
+        return choice(*_SHARDING, refused=_HYBRID)(value)
+    except Refused as refused:
+        if str(value).strip().upper() in _HYBRID:
+            raise
+        raise Refused(f"{value!r} is not accepted; accepted: true, false (fsdp_version 2), "
+                      f"{', '.join(_SHARDING)} (fsdp_version 1).") from refused
+
+
+def empty_section(value: Any) -> bool:
+    """Whether a config section holds nothing (absent, null or ``{}``), as ``accelerate config`` leaves unused ones."""
+    return value is None or value == {}

@@ -1,0 +1,179 @@
+"""Accelerate launch settings as a torchrun launch: the torchrun options that start the ranks, and the
+environment variables that carry the settings to each rank's ``Accelerator()``.
+
+The variables are the ones ``accelerate launch`` (1.15) sets, spelled as it spells them, so a script sees the
+same environment under either launcher:
+
+- always: ``ACCELERATE_USE_CPU`` (``True``/``False``), ``ACCELERATE_MIXED_PRECISION`` (``no``/``fp16``/
+  ``bf16``), ``ACCELERATE_DYNAMO_BACKEND`` (``NO``, ``INDUCTOR`` ...), ``ACCELERATE_DYNAMO_MODE``,
+  ``ACCELERATE_DYNAMO_USE_FULLGRAPH``/``_USE_DYNAMIC``/``_USE_REGIONAL_COMPILATION`` (``True``/``False``);
+- when given: ``ACCELERATE_GRADIENT_ACCUMULATION_STEPS``, ``CUDA_VISIBLE_DEVICES`` (``gpu_ids`` on GPUs),
+  ``OMP_NUM_THREADS`` (``--num_cpu_threads_per_process``);
+- with FSDP: ``ACCELERATE_USE_FSDP=true`` and every ``FSDP_*`` of :data:`FSDP_ENVIRONMENT`, Accelerate's
+  default where the settings give none (booleans ``true``/``false``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from framework.cli.accelerate_config import GPU_TYPES, Settings, check_fsdp
+from framework.cli.errors import ConfigError
+
+# (key, variable, Accelerate's value when the key is not given: None leaves the variable unset)
+FSDP_ENVIRONMENT = (
+    ("fsdp_version", "FSDP_VERSION", 1),
+    ("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY", "FULL_SHARD"),
+    ("fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", True),
+    ("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", False),
+    ("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", 100_000_000),
+    ("fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", None),
+    ("fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", None),
+    ("fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH", None),
+    ("fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE", None),
+    ("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", False),
+    ("fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", True),
+    ("fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", True),
+    ("fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", True),
+    ("fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", False),
+    ("fsdp_activation_checkpointing_offload", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD", False),
+)
+DYNAMO_ENVIRONMENT = (  # (key, variable, default)
+    ("dynamo_backend", "ACCELERATE_DYNAMO_BACKEND", "NO"),
+    ("dynamo_mode", "ACCELERATE_DYNAMO_MODE", "default"),
+    ("dynamo_use_fullgraph", "ACCELERATE_DYNAMO_USE_FULLGRAPH", False),
+    ("dynamo_use_dynamic", "ACCELERATE_DYNAMO_USE_DYNAMIC", False),
+    ("dynamo_use_regional_compilation", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", False),
+)
+DEFAULT_PORT = 29500  # Accelerate's main_process_port when a rendezvous address is given without one
+
+
+@dataclass
+class LaunchPlan:
+    """What ``framework launch`` runs: torchrun's options before the script, the variables every rank gets,
+    and a note said once before the ranks start (a GPU config run on CPU ranks)."""
+
+    torchrun_options: list[str]
+    environment: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
+def launch_plan(settings: Settings, gpus: int) -> LaunchPlan:
+    """The launch of ``settings`` on a machine with ``gpus`` CUDA devices.
+
+    Ranks run on the CPU (gloo) when the settings ask for it (``use_cpu``, ``--cpu``, ``MULTI_CPU``) or when
+    the machine has no GPU, also for a MULTI_GPU or FSDP config, which Accelerate refuses there.
+
+    Example::
+
+        plan = launch_plan(read_config("fsdp.yaml"), gpus=0)
+        plan.torchrun_options  # ['--standalone', '--nproc-per-node', '2']
+        plan.environment["FSDP_VERSION"]  # '2'
+    """
+    distributed = settings.get("distributed_type")
+    cpu_asked = settings.get("use_cpu", False) or distributed == "MULTI_CPU"
+    on_cpu = cpu_asked or gpus == 0
+    processes = _process_count(settings, distributed, on_cpu, gpus)
+    machines = settings.get("num_machines", 1)
+    if processes % machines:
+        raise settings.error("num_processes", f"{processes} processes do not divide among num_machines "
+                                              f"{machines}; give a multiple of {machines}.")
+    per_machine = processes // machines
+    if not on_cpu and per_machine > gpus:
+        raise settings.error("num_processes", f"{processes} processes on {machines} machine(s) are {per_machine} "
+                                              f"per machine, but torch finds {gpus} GPU(s) here; give at most "
+                                              f"{gpus * machines}, or --cpu for CPU ranks.")
+    options = [*_rendezvous(settings, machines), "--nproc-per-node", str(per_machine)]
+    environment = accelerate_environment(settings, on_cpu)
+    if not on_cpu and settings.get("gpu_ids", "all") != "all":
+        environment["CUDA_VISIBLE_DEVICES"] = _visible_gpus(settings, per_machine)
+    notes = []
+    if distributed in GPU_TYPES and not cpu_asked and gpus == 0:
+        source = _source(settings.places["distributed_type"])
+        notes.append(f"{source} asks for GPUs (distributed_type {distributed}), but torch finds none on this "
+                     f"machine (torch.cuda.is_available() is False): starting {per_machine} CPU "
+                     f"rank{'s' if per_machine > 1 else ''} with gloo instead.")
+    return LaunchPlan(options, environment, notes)
+
+
+def accelerate_environment(settings: Settings, on_cpu: bool) -> dict[str, str]:
+    """The variables that carry ``settings`` to the ranks' ``Accelerator()`` (see the module's docstring)."""
+    environment = {"ACCELERATE_USE_CPU": str(on_cpu), "ACCELERATE_MIXED_PRECISION": settings.get("mixed_precision",
+                                                                                                 "no")}
+    if settings.get("gradient_accumulation_steps") is not None:
+        environment["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] = str(settings.get("gradient_accumulation_steps"))
+    for key, variable, default in DYNAMO_ENVIRONMENT:
+        environment[variable] = str(settings.get(key, default))  # Accelerate writes these booleans as True/False
+    if settings.get("distributed_type") == "FSDP":
+        check_fsdp(settings)
+        environment["ACCELERATE_USE_FSDP"] = "true"
+        environment.update(_fsdp_environment(settings))
+    if settings.get("num_cpu_threads_per_process") is not None:
+        environment["OMP_NUM_THREADS"] = str(settings.get("num_cpu_threads_per_process"))
+    return environment
+
+
+def _fsdp_environment(settings: Settings) -> dict[str, str]:
+    environment = {}
+    for key, variable, default in FSDP_ENVIRONMENT:
+        value = settings.get(key, default)
+        if value is not None:
+            environment[variable] = str(value).lower() if isinstance(value, bool) else str(value)
+    resharding = settings.get("fsdp_reshard_after_forward")
+    if isinstance(resharding, str):
+        # `accelerate config` writes version 1's strategy under this key, and Accelerate sends it lower-cased;
+        # the strategy is also sent as FSDP_SHARDING_STRATEGY, which Accelerate 1.15 reads (its own launcher
+        # sends its default FULL_SHARD there, losing the file's choice).
+        environment["FSDP_RESHARD_AFTER_FORWARD"] = resharding.lower()
+        if settings.get("fsdp_sharding_strategy") is None:
+            environment["FSDP_SHARDING_STRATEGY"] = resharding
+    return environment
+
+
+def _source(place: str) -> str:
+    """``--config_file a.yaml`` of ``--config_file a.yaml:3: distributed_type``; a flag (``--use_fsdp``) as it is."""
+    return place.rsplit(": ", 1)[0].rsplit(":", 1)[0] if place.startswith("--config_file ") else place
+
+
+def _process_count(settings: Settings, distributed: str | None, on_cpu: bool, gpus: int) -> int:
+    """num_processes, or where it is not given (or -1): one per GPU on GPUs, else one for a single-process run."""
+    count = settings.get("num_processes", -1)
+    if count != -1:
+        return count
+    if not on_cpu and distributed in (None, *GPU_TYPES):
+        return gpus
+    if distributed in (None, "NO"):
+        return 1
+    source = settings.places.get("distributed_type", "distributed_type")
+    raise ConfigError(f"{source}: {distributed} needs a number of processes and none is given (no num_processes, "
+                      f"or -1), nor GPUs here to count; give --num_processes N.")
+
+
+def _rendezvous(settings: Settings, machines: int) -> list[str]:
+    """torchrun's rendezvous options: where machine 0 listens, or --standalone (a free port) on one machine."""
+    address, port = settings.get("main_process_ip"), settings.get("main_process_port")
+    rank = settings.get("machine_rank", 0)
+    if rank >= machines:
+        raise settings.error("machine_rank", f"{rank} is not below num_machines {machines}; accepted: 0 to "
+                                             f"{machines - 1}.")
+    if machines == 1:
+        if port == 0 or (port is None and address is None):
+            return ["--standalone"]
+        return ["--master-addr", address or "127.0.0.1", "--master-port", str(port or DEFAULT_PORT)]
+    if address is None:
+        raise settings.error("num_machines", f"{machines} machines need main_process_ip, the address of "
+                                             f"machine 0 (--main_process_ip or the config's main_process_ip).")
+    if port == 0:
+        raise settings.error("main_process_port", "0 (any free port) works on one machine only; give the port "
+                                                  "machine 0 listens on.")
+    return ["--nnodes", str(machines), "--node-rank", str(rank), "--master-addr", address,
+            "--master-port", str(port or DEFAULT_PORT)]
+
+
+def _visible_gpus(settings: Settings, per_machine: int) -> str:
+    ids = settings.get("gpu_ids")
+    if len(ids.split(",")) < per_machine:
+        raise settings.error("gpu_ids", f"{ids!r} names {len(ids.split(','))} GPU(s) for {per_machine} processes "
+                                        f"on this machine; name one GPU per process, or all.")
+    return ids
+
