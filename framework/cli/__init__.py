@@ -1,4 +1,4 @@
-"""The ``framework`` command (fit/validate/test/predict from YAML configs, launch, consolidate, env) and
+"""The ``framework`` command (fit/validate/test/predict from YAML configs, launch, config, consolidate, env) and
 :func:`run`, the same fit/validate/test/predict for a script of one's own."""
 
 from __future__ import annotations

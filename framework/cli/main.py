@@ -12,8 +12,12 @@ commands:
                framework fit --config config.yaml --trainer.max_epochs=3 --model.init_args.lr=0.01
   validate, test, predict
                the same for Trainer.validate/test/predict (--ckpt_path best|last|FILE)
-  launch       start a script's ranks (torchrun's options), e.g.
+  launch       start a script's ranks, with torchrun's options or Accelerate's (and its config files), e.g.
                framework launch --nproc-per-node 2 train.py --epochs 3
+               framework launch --num_processes 2 --mixed_precision bf16 train.py
+               framework launch --config_file accelerate.yaml train.py
+  config       write an Accelerate launch config (asks, or takes options), e.g.
+               framework config --distributed_type MULTI_CPU --num_processes 2
   consolidate  write a sharded checkpoint directory as one file, e.g.
                framework consolidate checkpoints/last.ckpt last-full.ckpt
   env          print the versions, devices and distributed backends a bug report needs
@@ -33,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from framework.cli.launch import launch
 
         return launch(rest)
+    if command == "config":
+        from framework.cli.config_command import config_command
+
+        return config_command(rest)
     if command == "env":
         from framework.cli.env import env_command
 
