@@ -1,0 +1,92 @@
+"""Accelerate-style scripts started by torchrun and by ``framework launch`` (its flags, and an Accelerate config
+file with FSDP): two CPU ranks that train as the Runtime does, and the tutorial resuming exactly."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from framework.testing import spawn
+from tests.accelerate.loops import runtime_loop_on_rank
+
+ROOT = Path(__file__).resolve().parents[2]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+LAUNCH = [sys.executable, "-m", "framework", "launch"]
+FSDP_CONFIG = """\
+compute_environment: LOCAL_MACHINE
+debug: false
+distributed_type: FSDP
+downcast_bf16: 'no'
+fsdp_config:
+  fsdp_activation_checkpointing: false
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_cpu_ram_efficient_loading: true
+  fsdp_offload_params: false
+  fsdp_reshard_after_forward: true
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+  fsdp_transformer_layer_cls_to_wrap: Linear
+  fsdp_version: 2
+machine_rank: 0
+main_training_function: main
+mixed_precision: 'no'
+num_machines: 1
+num_processes: 2
+rdzv_backend: static
+same_network: true
+tpu_env: []
+tpu_use_cluster: false
+tpu_use_sudo: false
+use_cpu: false
+"""
+
+
+def _environment() -> dict[str, str]:
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("ACCELERATE_", "FSDP_")) and key != "OMP_NUM_THREADS"}
+    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), environment.get("PYTHONPATH", "")])
+    return environment
+
+
+def _run(command: list[str]) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=_environment(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+# `framework launch` with Accelerate's flags runs the tutorial below, to the torchrun run's weights.
+@pytest.mark.parametrize("launcher", ["torchrun", "fsdp config file"])
+def test_launched_ranks_train_as_the_runtime_does(tmp_path, launcher):
+    script = [str(ROOT / "tests" / "accelerate" / "launched_loop.py"), str(tmp_path)]
+    if launcher == "torchrun":
+        _run([*TORCHRUN, *script])
+    else:
+        (tmp_path / "fsdp.yaml").write_text(FSDP_CONFIG)  # as `accelerate config` writes it, for GPUs
+        _run([*LAUNCH, "--config_file", str(tmp_path / "fsdp.yaml"), *script])
+    reference = spawn(2, runtime_loop_on_rank, 2, True)[0]["weights"]
+    for rank in (0, 1):
+        ran = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        assert ran["distributed_type"] == ("FSDP" if launcher == "fsdp config file" else "MULTI_CPU")
+        assert ran["syncs"] == [False, True] * 8
+        for name, value in ran["weights"].items():
+            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_the_tutorial_cut_off_and_resumed_by_framework_launch_ends_as_the_uninterrupted_torchrun_run(tmp_path):
+    tutorial = [str(ROOT / "tutorials" / "09_accelerate_loop.py")]
+    whole = _run([*TORCHRUN, *tutorial, "--project-dir", str(tmp_path / "whole")])
+    accuracies = re.findall(r"validation accuracy ([0-9.]+) over 360 images", whole)
+    assert len(accuracies) == 5 and float(accuracies[-1]) > 0.9, whole
+    launch = [*LAUNCH, "--num_processes", "2", "--cpu", *tutorial, "--project-dir", str(tmp_path / "cut")]
+    stopped = _run([*launch, "--stop-after", "25"])
+    assert "stopped after 25 batches, state saved in" in stopped and "checkpoint_0" in stopped
+    resumed = _run([*launch, "--resume"])
+    assert "resumed in epoch 1 after 2 batches" in resumed
+    checksum = re.compile(r"weights checksum: ([0-9.]+)")
+    assert checksum.search(resumed).group(1) == checksum.search(whole).group(1)
+    assert os.listdir(tmp_path / "whole" / "model") == ["model.safetensors"]
