@@ -77,7 +77,7 @@ def config_command(argv: Sequence[str]) -> int:
             given.set("num_processes", gpus, "--default")  # one process per GPU, as accelerate config default
         asked = given if machine_default or given.values else ask_settings(gpus, Answers())
         settings = completed(asked, gpus)
-        _check(settings, gpus)
+        _check(settings)
     except ConfigError as error:
         print(f"framework config: error: {error}", file=sys.stderr)
         return 2
@@ -219,7 +219,7 @@ def completed(given: Settings, gpus: int) -> Settings:
     return given.over(base)
 
 
-def _check(settings: Settings, gpus: int) -> None:
+def _check(settings: Settings) -> None:
     """Refuse a config ``framework launch`` could not run, or ``accelerate launch`` would run otherwise."""
     from framework.cli.launch_plan import launch_plan
 
@@ -230,7 +230,7 @@ def _check(settings: Settings, gpus: int) -> None:
     if distributed != "FSDP" and any(key in FSDP_KEYS for key in settings.values):
         key = next(key for key in settings.values if key in FSDP_KEYS)
         raise settings.error(key, f"FSDP is not in use (distributed_type {distributed}); use distributed_type FSDP.")
-    launch_plan(settings, gpus)  # what it refuses, framework launch would refuse
+    launch_plan(settings, gpus=0)  # what it refuses, framework launch would refuse (on any machine: no GPU count)
 
 
 def _gpu_count() -> int:

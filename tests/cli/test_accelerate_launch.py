@@ -313,13 +313,15 @@ def test_a_missing_or_unreadable_file_is_refused_without_a_traceback(tmp_path):
             read_config(_file(tmp_path, text, "bad.yaml"))
 
 
-def launched(arguments: list[str], tmp_path: Path) -> tuple[list[dict], str]:
-    """Each rank's record from accelerate_env_probe.py, launched by `framework launch <arguments>`, and stderr."""
+def launched(arguments: list[str], tmp_path: Path, **variables: str) -> tuple[list[dict], str]:
+    """Each rank's record from accelerate_env_probe.py, launched by `framework launch <arguments>` with these
+    environment ``variables`` added, and what the launcher wrote to stderr."""
     out = tmp_path / "out"
     out.mkdir()
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith(("ACCELERATE_", "FSDP_")) and key != "OMP_NUM_THREADS"}
-    environment.update(PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HOME=str(tmp_path / "hf"))
+    environment.update(PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HOME=str(tmp_path / "hf"),
+                       **variables)
     done = subprocess.run([sys.executable, "-m", "framework", "launch", *arguments, str(PROBE), str(out), "--x", "1"],
                           capture_output=True, text=True, cwd=tmp_path, env=environment, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -348,15 +350,13 @@ def test_accelerates_multi_cpu_file_starts_two_ranks(tmp_path):
 
 
 def test_accelerates_fsdp_file_for_gpus_runs_on_cpu_ranks_where_there_are_none(tmp_path):
-    import torch
-
-    records, stderr = launched(["--config_file", _file(tmp_path, ACCELERATE_FSDP2)], tmp_path)
+    hidden = {"CUDA_VISIBLE_DEVICES": ""}  # a machine without GPUs, also where the tests run on one with them
+    records, stderr = launched(["--config_file", _file(tmp_path, ACCELERATE_FSDP2)], tmp_path, **hidden)
+    assert stderr.count("asks for GPUs (distributed_type FSDP)") == 1  # said once, by the launcher
     for record in records:
+        assert record["environment"]["ACCELERATE_USE_CPU"] == "True"
         for name, value in ACCELERATE_FSDP2_ENVIRONMENT.items():
             assert record["environment"][name] == value, name
-    if not torch.cuda.is_available():
-        assert stderr.count("asks for GPUs (distributed_type FSDP)") == 1  # said once, by the launcher
-        assert all(record["environment"]["ACCELERATE_USE_CPU"] == "True" for record in records)
 
 
 def test_import_framework_leaves_the_launchers_modules_alone():
