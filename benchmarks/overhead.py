@@ -2,7 +2,8 @@
 
 32 -> 64 -> 4 MLP, batch 32, SGD, CPU, one thread, 3,000 steps per run; every variant
 iterates the same pre-built list of batches, so data loading costs nothing and what is
-left is the step plus the framework around it. Each variant runs ``--runs`` times,
+left is the step plus the framework around it. "fw Accelerator" is the loop an Accelerate
+user writes, run on ``framework.accelerate.Accelerator``. Each variant runs ``--runs`` times,
 interleaved, and the median is reported. Lightning and Accelerate rows appear when they
 are importable (run this file with an interpreter that has them and ``framework`` on
 ``PYTHONPATH``).
@@ -18,6 +19,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from common import Batches, importable
@@ -83,6 +85,30 @@ def with_framework(batches: list, log: bool) -> float:
     return elapsed
 
 
+# -- framework's Accelerator ---------------------------------------------------------------------------------------
+def with_framework_accelerator(batches: list, log: bool) -> float:
+    from framework.accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    return accelerate_style_loop(accelerator, batches, log)
+
+
+def accelerate_style_loop(accelerator: Any, batches: list, log: bool) -> float:
+    """The loop an Accelerate user writes, timed for ``accelerator`` (ours or Accelerate's)."""
+    net = make_net()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    net, optimizer = accelerator.prepare(net, optimizer)
+    start = time.perf_counter()
+    for x, y in batches:
+        loss = nn.functional.cross_entropy(net(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if log:
+            accelerator.log({"train_loss": loss})
+    return time.perf_counter() - start
+
+
 # -- Lightning (optional) ------------------------------------------------------------------------------------------
 def with_lightning(batches: list, log: bool) -> float:
     import lightning as L
@@ -116,19 +142,7 @@ def with_lightning(batches: list, log: bool) -> float:
 def with_accelerate(batches: list, log: bool) -> float:
     from accelerate import Accelerator
 
-    accelerator = Accelerator(cpu=True)
-    net = make_net()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
-    net, optimizer = accelerator.prepare(net, optimizer)
-    start = time.perf_counter()
-    for x, y in batches:
-        loss = nn.functional.cross_entropy(net(x), y)
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if log:
-            accelerator.log({"train_loss": loss})
-    return time.perf_counter() - start
+    return accelerate_style_loop(Accelerator(cpu=True), batches, log)
 
 
 def main() -> None:
@@ -141,7 +155,8 @@ def main() -> None:
     logging.disable(logging.WARNING)
 
     Variant = tuple[str, Callable[[list, bool], float]]
-    variants: list[Variant] = [("plain PyTorch", plain), ("framework", with_framework)]
+    variants: list[Variant] = [("plain PyTorch", plain), ("framework", with_framework),
+                               ("fw Accelerator", with_framework_accelerator)]
     if importable("lightning"):
         variants.append(("Lightning", with_lightning))
     if importable("accelerate"):

@@ -13,7 +13,7 @@ def test_import_does_not_load_tensorboard_yaml_or_tqdm():
     # what importing framework adds on top of torch.
     code = (
         "import sys, torch\n"
-        "names = ('tensorboard', 'yaml', 'tqdm', 'torchmetrics', 'fsspec')\n"
+        "names = ('tensorboard', 'yaml', 'tqdm', 'torchmetrics', 'fsspec', 'framework.accelerate')\n"
         "before = {m for m in names if m in sys.modules}\n"
         "import framework\n"
         "print(','.join(m for m in names if m in sys.modules and m not in before))\n"
@@ -25,8 +25,8 @@ def test_import_does_not_load_tensorboard_yaml_or_tqdm():
 def test_the_wrappers_of_optional_packages_import_them_only_when_used():
     code = (
         "import sys\n"
-        "import framework.loggers, framework.callbacks, framework.profilers, framework.tuner\n"
-        "names = ('mlflow', 'wandb', 'rich', 'psutil', 'matplotlib')\n"
+        "import framework.loggers, framework.callbacks, framework.profilers, framework.tuner, framework.accelerate\n"
+        "names = ('mlflow', 'wandb', 'rich', 'psutil', 'matplotlib', 'safetensors')\n"
         "print(','.join(m for m in names if m in sys.modules))\n"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
