@@ -110,3 +110,24 @@ def test_fsdp_from_the_launchers_settings_trains_saves_and_resumes_on_cpu_ranks(
     assert os.path.isdir(os.path.join(folder, "pytorch_model_fsdp_0"))
     resumed = spawn(2, train_on_rank, folder, False, "position")
     _assert_same(resumed[0]["weights"], whole[0]["weights"])
+
+
+def _passes(rank: int) -> dict:
+    accelerator = Accelerator(cpu=True)
+    dataset = TensorDataset(torch.arange(16))
+    torch.manual_seed(0)
+    loader = accelerator.prepare(DataLoader(dataset, batch_size=2, shuffle=True))
+    first, second = ([batch.tolist() for (batch,) in loader] for _ in range(2))
+    torch.manual_seed(0)
+    later = accelerator.prepare(DataLoader(dataset, batch_size=2, shuffle=True))
+    later.set_epoch(1)
+    return {"first": first, "second": second, "set_epoch_1": [batch.tolist() for (batch,) in later]}
+
+
+def test_each_pass_is_shuffled_anew_the_same_way_on_every_rank_and_set_epoch_chooses_it():
+    ranks = spawn(2, _passes)
+    for key in ("first", "second"):
+        seen = sorted(index for rank in ranks for batch in rank[key] for index in batch)
+        assert seen == list(range(16)), key  # each sample on one rank, once
+    assert ranks[0]["first"] != ranks[0]["second"]
+    assert all(rank["set_epoch_1"] == rank["second"] for rank in ranks)

@@ -46,25 +46,34 @@ use_cpu: false
 """
 
 
-def _environment() -> dict[str, str]:
+def _environment(gpus_seen: bool = False) -> dict[str, str]:
+    """The test's environment for a launch, without the launcher settings of this process; with ``gpus_seen``,
+    as on a machine with two GPUs that a CPU run must not touch (tests/fake_cuda), else with any GPUs hidden."""
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith(("ACCELERATE_", "FSDP_")) and key != "OMP_NUM_THREADS"}
-    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), environment.get("PYTHONPATH", "")])
+    paths = [str(ROOT), environment.get("PYTHONPATH", "")]
+    if gpus_seen:
+        paths.insert(0, str(ROOT / "tests" / "fake_cuda"))
+        environment.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        environment["CUDA_VISIBLE_DEVICES"] = ""
+    environment["PYTHONPATH"] = os.pathsep.join(paths)
     return environment
 
 
-def _run(command: list[str]) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=_environment(), timeout=300)
+def _run(command: list[str], gpus_seen: bool = False) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=_environment(gpus_seen), timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
-# `framework launch` with Accelerate's flags runs the tutorial below, to the torchrun run's weights.
-@pytest.mark.parametrize("launcher", ["torchrun", "fsdp config file"])
+@pytest.mark.parametrize("launcher", ["torchrun on a GPU machine", "flags", "fsdp config file"])
 def test_launched_ranks_train_as_the_runtime_does(tmp_path, launcher):
     script = [str(ROOT / "tests" / "accelerate" / "launched_loop.py"), str(tmp_path)]
-    if launcher == "torchrun":
-        _run([*TORCHRUN, *script])
+    if launcher == "torchrun on a GPU machine":
+        _run([*TORCHRUN, *script], gpus_seen=True)  # Accelerator(cpu=True): no CUDA call on any rank
+    elif launcher == "flags":
+        _run([*LAUNCH, "--num_processes", "2", "--cpu", *script])
     else:
         (tmp_path / "fsdp.yaml").write_text(FSDP_CONFIG)  # as `accelerate config` writes it, for GPUs
         _run([*LAUNCH, "--config_file", str(tmp_path / "fsdp.yaml"), *script])
