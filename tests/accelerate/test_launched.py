@@ -14,36 +14,13 @@ import torch
 
 from framework.testing import spawn
 from tests.accelerate.loops import runtime_loop_on_rank
+from tests.cli.test_accelerate_launch import ACCELERATE_FSDP2
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 LAUNCH = [sys.executable, "-m", "framework", "launch"]
-FSDP_CONFIG = """\
-compute_environment: LOCAL_MACHINE
-debug: false
-distributed_type: FSDP
-downcast_bf16: 'no'
-fsdp_config:
-  fsdp_activation_checkpointing: false
-  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
-  fsdp_cpu_ram_efficient_loading: true
-  fsdp_offload_params: false
-  fsdp_reshard_after_forward: true
-  fsdp_state_dict_type: SHARDED_STATE_DICT
-  fsdp_transformer_layer_cls_to_wrap: Linear
-  fsdp_version: 2
-machine_rank: 0
-main_training_function: main
-mixed_precision: 'no'
-num_machines: 1
-num_processes: 2
-rdzv_backend: static
-same_network: true
-tpu_env: []
-tpu_use_cluster: false
-tpu_use_sudo: false
-use_cpu: false
-"""
+# The FSDP2 file `accelerate config` wrote for 2 GPUs, wrapping this test's layers, in full precision.
+FSDP_CONFIG = ACCELERATE_FSDP2.replace("BertLayer", "Linear").replace("mixed_precision: bf16", "mixed_precision: 'no'")
 
 
 def _environment(gpus_seen: bool = False) -> dict[str, str]:
