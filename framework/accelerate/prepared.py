@@ -72,7 +72,7 @@ class AcceleratedScheduler:
             self.scheduler.step(*args, **kwargs)
             return
         if not self.gradient_state.sync_gradients:
-            if self.gradient_state.adjust_scheduler:
+            if self.gradient_state.adjust_scheduler and hasattr(self.scheduler, "_step_count"):
                 self.scheduler._step_count += 1  # keeps torch's "step before optimizer.step()" warning quiet
             return
         if any(optimizer.step_was_skipped for optimizer in self.optimizers):

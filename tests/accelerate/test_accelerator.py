@@ -193,3 +193,18 @@ def test_free_memory_forgets_what_was_prepared():
     model, optimizer = accelerator.prepare(*model_and_optimizer())
     model, optimizer = accelerator.free_memory(model, optimizer)
     assert model is None and optimizer is None and accelerator._models == [] and accelerator._optimizers == []
+
+
+def test_a_plateau_scheduler_waits_for_the_synced_batches_too():
+    model, optimizer = model_and_optimizer()
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.5)
+    model, optimizer, plateau = accelerator.prepare(model, optimizer, plateau)
+    x, y = data()[:4]
+    for _ in range(4):
+        with accelerator.accumulate(model):
+            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            plateau.step(1.0)  # never better: halves the rate on each step it takes
+            optimizer.zero_grad()
+    assert optimizer.param_groups[0]["lr"] == 0.05 * 0.5  # the first synced step sets the best; the second halves
