@@ -28,8 +28,9 @@ from framework.accelerate.utils import (
     InitProcessGroupKwargs,
     ProjectConfiguration,
 )
-from framework.accelerate.weights import save_sharded_weights
+from framework.accelerate.weights import save_sharded_weights, write_weights
 from framework.errors import MisconfigurationError, describe
+from framework.io.checkpoint import save_checkpoint
 from framework.runtime import Runtime
 from framework.runtime.runtime import use_set_up_parameters
 from framework.runtime.wrappers import RuntimeModule, forward_module, original_module, original_optimizer
@@ -327,17 +328,14 @@ class Accelerator(ProcessControl, TrackerMethods):
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
                      ) -> nn.Module:
         """The module given to ``prepare`` (inside a ``torch.compile`` wrapper unless ``keep_torch_compile``)."""
-        module = self._runtime.strategy.unwrap(forward_module(model)) if isinstance(model, RuntimeModule) else model
-        module = original_module(model) if isinstance(model, RuntimeModule) else module
+        module = original_module(model)
         if not keep_torch_compile and hasattr(module, "_orig_mod"):
             return module._orig_mod
         return module
 
     def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
         """``model``'s whole state dict (every process calls: FSDP gathers the shards)."""
-        strategy = self._runtime.strategy
-        target = forward_module(model) if isinstance(model, RuntimeModule) else model
-        return strategy.full_module_state_dict(target)
+        return self._runtime.strategy.full_module_state_dict(forward_module(model))
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget the prepared objects and release cached memory; returns a None for each object given, to
@@ -362,12 +360,13 @@ class Accelerator(ProcessControl, TrackerMethods):
 
     # -- files ---
     def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
-        """``torch.save(obj, f)`` on the main process only (safetensors for a dict of tensors when asked)."""
+        """``torch.save(obj, f)`` on the main process only, written atomically (a dict of tensors as safetensors
+        with ``safe_serialization``)."""
         if self.is_main_process:
-            from framework.accelerate.weights import write_weights
-
-            path = os.fspath(f)
-            write_weights(obj, path, safe_serialization) if safe_serialization else torch.save(obj, path)
+            if safe_serialization:
+                write_weights(obj, os.fspath(f), as_safetensors=True)
+            else:
+                save_checkpoint(obj, f)
         self.wait_for_everyone()
 
     def save_model(self, model: nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",

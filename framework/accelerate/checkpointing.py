@@ -40,7 +40,7 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
             continue
         state = strategy.module_state_dict(forward_module(model))
         if main:
-            write_weights(state, os.path.join(partial, weights_file(index, safe_serialization)), safe_serialization)
+            write_weights(state, os.path.join(partial, weights_file(index, safe_serialization)))
     for index, optimizer in enumerate(accelerator._optimizers):
         name = _numbered("optimizer", index, "", always=True) if _sharded(strategy) else _numbered("optimizer", index)
         runtime.save(os.path.join(partial, name), {"optimizer": original_optimizer(optimizer)})
@@ -161,13 +161,12 @@ def _on_main(main: bool, folder: str, stem: str, states: list[Any], suffix: str 
     if not main:
         return
     for index, state in enumerate(states):
-        name = f"{stem}_{index}{suffix}" if stem == "custom_checkpoint" else _numbered(stem, index, suffix)
-        save_checkpoint(state, os.path.join(folder, name))
+        save_checkpoint(state, os.path.join(folder, _numbered(stem, index, suffix, always=stem == "custom_checkpoint")))
 
 
 def _restore(folder: str, stem: str, targets: list[Any], suffix: str = ".bin") -> None:
     for index, target in enumerate(targets):
-        name = f"{stem}_{index}{suffix}" if stem == "custom_checkpoint" else _numbered(stem, index, suffix)
+        name = _numbered(stem, index, suffix, always=stem == "custom_checkpoint")
         path = os.path.join(folder, name)
         if not os.path.exists(path):
             raise MisconfigurationError(f"load_state({folder!r}): {name} is missing; the state was saved with fewer "

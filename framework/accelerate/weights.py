@@ -40,9 +40,10 @@ def weights_file(index: int, safe: bool) -> str:
     return f"{stem}_{index}{suffix}" if index else f"{stem}{suffix}"
 
 
-def write_weights(state: dict[str, torch.Tensor], path: str, safe: bool) -> None:
-    """Write one state dict to ``path`` atomically, as safetensors when ``path`` ends in ``.safetensors``."""
-    if path.endswith(".safetensors"):
+def write_weights(state: dict[str, torch.Tensor], path: str, as_safetensors: bool | None = None) -> None:
+    """Write one state dict to ``path`` atomically, as safetensors when asked, or by default when ``path`` ends in
+    ``.safetensors``."""
+    if path.endswith(".safetensors") if as_safetensors is None else as_safetensors:
         from safetensors.torch import save
 
         write_bytes_atomic(path, save(_separate(state), metadata={"format": "pt"}))
@@ -71,7 +72,7 @@ def save_sharded_weights(state: dict[str, torch.Tensor], folder: str, max_shard_
     names = [f"{stem}{suffix}"] if len(shards) == 1 else [
         f"{stem}-{number:05d}-of-{len(shards):05d}{suffix}" for number in range(1, len(shards) + 1)]
     for name, shard in zip(names, shards, strict=False):
-        write_weights(shard, os.path.join(folder, name), safe)
+        write_weights(shard, os.path.join(folder, name))
     if len(shards) > 1:
         index = {"metadata": {"total_size": sum(_bytes(tensor) for tensor in state.values())},
                  "weight_map": {key: name for name, shard in zip(names, shards, strict=False) for key in shard}}

@@ -116,7 +116,8 @@ class RuntimeOptimizer:
         # are read through, since load_state_dict gives the original new ones.
         self.__dict__ = {key: value for key, value in optimizer.__dict__.items()
                          if key not in ("step", "state_dict", "state", "param_groups")}
-        self.__class__ = type(f"{type(self).__name__}{type(optimizer).__name__}", (type(self), type(optimizer)), {})
+        prefix = type(self).__name__.removesuffix("Optimizer")  # RuntimeAdamW, AcceleratedAdamW ...
+        self.__class__ = type(f"{prefix}{type(optimizer).__name__}", (type(self), type(optimizer)), {})
         self._optimizer = optimizer
         self._runtime = runtime
 

@@ -120,3 +120,13 @@ def test_save_model_writes_whole_weights_as_safetensors_bin_or_shards(tmp_path):
     assert os.listdir(tmp_path / "shards") == ["model.safetensors"]
     with pytest.raises(MisconfigurationError, match="max_shard_size='ten'"):
         accelerator.save_model(model, tmp_path / "x", max_shard_size="ten")
+
+
+def test_save_writes_on_the_main_process_as_torch_or_safetensors(tmp_path):
+    from safetensors.torch import load_file
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.save({"step": 3, "w": torch.ones(2)}, tmp_path / "extra.pt")
+    assert torch.load(tmp_path / "extra.pt", weights_only=True)["step"] == 3
+    accelerator.save({"w": torch.ones(2)}, tmp_path / "extra.bin", safe_serialization=True)
+    assert torch.equal(load_file(tmp_path / "extra.bin")["w"], torch.ones(2))
