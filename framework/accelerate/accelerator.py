@@ -251,8 +251,7 @@ class Accelerator(ProcessControl, TrackerMethods):
         sampler = getattr(loader, "sampler", None)
         if self.num_processes == 1 or not isinstance(loader, DataLoader) or type(sampler) is not RandomSampler:
             return 0
-        generator = sampler.generator
-        return self._runtime.broadcast(int(torch.randint(0, 2**31, (), generator=generator)))
+        return self._runtime.agreed_seed(sampler.generator)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Have ``save_state``/``load_state`` keep these objects too (anything with ``state_dict`` and

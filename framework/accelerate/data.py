@@ -149,10 +149,7 @@ class PreparedDataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass number ``epoch`` (shuffled orders of several ranks follow it)."""
-        self._passes = epoch
-        sampler = getattr(self.base_dataloader, "sampler", None)
-        if self._batches is None and callable(getattr(sampler, "set_epoch", None)):
-            sampler.set_epoch(epoch)
+        self._passes = epoch  # each pass tells a sampler of its own its epoch (_dealt_pass)
 
     def __len__(self) -> int:
         if self._batches is not None:

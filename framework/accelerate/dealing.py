@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from framework.nested import extract_batch_size, map_tensors
+
 # What each rank yields: (its batch, how many samples of that round are real, or 0 when none is repeated).
 Dealt = tuple[Any, int]
 # Completes the last round: (its batches, the first round's) -> num_replicas batches.
@@ -70,15 +72,11 @@ def repeated_batches(num_replicas: int) -> Completion:
 
 
 def batch_length(batch: Any) -> int:
-    """How many samples a collated batch holds: the first dimension of its first tensor, else its length."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0] if batch.dim() else 1
-    if isinstance(batch, dict):
-        return batch_length(next(iter(batch.values()))) if batch else 0
-    if isinstance(batch, (list, tuple)) and batch:
-        return batch_length(batch[0]) if isinstance(batch[0], (torch.Tensor, dict, list, tuple)) else len(batch)
+    """How many samples a collated batch holds: its first tensor's length, else (a list of strings) its own."""
+    tensors: list[Any] = []
+    map_tensors(batch, tensors.append)
+    if tensors:
+        return extract_batch_size(batch)
     return len(batch) if hasattr(batch, "__len__") else 1
 
 

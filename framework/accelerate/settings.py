@@ -113,6 +113,8 @@ def fsdp_options(sharding_strategy: str = "FULL_SHARD", offload_params: bool = F
     if sharding not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"):
         raise MisconfigurationError(f"fsdp_sharding_strategy={sharding_strategy!r} is not understood; accepted "
                                     "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD.")
+    if sharding == "NO_SHARD":
+        return {"no_shard": True}
     policy = wrap_policy(auto_wrap_policy, transformer_layer_cls_to_wrap, min_num_params)
     state_type = _STATE_DICT_TYPES.get(str(state_dict_type or "SHARDED_STATE_DICT").upper())
     if state_type is None:
@@ -122,8 +124,6 @@ def fsdp_options(sharding_strategy: str = "FULL_SHARD", offload_params: bool = F
                                "auto_wrap_policy": policy, "state_dict_type": state_type}
     if activation_checkpointing:
         options["activation_checkpointing_policy"] = policy
-    if sharding == "NO_SHARD":
-        return {"no_shard": True}
     return options
 
 

@@ -356,8 +356,12 @@ class Runtime:
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def _sharded(self, loader: Any, even_batches: bool) -> Any:
-        return shard_loader(loader, self.world_size, self.global_rank,
-                            lambda: self.broadcast(int(torch.randint(0, 2**31, ()))), even_batches)
+        return shard_loader(loader, self.world_size, self.global_rank, self.agreed_seed, even_batches)
+
+    def agreed_seed(self, generator: torch.Generator | None = None) -> int:
+        """A seed every rank draws from ``generator`` (torch's global one by default), rank 0's kept on all: what
+        shuffled orders shared by the ranks start from, decided by ``seed_everything``."""
+        return self.broadcast(int(torch.randint(0, 2**31, (), generator=generator)))
 
     def to_device(self, batch: Any) -> Any:
         """``batch`` (tensors in any nesting, or a module) on this runtime's device, inputs cast for the precision."""
@@ -601,7 +605,7 @@ def _run_as_rank(runtime: Runtime, rng: dict[str, Any], function: Callable[..., 
 
 
 def use_set_up_parameters(optimizers: tuple[Optimizer, ...], names: dict[nn.Parameter, str],
-                           module: nn.Module, strategy: str) -> None:
+                          module: nn.Module, strategy: str) -> None:
     """Point optimizers made before ``setup`` at the parameters the strategy put in their place (fully_shard
     replaces each parameter with a sharded one), so ``runtime.setup(model, optimizer)`` works for every
     strategy; Fabric makes FSDP users set up the module first."""
