@@ -102,6 +102,15 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
         return torch.get_default_dtype()
 
     @property
+    def device_mesh(self) -> Any:
+        """The ``DeviceMesh`` of ``ModelParallelStrategy`` (dimensions ``"data_parallel"`` and ``"tensor_parallel"``),
+        for ``configure_model`` to split layers over; None under other strategies or without a Trainer."""
+        if self._trainer is None:
+            return None
+        strategy = self._trainer.runtime.strategy
+        return strategy.device_mesh if hasattr(type(strategy), "device_mesh") else None
+
+    @property
     def on_gpu(self) -> bool:
         """Whether the module's parameters are on a CUDA device."""
         return self.device.type == "cuda"

@@ -19,6 +19,7 @@ import hashlib
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,8 +31,20 @@ META_FILE = "meta.pt"
 _DCP_METADATA_FILE = ".metadata"
 _MARKER = "__sharded_tensor__"
 
-# Given a saved tensor's global shape and dtype, the (sharded) tensor to load it into.
-ShardFactory = Callable[[torch.Size, torch.dtype], torch.Tensor]
+# Given a saved tensor's global shape and dtype, the (sharded) tensor to load it into; None leaves it unread.
+ShardFactory = Callable[[torch.Size, torch.dtype], "torch.Tensor | None"]
+
+
+@dataclass(frozen=True)
+class UnreadTensor:
+    """A tensor of a sharded checkpoint left unread by ``load_sharded``, because where its parts go is known
+    only once the model (or optimizer) it belongs to is at hand: ``read_unread`` reads it into a tensor laid
+    out as that one (tensor parallel layouts cannot be told from a shape)."""
+
+    path: str
+    key: str
+    size: torch.Size
+    dtype: torch.dtype
 
 
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
@@ -70,12 +83,10 @@ def load_sharded(path: str | os.PathLike, shard: ShardFactory | None = None) -> 
 
     Called on every rank of a process group, each reads its part: a tensor that was saved in
     several parts is loaded into ``shard(shape, dtype)`` (a DTensor laid out as the ranks hold
-    it now), any other tensor whole. Without ``shard``, or without a process group, every tensor
-    is read whole (on one process: ``framework consolidate``).
+    it now), any other tensor whole. Where ``shard`` returns None the tensor is left unread, an
+    ``UnreadTensor`` in its place, for ``read_unread``. Without ``shard``, or without a process
+    group, every tensor is read whole (on one process: ``framework consolidate``).
     """
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-
     path = os.fspath(path).rstrip("/")
     if not is_sharded_checkpoint(path):
         fs, inner = filesystem(path)
@@ -88,15 +99,36 @@ def load_sharded(path: str | os.PathLike, shard: ShardFactory | None = None) -> 
     skeleton = _load_meta(path)
     reader = _reader(path)
     targets: dict[str, torch.Tensor] = {}
+    unread: dict[str, Any] = {}
     for key, saved in reader.read_metadata().state_dict_metadata.items():
         size, dtype = saved.size, saved.properties.dtype
-        in_parts = shard is not None and len(saved.chunks) > 1
-        targets[key] = shard(size, dtype) if in_parts else torch.empty(size, dtype=dtype)
-    together = shard is not None and dist.is_available() and dist.is_initialized()
+        target = shard(size, dtype) if shard is not None and len(saved.chunks) > 1 else torch.empty(size, dtype=dtype)
+        if target is None:
+            unread[key] = UnreadTensor(path, key, size, dtype)
+        else:
+            targets[key] = target
+    _read(path, targets, reader, together=shard is not None)
+    return join_tensors(skeleton, {**targets, **unread})
+
+
+def read_unread(targets: dict[UnreadTensor, torch.Tensor]) -> None:
+    """Read each ``UnreadTensor`` into its target (a DTensor: this rank reads only its parts). Every rank of the
+    process group calls it, with targets for the same checkpoint."""
+    by_path: dict[str, dict[str, torch.Tensor]] = {}
+    for unread, target in targets.items():
+        by_path.setdefault(unread.path, {})[unread.key] = target
+    for path, tensors in sorted(by_path.items()):
+        _read(path, tensors, _reader(path), together=True)
+
+
+def _read(path: str, targets: dict[str, torch.Tensor], reader: Any, together: bool) -> None:
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    together = together and dist.is_available() and dist.is_initialized()
     with warnings.catch_warnings():  # DCP warns that no process group means one process: that is what is asked
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
         dcp.load(targets, storage_reader=reader, no_dist=not together)
-    return join_tensors(skeleton, targets)
 
 
 def consolidate(checkpoint_dir: str | os.PathLike, output_file: str | os.PathLike) -> None:

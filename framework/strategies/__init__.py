@@ -1,8 +1,10 @@
-"""Strategies: single device, DDP, ZeRO-1 (sharded optimizer state) and FSDP2-based ZeRO-2/3."""
+"""Strategies: single device, DDP, ZeRO-1 (sharded optimizer state), FSDP2-based ZeRO-2/3 and HSDP, and tensor
+parallel x FSDP2 (ModelParallelStrategy)."""
 
 from framework.strategies.base import Ranks, Strategy
 from framework.strategies.ddp import DDPStrategy
 from framework.strategies.fsdp import FSDPStrategy
+from framework.strategies.model_parallel import ModelParallelStrategy
 from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.registry import register_strategy, resolve_strategy
 from framework.strategies.sharded import ShardedStrategy
@@ -11,6 +13,7 @@ from framework.strategies.single import SingleDeviceStrategy
 __all__ = [
     "DDPStrategy",
     "FSDPStrategy",
+    "ModelParallelStrategy",
     "ParallelStrategy",
     "Ranks",
     "ShardedStrategy",

@@ -15,6 +15,15 @@ from torch.optim import Optimizer
 
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import _parameters_of
+from framework.strategies.fsdp_options import (
+    HYBRID,
+    STATE_DICT_TYPES,
+    check_device_mesh,
+    check_fully_shard_options,
+    check_offload,
+    reshards_after_forward,
+    sharding_name,
+)
 from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard, wrap_policy
 from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
 from framework.strategies.sharded_tensors import (
@@ -22,13 +31,12 @@ from framework.strategies.sharded_tensors import (
     has_meta_tensors,
     materialize,
     placed_like,
+    read_in_layout,
     same_shape,
+    total_norm,
     whole,
 )
 
-# What each accepted sharding_strategy spelling means for fully_shard's reshard_after_forward.
-_RESHARD_AFTER_FORWARD = {"FULL_SHARD": True, "ZERO3": True, "SHARD_GRAD_OP": False, "ZERO2": False}
-_STATE_DICT_TYPES = ("sharded", "full")
 # Where a sharded module keeps the root that shards it, for the next run to reuse.
 _ROOT_ATTRIBUTE = "_framework_sharded_root"
 
@@ -40,7 +48,11 @@ class FSDPStrategy(ParallelStrategy):
     for each unit's forward and backward and split again after; ``"SHARD_GRAD_OP"`` (ZeRO-2,
     ``strategy="zero2"``): they stay gathered from forward to backward. Gradients and
     optimizer state are split either way. Per rank, for Ψ parameters with fp32 Adam on N ranks:
-    ZeRO-3 16Ψ/N; ZeRO-2 4Ψ + 12Ψ/N.
+    ZeRO-3 16Ψ/N; ZeRO-2 4Ψ + 12Ψ/N. ``"HYBRID_SHARD"`` (HSDP; ``"_HYBRID_SHARD_ZERO2"`` keeps
+    parameters gathered from forward to backward): the ranks form a 2-D mesh ``device_mesh=(replicas,
+    shard_size)``; the state is split over the ``shard_size`` ranks of each group, and each group holds
+    a whole replica (gradients are averaged across the groups). By default a group is one node
+    (``(num_nodes, devices)``), so the all-gathers stay inside a node.
 
     - ``auto_wrap_policy``: which submodules are gathered as a unit of their own. ``"auto"``
       (default): each child of a ``ModuleList``/``Sequential`` holding parameters, and any other
@@ -73,23 +85,26 @@ class FSDPStrategy(ParallelStrategy):
     def __init__(self, auto_wrap_policy: Any = "auto", activation_checkpointing_policy: Any = None,
                  sharding_strategy: Any = "FULL_SHARD", cpu_offload: Any = False, state_dict_type: str = "sharded",
                  mixed_precision: Any = None, start_method: str = "auto", timeout: timedelta | float | None = None,
-                 process_group_backend: str | None = None, **fully_shard_kwargs: Any) -> None:
+                 process_group_backend: str | None = None, device_mesh: Any = None,
+                 **fully_shard_kwargs: Any) -> None:
         super().__init__(start_method, timeout, process_group_backend)
         # checked now, made predicates in setup_module (a started rank gets the strategy pickled: no lambdas here)
         wrap_policy(auto_wrap_policy)
         wrap_policy(activation_checkpointing_policy, "activation_checkpointing_policy")
-        _check_offload(cpu_offload)
-        _check_fully_shard_options(fully_shard_kwargs)
+        check_offload(cpu_offload)
+        check_fully_shard_options(fully_shard_kwargs)
         self.auto_wrap_policy = auto_wrap_policy
         self.activation_checkpointing_policy = activation_checkpointing_policy
-        self.sharding_strategy = _sharding_name(sharding_strategy)
+        self.sharding_strategy = sharding_name(sharding_strategy)
         self.cpu_offload = cpu_offload
-        if state_dict_type not in _STATE_DICT_TYPES:
+        if state_dict_type not in STATE_DICT_TYPES:
             raise MisconfigurationError(
                 f"FSDPStrategy(state_dict_type={describe(state_dict_type)}): accepted 'sharded' or 'full'."
             )
         self.state_dict_type = state_dict_type
         self.mixed_precision = mixed_precision
+        check_device_mesh(device_mesh, self.sharding_strategy)
+        self.hybrid_mesh = device_mesh  # the argument; the mesh itself is self.mesh
         self.fully_shard_kwargs = fully_shard_kwargs
         self._mesh: Any = None
 
@@ -108,7 +123,7 @@ class FSDPStrategy(ParallelStrategy):
     @property
     def reshard_after_forward(self) -> bool:
         """True for ZeRO-3 (parameters split again after each unit's forward), False for ZeRO-2."""
-        return _RESHARD_AFTER_FORWARD[self.sharding_strategy]
+        return reshards_after_forward(self.sharding_strategy)
 
     # -- set-up ---
     def setup_environment(self) -> None:
@@ -124,12 +139,24 @@ class FSDPStrategy(ParallelStrategy):
 
     @property
     def mesh(self) -> Any:
-        """The one-dimensional device mesh of all ranks that the parameters are split over."""
+        """The device mesh ``fully_shard`` splits the parameters over: all ranks in one dimension, or for hybrid
+        sharding two, ``("replicate", "shard")``."""
         if self._mesh is None:
-            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
             self.setup_environment()
-            self._mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
+            world = dist.get_world_size()
+            if isinstance(self.hybrid_mesh, DeviceMesh):
+                self._mesh = self.hybrid_mesh
+            elif self.sharding_strategy in HYBRID:
+                shape = tuple(self.hybrid_mesh or (world // self.ranks.local_world_size, self.ranks.local_world_size))
+                if shape[0] * shape[1] != world:
+                    raise MisconfigurationError(
+                        f"FSDPStrategy(device_mesh={describe(self.hybrid_mesh)}): {shape[0]} replicas x {shape[1]} "
+                        f"ranks each make {shape[0] * shape[1]} ranks, but this run has {world}.")
+                self._mesh = init_device_mesh(self.device.type, shape, mesh_dim_names=("replicate", "shard"))
+            else:
+                self._mesh = init_device_mesh(self.device.type, (world,))
         return self._mesh
 
     def setup_module(self, module: nn.Module) -> nn.Module:
@@ -152,6 +179,7 @@ class FSDPStrategy(ParallelStrategy):
         if not any(isinstance(sub, FSDPModule) for sub in module.modules()):
             for unit in units_to_shard(module, wrap_policy(self.auto_wrap_policy)):
                 fully_shard(unit, **options)
+        self._before_root_shard(module)
         router = StepRouter(module)
         fully_shard(router, **options)
         if on_meta:
@@ -161,6 +189,9 @@ class FSDPStrategy(ParallelStrategy):
         router._get_fsdp_state()._lazy_init()
         module.__dict__[_ROOT_ATTRIBUTE] = router  # not a submodule: the state dict stays the user's
         return router
+
+    def _before_root_shard(self, module: nn.Module) -> None:
+        """What a subclass does to the user's units before the outermost one is made (nothing here)."""
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
         """``optimizer`` as it is, once checked to hold the sharded parameters (an optimizer made from the module
@@ -244,8 +275,7 @@ class FSDPStrategy(ParallelStrategy):
         """Clip to a total norm taken over every rank's part of the gradients (the whole model's norm)."""
         self.precision.unscale(optimizer)
         parameters = [p for p in _parameters_of(optimizer) if p.grad is not None]
-        total = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type)
-        total = whole(total)
+        total = total_norm([p.grad for p in parameters], norm_type)
         if error_if_nonfinite and not torch.isfinite(total):
             raise RuntimeError(f"The total norm of order {norm_type} of the gradients is {total.item()}, so they "
                                "cannot be clipped. Pass error_if_nonfinite=False to clip anyway.")
@@ -296,17 +326,21 @@ class FSDPStrategy(ParallelStrategy):
         """Load ``state_dict`` (whole tensors, or parts laid out as saved) into the sharded module."""
         target = self.unwrap(module)
         current = target.state_dict()
+        state_dict = read_in_layout(state_dict, current)
         placed = {name: placed_like(value, current.get(name)) for name, value in state_dict.items()}
         return target.load_state_dict(placed, strict=strict)
 
     def load_optimizer_state(self, optimizer: Optimizer, state: dict[str, Any]) -> None:
         """Load ``state`` into ``optimizer``, splitting whole tensors shaped like their parameter as it is split."""
         parameters = list(_parameters_of(optimizer))
-        per_parameter = {
-            index: {name: placed_like(value, parameters[index]) if same_shape(value, parameters[index]) else value
-                    for name, value in entry.items()}
-            for index, entry in state.get("state", {}).items()
-        }
+        entries = state.get("state", {})
+        saved = {(index, name): value for index, entry in entries.items() for name, value in entry.items()}
+        saved = read_in_layout(saved, {key: parameters[key[0]] for key in saved if key[0] < len(parameters)})
+        per_parameter: dict[Any, dict[str, Any]] = {index: {} for index in entries}
+        for (index, name), value in saved.items():
+            parameter = parameters[index] if index < len(parameters) else None
+            keep = parameter is None or not same_shape(value, parameter)
+            per_parameter[index][name] = value if keep else placed_like(value, parameter)
         optimizer.load_state_dict({**state, "state": per_parameter})
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str,
@@ -342,46 +376,6 @@ class FSDPStrategy(ParallelStrategy):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, "
                 f"sharding_strategy={self.sharding_strategy!r}, cpu_offload={bool(self.cpu_offload)})")
-
-
-def _check_offload(cpu_offload: Any) -> None:
-    if isinstance(cpu_offload, bool) or type(cpu_offload).__name__.endswith("OffloadPolicy"):
-        return
-    raise MisconfigurationError(
-        f"FSDPStrategy(cpu_offload={describe(cpu_offload)}): accepted True, False or a "
-        "torch.distributed.fsdp.CPUOffloadPolicy."
-    )
-
-
-def _check_fully_shard_options(options: dict[str, Any]) -> None:
-    """Other keyword arguments go to ``fully_shard``: refused here, not later inside every rank, when it takes none
-    of that name."""
-    if not options:
-        return
-    import inspect
-
-    from torch.distributed.fsdp import fully_shard
-
-    taken = set(inspect.signature(fully_shard).parameters) - {"module", "mesh", "reshard_after_forward", "mp_policy",
-                                                                "offload_policy"}
-    unknown = sorted(set(options) - taken)
-    if unknown:
-        raise MisconfigurationError(
-            f"FSDPStrategy got {', '.join(f'{name}=' for name in unknown)} which neither it nor fully_shard takes. "
-            f"FSDPStrategy's own: auto_wrap_policy, activation_checkpointing_policy, sharding_strategy, cpu_offload, "
-            f"state_dict_type, mixed_precision, start_method, timeout, process_group_backend; fully_shard's: "
-            f"{', '.join(sorted(taken))}."
-        )
-
-
-def _sharding_name(sharding_strategy: Any) -> str:
-    name = getattr(sharding_strategy, "name", sharding_strategy)
-    if isinstance(name, str) and name.upper() in _RESHARD_AFTER_FORWARD:
-        return name.upper()
-    raise MisconfigurationError(
-        f"FSDPStrategy(sharding_strategy={describe(sharding_strategy)}): accepted 'FULL_SHARD' (ZeRO-3) or "
-        "'SHARD_GRAD_OP' (ZeRO-2). For no sharding use strategy='ddp'; hybrid sharding is not supported."
-    )
 
 
 @contextlib.contextmanager

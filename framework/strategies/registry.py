@@ -8,6 +8,7 @@ from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import Strategy
 from framework.strategies.ddp import DDPStrategy
 from framework.strategies.fsdp import FSDPStrategy
+from framework.strategies.model_parallel import ModelParallelStrategy
 from framework.strategies.sharded import ShardedStrategy
 from framework.strategies.single import SingleDeviceStrategy
 
@@ -21,6 +22,7 @@ _BUILDERS: dict[str, Callable[[], Strategy]] = {
     "zero2_offload": lambda: FSDPStrategy(sharding_strategy="SHARD_GRAD_OP", cpu_offload=True),
     "zero3": lambda: FSDPStrategy(sharding_strategy="FULL_SHARD"),
     "zero3_offload": lambda: FSDPStrategy(sharding_strategy="FULL_SHARD", cpu_offload=True),
+    "model_parallel": ModelParallelStrategy,
 }
 # "auto" is decided by the Runtime, which knows how many devices there are.
 _ALIASES: dict[str, str] = {

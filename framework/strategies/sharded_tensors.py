@@ -3,6 +3,8 @@ for modules built on the meta device."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import warnings
 from typing import Any
 
@@ -12,22 +14,71 @@ from torch import nn
 
 def empty_part(mesh: Any, size: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """An uninitialised DTensor of global ``size``, split along dim 0 over ``mesh`` as fully_shard splits
-    parameters (``torch.chunk``'s sizes); only this rank's part is allocated."""
-    from torch.distributed.tensor import DTensor, Shard
+    parameters (``torch.chunk``'s sizes); only this rank's part is allocated. On a 2-D mesh (hybrid
+    sharding) it is whole along the first dimension (the replicas) and split along the second."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
 
-    world, rank = mesh.size(), mesh.get_local_rank()
+    shard_dim = mesh.ndim - 1
+    world, rank = mesh.size(shard_dim), mesh.get_local_rank(shard_dim)
     chunk = -(-size[0] // world) if len(size) else 0
     rows = max(0, min(chunk, size[0] - rank * chunk)) if len(size) else 0
     local = torch.empty((rows, *size[1:]), dtype=dtype, device=device)
-    return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=size,
+    placements = [Replicate()] * shard_dim + [Shard(0)]
+    return DTensor.from_local(local, mesh, placements, run_check=False, shape=size,
                               stride=torch.empty(size, device="meta").stride())
+
+
+def read_in_layout(values: dict[Any, Any], layouts: dict[Any, Any]) -> dict[Any, Any]:
+    """``values`` with each ``UnreadTensor`` read: into a DTensor laid out as ``layouts[key]`` where that is
+    one of its shape (this rank reads its parts only), else whole. Every rank calls it, alike."""
+    from torch.distributed.tensor import DTensor
+
+    from framework.io.sharded import UnreadTensor, read_unread
+
+    targets: dict[Any, torch.Tensor] = {}
+    for key, value in values.items():
+        if isinstance(value, UnreadTensor):
+            like = layouts.get(key)
+            laid_out = isinstance(like, DTensor) and like.shape == value.size
+            targets[value] = (torch.empty_like(like, dtype=value.dtype) if laid_out
+                              else torch.empty(value.size, dtype=value.dtype))
+    if not targets:
+        return values
+    read_unread(targets)
+    return {key: targets[value] if isinstance(value, UnreadTensor) else value for key, value in values.items()}
 
 
 def whole(value: Any) -> Any:
     """A DTensor gathered whole (a collective: every rank calls), anything else as it is."""
     from torch.distributed.tensor import DTensor
 
-    return value.full_tensor() if isinstance(value, DTensor) else value
+    if not isinstance(value, DTensor):
+        return value
+    _quiet_redistribution_notes()
+    return value.full_tensor()
+
+
+@functools.cache
+def _quiet_redistribution_notes() -> None:
+    # Gathering a tensor split over two mesh dimensions (tensor parallel x FSDP) takes one all-gather per dimension,
+    # and torch logs a warning about it on every rank, for every such tensor, each time: nothing a user can act on.
+    logging.getLogger("torch.distributed.tensor._redistribute").addFilter(
+        lambda record: "sequential" not in record.getMessage())
+
+
+def total_norm(tensors: list[torch.Tensor], norm_type: float) -> torch.Tensor:
+    """The ``norm_type``-norm of all ``tensors`` together, each DTensor counted whole (a collective: every rank
+    calls). DTensors are reduced per device mesh: tensor parallel layers and the layers only sharded
+    for data parallelism live on different meshes, which one reduction cannot mix."""
+    from torch.distributed.tensor import DTensor
+
+    by_mesh: dict[Any, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        by_mesh.setdefault(tensor.device_mesh if isinstance(tensor, DTensor) else None, []).append(tensor)
+    norms = [whole(torch.nn.utils.get_total_norm(group, norm_type)) for group in by_mesh.values()]
+    if len(norms) == 1:
+        return norms[0]
+    return torch.nn.utils.get_total_norm([norm.to(norms[0].device) for norm in norms], norm_type)
 
 
 def placed_like(value: Any, like: Any) -> Any:
