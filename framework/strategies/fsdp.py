@@ -27,6 +27,7 @@ from framework.strategies.fsdp_options import (
 from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard, wrap_policy
 from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
 from framework.strategies.sharded_tensors import (
+    clip_with_norm,
     empty_part,
     has_meta_tensors,
     materialize,
@@ -279,7 +280,7 @@ class FSDPStrategy(ParallelStrategy):
         if error_if_nonfinite and not torch.isfinite(total):
             raise RuntimeError(f"The total norm of order {norm_type} of the gradients is {total.item()}, so they "
                                "cannot be clipped. Pass error_if_nonfinite=False to clip anyway.")
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+        clip_with_norm(parameters, max_norm, total)
         return total
 
     def broadcast_buffers(self, module: nn.Module) -> None:

@@ -69,16 +69,28 @@ def _quiet_redistribution_notes() -> None:
 def total_norm(tensors: list[torch.Tensor], norm_type: float) -> torch.Tensor:
     """The ``norm_type``-norm of all ``tensors`` together, each DTensor counted whole (a collective: every rank
     calls). DTensors are reduced per device mesh: tensor parallel layers and the layers only sharded
-    for data parallelism live on different meshes, which one reduction cannot mix."""
-    from torch.distributed.tensor import DTensor
-
-    by_mesh: dict[Any, list[torch.Tensor]] = {}
-    for tensor in tensors:
-        by_mesh.setdefault(tensor.device_mesh if isinstance(tensor, DTensor) else None, []).append(tensor)
-    norms = [whole(torch.nn.utils.get_total_norm(group, norm_type)) for group in by_mesh.values()]
+    for data parallelism live on different meshes, which one operation cannot mix."""
+    _quiet_redistribution_notes()  # the norms of a 2-D mesh's parts are reduced one dimension at a time
+    norms = [whole(torch.nn.utils.get_total_norm(group, norm_type)) for group in by_mesh(tensors)]
     if len(norms) == 1:
         return norms[0]
     return torch.nn.utils.get_total_norm([norm.to(norms[0].device) for norm in norms], norm_type)
+
+
+def clip_with_norm(parameters: list[torch.Tensor], max_norm: float, total: torch.Tensor) -> None:
+    """Scale the gradients of ``parameters`` by ``max_norm / total`` where that is below 1, one mesh at a time."""
+    for group in by_mesh(parameters):
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+
+
+def by_mesh(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """``tensors`` grouped by the device mesh of each DTensor (plain tensors together), in first-seen order."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[Any, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        groups.setdefault(tensor.device_mesh if isinstance(tensor, DTensor) else None, []).append(tensor)
+    return list(groups.values())
 
 
 def placed_like(value: Any, like: Any) -> Any:
