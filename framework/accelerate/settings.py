@@ -107,8 +107,9 @@ def fsdp_options(sharding_strategy: str = "FULL_SHARD", offload_params: bool = F
     sharding = str(getattr(sharding_strategy, "name", sharding_strategy)).upper()
     if sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
         raise MisconfigurationError(
-            f"fsdp_sharding_strategy={sharding!r} (hybrid sharding) is not supported yet; accepted FULL_SHARD, "
-            "SHARD_GRAD_OP or NO_SHARD."
+            f"fsdp_sharding_strategy={sharding!r} (hybrid sharding) is not supported by the Accelerator yet; "
+            "accepted FULL_SHARD, SHARD_GRAD_OP or NO_SHARD. The Trainer and the Runtime run it: "
+            "FSDPStrategy(sharding_strategy='HYBRID_SHARD')."
         )
     if sharding not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"):
         raise MisconfigurationError(f"fsdp_sharding_strategy={sharding_strategy!r} is not understood; accepted "

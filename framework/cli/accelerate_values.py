@@ -12,7 +12,8 @@ Check = Callable[[Any], Any]
 
 _TRUE = ("true", "yes", "y", "on", "1")
 _FALSE = ("false", "no", "n", "off", "0")
-_HSDP = " yet (hybrid sharding comes with the tensor-parallel/HSDP work)"
+_HSDP = (" by the Accelerator yet (hybrid sharding runs with the Trainer and the Runtime: "
+         "FSDPStrategy(sharding_strategy='HYBRID_SHARD'))")
 _SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 _HYBRID = {"HYBRID_SHARD": _HSDP, "HYBRID_SHARD_ZERO2": _HSDP, "_HYBRID_SHARD_ZERO2": _HSDP}
 
@@ -105,7 +106,7 @@ def gpu_ids(value: Any) -> str:
 
 def sharding_strategy(value: Any) -> str:
     """FSDP version 1's strategy by name, or by Accelerate's number for it (1 FULL_SHARD ... 5 HYBRID_SHARD_ZERO2).
-    Hybrid sharding is refused: it needs a 2-D device mesh, which comes with the HSDP work."""
+    Hybrid sharding is refused: the Accelerator does not build its 2-D device mesh yet."""
     number = _as_int(value)
     if number is not None and 1 <= number <= 5:
         value = (*_SHARDING, "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")[number - 1]

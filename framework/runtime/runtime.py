@@ -356,7 +356,9 @@ class Runtime:
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def _sharded(self, loader: Any, even_batches: bool) -> Any:
-        return shard_loader(loader, self.world_size, self.global_rank, self.agreed_seed, even_batches)
+        # the strategy's split: under tensor parallelism the ranks of a group read the same batches
+        shards = self.strategy.distributed_sampler_kwargs or {"num_replicas": self.world_size, "rank": self.global_rank}
+        return shard_loader(loader, shards["num_replicas"], shards["rank"], self.agreed_seed, even_batches)
 
     def agreed_seed(self, generator: torch.Generator | None = None) -> int:
         """A seed every rank draws from ``generator`` (torch's global one by default), rank 0's kept on all: what

@@ -283,10 +283,11 @@ def test_options_that_cannot_be_honoured_are_refused_by_name(argv, message, caps
     (("fsdp_version: 2", "fsdp_version: 2\n  ofload_params: true"),
      r"fsdp_config\.ofload_params: not a key of fsdp_config \(did you mean 'fsdp_offload_params'\?\)"),
     (("fsdp_version: 2", "fsdp_version: 1\n  fsdp_sharding_strategy: HYBRID_SHARD"),
-     r"fsdp_config\.fsdp_sharding_strategy: 'HYBRID_SHARD' is not supported yet \(hybrid sharding comes with the "
-     r"tensor-parallel/HSDP work\); accepted: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD\."),
+     r"fsdp_config\.fsdp_sharding_strategy: 'HYBRID_SHARD' is not supported by the Accelerator yet \(hybrid "
+     r"sharding runs with the Trainer and the Runtime: FSDPStrategy\(sharding_strategy='HYBRID_SHARD'\)\); "
+     r"accepted: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD\."),
     (("fsdp_reshard_after_forward: true", "fsdp_reshard_after_forward: _HYBRID_SHARD_ZERO2"),
-     r"fsdp_config\.fsdp_reshard_after_forward: '_HYBRID_SHARD_ZERO2' is not supported yet"),
+     r"fsdp_config\.fsdp_reshard_after_forward: '_HYBRID_SHARD_ZERO2' is not supported by the Accelerator yet"),
     (("mixed_precision: bf16", "mixed_precision: fp8"), r"mixed_precision: 'fp8' is not supported \(no FP8 training "
                                                         r"here\); accepted: no, fp16, bf16\."),
     (("num_processes: 2", "num_processes: 0"), r"accel\.yaml:19: num_processes: 0 is not accepted; accepted: a whole "

@@ -198,6 +198,46 @@ def test_consolidate_makes_one_file_of_a_2x2_checkpoint_that_loads_into_the_whol
         torch.testing.assert_close(value, weights[name], msg=name)
 
 
+# -- the bare Runtime ---
+
+def parallelize(module: nn.Module, mesh) -> nn.Module:
+    """Fabric's form: the plan applied by the strategy's parallelize_fn in runtime.setup."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    plan = tutorial.tensor_parallel_plan()
+    parallelize_module(module, mesh["tensor_parallel"], plan["model"])
+    for block in module.blocks:
+        parallelize_module(block, mesh["tensor_parallel"], plan["block"])
+        fully_shard(block, mesh=mesh["data_parallel"])
+    return module
+
+
+def _runtime_loop(runtime: framework.Runtime) -> tuple[list[float], dict[str, torch.Tensor]]:
+    model = gpt()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=model.hparams.lr, weight_decay=0.01)  # made before setup
+    model, optimizer = runtime.setup(model, optimizer)
+    losses = []
+    for step, (ids, targets) in enumerate(runtime.setup_dataloaders(DataLoader(windows(), batch_size=BATCH))):
+        if step == STEPS:
+            break
+        loss = nn.functional.cross_entropy(model(ids).flatten(0, 1), targets.flatten())
+        runtime.backward(loss)
+        runtime.clip_gradients(model, optimizer, max_norm=CLIP)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(runtime.all_reduce(loss.detach())))
+    weights = runtime.strategy.full_module_state_dict(model)
+    return losses, weights if runtime.global_rank == 0 else None
+
+
+def test_the_runtime_applies_parallelize_fn_and_trains_as_one_process(reference):
+    runtime = framework.Runtime(accelerator="cpu", devices=4, strategy=ModelParallelStrategy(parallelize, 2))
+    losses, weights = runtime.launch(_runtime_loop)  # rank 0's
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference[0]), rtol=1e-5, atol=1e-5)
+    assert_same_weights(weights, reference[1])
+
+
 # -- activation checkpointing, and what is refused ---
 
 def test_activation_checkpointing_of_the_blocks_trains_to_the_same_weights(reference):
