@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -45,6 +47,20 @@ def test_gpt_zero3_tutorial_learns_on_two_ranks_and_generates_from_the_returned_
     assert generated, done.stdout
     text = ast.literal_eval(generated.group(1))
     assert text.startswith("The keeper ") and len(text) == len("The keeper ") + 60, text
+
+
+def test_tensor_parallel_tutorial_learns_on_2x2_ranks_with_and_without_sequence_parallel():
+    losses = []
+    for extra in ([], ["--sequence-parallel"]):
+        done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "10_tensor_parallel.py"), "--max-steps", "30",
+                               *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert done.returncode == 0, done.stderr
+        match = re.search(r"loss: ([0-9.]+) before training, ([0-9.]+) after", done.stdout)
+        assert match, done.stdout
+        before, after = float(match.group(1)), float(match.group(2))
+        assert after < before - 1.0, done.stdout
+        losses.append(after)
+    assert losses[0] == pytest.approx(losses[1], abs=1e-3)  # sequence parallel splits the work, not the result
 
 
 def test_resume_tutorial_ends_with_the_weights_of_an_uninterrupted_run():
