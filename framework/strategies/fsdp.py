@@ -39,7 +39,7 @@ from framework.strategies.sharded_tensors import (
 )
 
 # Where a sharded module keeps the root that shards it, for the next run to reuse.
-_ROOT_ATTRIBUTE = "_framework_sharded_root"
+ROOT_ATTRIBUTE = "_framework_sharded_root"
 
 
 class FSDPStrategy(ParallelStrategy):
@@ -168,7 +168,7 @@ class FSDPStrategy(ParallelStrategy):
         """
         from torch.distributed.fsdp import FSDPModule, fully_shard
 
-        earlier = module.__dict__.get(_ROOT_ATTRIBUTE)
+        earlier = module.__dict__.get(ROOT_ATTRIBUTE)
         if isinstance(earlier, StepRouter):
             return earlier
 
@@ -188,7 +188,7 @@ class FSDPStrategy(ParallelStrategy):
         # FSDP sets itself up in the first forward; done now, a rank that evaluates no batch is set up too
         # (evaluating() then resets every rank's record of forward passes alike)
         router._get_fsdp_state()._lazy_init()
-        module.__dict__[_ROOT_ATTRIBUTE] = router  # not a submodule: the state dict stays the user's
+        module.__dict__[ROOT_ATTRIBUTE] = router  # not a submodule: the state dict stays the user's
         return router
 
     def _before_root_shard(self, module: nn.Module) -> None:

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch import nn
 
 from framework.errors import MisconfigurationError, describe
-from framework.strategies.fsdp import FSDPStrategy
+from framework.strategies.fsdp import ROOT_ATTRIBUTE, FSDPStrategy
 from framework.strategies.parallel import StepRouter
 
 MESH_DIMENSIONS = ("data_parallel", "tensor_parallel")
@@ -107,8 +107,7 @@ class ModelParallelStrategy(FSDPStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Apply ``parallelize_fn`` (if given), then shard what the Module's own plan left whole."""
-        if self.parallelize_fn is not None and not isinstance(module.__dict__.get("_framework_sharded_root"),
-                                                              StepRouter):
+        if self.parallelize_fn is not None and not isinstance(module.__dict__.get(ROOT_ATTRIBUTE), StepRouter):
             module = self.parallelize_fn(module, self.device_mesh) or module
         return super().setup_module(module)
 

@@ -186,6 +186,15 @@ def test_a_sharded_checkpoint_of_2x2_ranks_resumes_on_another_mesh_as_if_uninter
     assert_same_weights(resumed, uninterrupted)
 
 
+def test_a_whole_file_checkpoint_of_2x2_ranks_resumes_on_2x2(tmp_path):
+    path = str(tmp_path / "half.ckpt")
+    strategy = ModelParallelStrategy(data_parallel_size=2, save_distributed_checkpoint=False)
+    spawn(4, _fit_and_save, path, strategy, 4, 3, BATCH, False, timeout=120)
+    assert (tmp_path / "half.ckpt").is_file()
+    resumed = spawn(4, _fit_and_save, path, strategy, 4, STEPS, BATCH, True, timeout=120)[0]
+    assert_same_weights(resumed, plain_pytorch(clip=float("inf"))[1])
+
+
 def test_consolidate_makes_one_file_of_a_2x2_checkpoint_that_loads_into_the_whole_model(tmp_path):
     path = str(tmp_path / "run.ckpt")
     weights = spawn(4, _fit_and_save, path, ModelParallelStrategy(data_parallel_size=2), 4, 2, BATCH, False,
