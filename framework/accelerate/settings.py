@@ -105,15 +105,11 @@ def fsdp_options(sharding_strategy: str = "FULL_SHARD", offload_params: bool = F
                  activation_checkpointing: bool = False) -> dict[str, Any]:
     """Accelerate's FSDP settings as ``FSDPStrategy`` arguments (``no_shard``: plain DDP instead)."""
     sharding = str(getattr(sharding_strategy, "name", sharding_strategy)).upper()
-    if sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
-        raise MisconfigurationError(
-            f"fsdp_sharding_strategy={sharding!r} (hybrid sharding) is not supported by the Accelerator yet; "
-            "accepted FULL_SHARD, SHARD_GRAD_OP or NO_SHARD. The Trainer and the Runtime run it: "
-            "FSDPStrategy(sharding_strategy='HYBRID_SHARD')."
-        )
-    if sharding not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"):
+    sharding = "_HYBRID_SHARD_ZERO2" if sharding == "HYBRID_SHARD_ZERO2" else sharding  # FSDPStrategy's spelling
+    if sharding not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
         raise MisconfigurationError(f"fsdp_sharding_strategy={sharding_strategy!r} is not understood; accepted "
-                                    "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD.")
+                                    "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2 "
+                                    "(sharded within a node, replicated across nodes).")
     if sharding == "NO_SHARD":
         return {"no_shard": True}
     policy = wrap_policy(auto_wrap_policy, transformer_layer_cls_to_wrap, min_num_params)

@@ -143,7 +143,8 @@ class AutocastKwargs(KwargsHandler):
 class FullyShardedDataParallelPlugin:
     """FSDP settings, as ``fsdp_config`` in Accelerate's config file; the framework runs them on FSDP2.
 
-    ``sharding_strategy`` (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD) or, for ``fsdp_version=2``,
+    ``sharding_strategy`` (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD and HYBRID_SHARD_ZERO2: sharded
+    within a node, replicated across nodes) or, for ``fsdp_version=2``,
     ``reshard_after_forward``; ``cpu_offload``; ``auto_wrap_policy`` (TRANSFORMER_BASED_WRAP with
     ``transformer_cls_names_to_wrap``, SIZE_BASED_WRAP with ``min_num_params``, NO_WRAP);
     ``state_dict_type`` (SHARDED_STATE_DICT or FULL_STATE_DICT); ``activation_checkpointing``.

@@ -12,10 +12,7 @@ Check = Callable[[Any], Any]
 
 _TRUE = ("true", "yes", "y", "on", "1")
 _FALSE = ("false", "no", "n", "off", "0")
-_HSDP = (" by the Accelerator yet (hybrid sharding runs with the Trainer and the Runtime: "
-         "FSDPStrategy(sharding_strategy='HYBRID_SHARD'))")
-_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
-_HYBRID = {"HYBRID_SHARD": _HSDP, "HYBRID_SHARD_ZERO2": _HSDP, "_HYBRID_SHARD_ZERO2": _HSDP}
+_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 
 
 class Refused(ValueError):
@@ -105,12 +102,12 @@ def gpu_ids(value: Any) -> str:
 
 
 def sharding_strategy(value: Any) -> str:
-    """FSDP version 1's strategy by name, or by Accelerate's number for it (1 FULL_SHARD ... 5 HYBRID_SHARD_ZERO2).
-    Hybrid sharding is refused: the Accelerator does not build its 2-D device mesh yet."""
+    """FSDP version 1's strategy by name, or by Accelerate's number for it (1 FULL_SHARD ... 5 HYBRID_SHARD_ZERO2;
+    torch's enum spelling ``_HYBRID_SHARD_ZERO2`` too)."""
     number = _as_int(value)
-    if number is not None and 1 <= number <= 5:
-        value = (*_SHARDING, "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")[number - 1]
-    return choice(*_SHARDING, refused=_HYBRID)(value)
+    if number is not None and 1 <= number <= len(_SHARDING):
+        value = _SHARDING[number - 1]
+    return choice(*_SHARDING)(_without_leading_underscore(value))
 
 
 def reshard(value: Any) -> bool | str:
@@ -121,12 +118,14 @@ def reshard(value: Any) -> bool | str:
     except Refused:
         pass
     try:
-        return choice(*_SHARDING, refused=_HYBRID)(value)
+        return choice(*_SHARDING)(_without_leading_underscore(value))
     except Refused as refused:
-        if str(value).strip().upper() in _HYBRID:
-            raise
         raise Refused(f"{value!r} is not accepted; accepted: true, false (fsdp_version 2), "
                       f"{', '.join(_SHARDING)} (fsdp_version 1).") from refused
+
+
+def _without_leading_underscore(value: Any) -> Any:
+    return value.strip().lstrip("_") if isinstance(value, str) else value
 
 
 def empty_section(value: Any) -> bool:

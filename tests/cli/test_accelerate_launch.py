@@ -16,6 +16,7 @@ from framework.cli.accelerate_launch import translate
 from framework.cli.errors import ConfigError
 from framework.cli.launch_plan import launch_plan
 from framework.cli.main import main
+from framework.strategies import FSDPStrategy
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tests" / "cli" / "accelerate_env_probe.py"
@@ -166,6 +167,25 @@ def test_fsdp_version_1_keeps_the_strategy_accelerate_config_wrote(tmp_path):
     assert "FSDP_TRANSFORMER_CLS_TO_WRAP" not in environment
 
 
+@pytest.mark.parametrize(("written", "sent", "strategy"), [
+    ("fsdp_sharding_strategy: HYBRID_SHARD", "HYBRID_SHARD", "HYBRID_SHARD"),
+    ("fsdp_sharding_strategy: 5", "HYBRID_SHARD_ZERO2", "_HYBRID_SHARD_ZERO2"),
+    ("fsdp_reshard_after_forward: _HYBRID_SHARD_ZERO2", "HYBRID_SHARD_ZERO2", "_HYBRID_SHARD_ZERO2"),
+])
+def test_hybrid_sharding_of_fsdp_version_1_runs_as_hsdp_sharded_within_each_node(tmp_path, monkeypatch, written,
+                                                                                  sent, strategy):
+    from framework.accelerate.settings import fsdp_options_from_environment
+
+    text = ACCELERATE_FSDP1.replace("fsdp_reshard_after_forward: SHARD_GRAD_OP", written)
+    environment = launch_plan(read_config(_file(tmp_path, text)), gpus=2).environment
+    assert environment["FSDP_SHARDING_STRATEGY"] == sent
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    options = fsdp_options_from_environment()
+    assert options["sharding_strategy"] == strategy
+    assert FSDPStrategy(**options).sharding_strategy == strategy
+
+
 def test_multi_gpu_and_multi_cpu_files_and_accelerates_json_default(tmp_path):
     multi_gpu = read_config(_file(tmp_path, ACCELERATE_MULTI_GPU))
     plan = launch_plan(multi_gpu, gpus=4)
@@ -282,12 +302,9 @@ def test_options_that_cannot_be_honoured_are_refused_by_name(argv, message, caps
      r"accel\.yaml:15: fsdp_config\.fsdp_wrap_everything: not a key of fsdp_config; known keys: fsdp_version,"),
     (("fsdp_version: 2", "fsdp_version: 2\n  ofload_params: true"),
      r"fsdp_config\.ofload_params: not a key of fsdp_config \(did you mean 'fsdp_offload_params'\?\)"),
-    (("fsdp_version: 2", "fsdp_version: 1\n  fsdp_sharding_strategy: HYBRID_SHARD"),
-     r"fsdp_config\.fsdp_sharding_strategy: 'HYBRID_SHARD' is not supported by the Accelerator yet \(hybrid "
-     r"sharding runs with the Trainer and the Runtime: FSDPStrategy\(sharding_strategy='HYBRID_SHARD'\)\); "
-     r"accepted: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD\."),
-    (("fsdp_reshard_after_forward: true", "fsdp_reshard_after_forward: _HYBRID_SHARD_ZERO2"),
-     r"fsdp_config\.fsdp_reshard_after_forward: '_HYBRID_SHARD_ZERO2' is not supported by the Accelerator yet"),
+    (("fsdp_version: 2", "fsdp_version: 1\n  fsdp_sharding_strategy: ZERO_SHARD"),
+     r"fsdp_config\.fsdp_sharding_strategy: 'ZERO_SHARD' is not supported; accepted: FULL_SHARD, SHARD_GRAD_OP, "
+     r"NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2\."),
     (("mixed_precision: bf16", "mixed_precision: fp8"), r"mixed_precision: 'fp8' is not supported \(no FP8 training "
                                                         r"here\); accepted: no, fp16, bf16\."),
     (("num_processes: 2", "num_processes: 0"), r"accel\.yaml:19: num_processes: 0 is not accepted; accepted: a whole "

@@ -107,8 +107,7 @@ def test_a_wrong_answer_is_asked_again_and_where_stdin_ends_the_defaults_are_tak
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--distributed_type", "DEEPSPEED"], "--distributed_type: 'DEEPSPEED' is not supported"),
     (["--mixed_precision", "fp8"], "--mixed_precision: 'fp8' is not supported"),
-    (["--fsdp_sharding_strategy", "HYBRID_SHARD"],
-     "--fsdp_sharding_strategy: 'HYBRID_SHARD' is not supported by the Accelerator yet"),
+    (["--fsdp_sharding_strategy", "ZERO_SHARD"], "--fsdp_sharding_strategy: 'ZERO_SHARD' is not supported"),
     (["--num_processes", "0"], "--num_processes: '0' is not accepted"),
     (["--distributed_type", "NO", "--num_processes", "2"], "with distributed_type NO (one process)"),
     (["--distributed_type", "MULTI_CPU", "--fsdp_version", "2"], "--fsdp_version: FSDP is not in use"),
