@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import time
-import uuid
 import warnings
 from datetime import timedelta
 from typing import Any
@@ -14,11 +11,21 @@ from typing import Any
 import torch
 
 from framework import console
+from framework.callbacks.background_saves import BackgroundSaves
 from framework.callbacks.checkpoint import Checkpoint
-from framework.errors import MisconfigurationError, describe
-from framework.io.fs import exists, is_dir, leftover_temporaries, make_dirs, names_in, remove, write_bytes_atomic
-
-_MODES = {"min": torch.lt, "max": torch.gt}
+from framework.callbacks.checkpoint_files import (
+    default_dirpath,
+    fill_template,
+    holds_checkpoints,
+    link,
+    remove_unfinished_writes,
+    resolved_dirpath,
+    versions_of,
+    write_problem,
+)
+from framework.callbacks.model_checkpoint_checks import MODES, check_arguments, check_save_last
+from framework.errors import MisconfigurationError
+from framework.io.fs import exists, remove, write_bytes_atomic
 
 
 class ModelCheckpoint(Checkpoint):
@@ -38,6 +45,13 @@ class ModelCheckpoint(Checkpoint):
     improve. ``save_last="link"`` makes it a symbolic link to the file saved at the same step
     instead of a copy (local directories only; a real file where there is none).
     ``save_on_exception=True`` saves when fit raises.
+
+    ``async_save=True`` writes the files in a background thread while training goes on (as
+    does ``Trainer(plugins=[AsyncCheckpointIO()])`` for every ModelCheckpoint): the state is
+    copied to host memory at the save point, one save is in flight at a time (the next waits
+    for it), and the files it replaces are deleted only once it is complete. A failed write is
+    raised at the next save point or at the end of fit. ``best_model_path`` may name a file
+    still being written until then.
 
     Example::
 
@@ -73,10 +87,14 @@ class ModelCheckpoint(Checkpoint):
         every_n_epochs: int | None = None,
         save_on_train_epoch_end: bool | None = None,
         enable_version_counter: bool = True,
+        async_save: bool = False,
     ) -> None:
-        _check_arguments(monitor, save_top_k, mode, every_n_train_steps, every_n_epochs, train_time_interval)
-        _check_save_last(save_last, dirpath)
-        self.dirpath = _resolved(dirpath) if dirpath is not None else None
+        check_arguments(monitor, save_top_k, mode, every_n_train_steps, every_n_epochs, train_time_interval,
+                        async_save)
+        check_save_last(save_last, dirpath)
+        self.async_save = async_save
+        self._saves = BackgroundSaves(self, own_writer=async_save)
+        self.dirpath = resolved_dirpath(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
         self.verbose = verbose
@@ -122,30 +140,22 @@ class ModelCheckpoint(Checkpoint):
     # -- when to save ---
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Decide the directory (rank 0's choice for every rank) and check it can be written to, when fitting."""
-        dirpath = self.dirpath if self.dirpath is not None else _default_dirpath(trainer)
+        dirpath = self.dirpath if self.dirpath is not None else default_dirpath(trainer)
         self.dirpath = trainer.runtime.broadcast(dirpath)
+        self._saves.setup(trainer)
         if stage != "fit" or trainer.fast_dev_run or (self.save_top_k == 0 and not self.save_last):
             return
-        problem = _write_problem(self.dirpath) if trainer.is_global_zero else None
+        problem = write_problem(self.dirpath) if trainer.is_global_zero else None
         problem = trainer.runtime.broadcast(problem)  # every rank fails alike, none waits for the others
         if problem is not None:
             raise MisconfigurationError(
                 f"ModelCheckpoint cannot write to dirpath={self.dirpath!r}: {problem}. Pass a writable dirpath=."
             )
         if trainer.is_global_zero:
-            self._remove_unfinished_writes()
-        if trainer.is_global_zero and _holds_checkpoints(self.dirpath, self.FILE_EXTENSION):
+            remove_unfinished_writes(self.dirpath, self.FILE_EXTENSION)
+        if trainer.is_global_zero and holds_checkpoints(self.dirpath, self.FILE_EXTENSION):
             warnings.warn(f"Checkpoint directory {self.dirpath} exists and holds checkpoints; this run writes "
                           "beside them (a name clash gets a -v1 suffix) and deletes only its own.", stacklevel=2)
-
-    def _remove_unfinished_writes(self) -> None:
-        """Delete the temporaries of saves a killed run left unfinished (each as large as a checkpoint)."""
-        leftovers = leftover_temporaries(self.dirpath, self.FILE_EXTENSION)
-        for path in leftovers:
-            remove(path)
-        if leftovers:
-            console.info(f"Removed {len(leftovers)} unfinished checkpoint write(s) of an interrupted run from "
-                         f"{self.dirpath}: {', '.join(os.path.basename(path) for path in leftovers)}")
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the clock of ``train_time_interval``."""
@@ -170,20 +180,23 @@ class ModelCheckpoint(Checkpoint):
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """Save every ``every_n_epochs`` epochs (and ``last``), here when validation does not decide it."""
         if not self._skips(trainer) and self._saves_on_train_epoch_end(trainer):
-            self._save_at_epoch_end(trainer)
+            self._save_due(trainer, top_k=self._epoch_due(trainer))
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         """Save every ``every_n_epochs`` epochs (and ``last``) after validation, when it runs inside the epoch."""
         if not self._skips(trainer) and not self._saves_on_train_epoch_end(trainer):
-            self._save_at_epoch_end(trainer)
+            self._save_due(trainer, top_k=self._epoch_due(trainer))
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        """With ``save_last``, write ``last`` if nothing was saved during the whole run."""
+        """With ``save_last``, write ``last`` if nothing was saved during the whole run; wait for the writes."""
         if self.save_last and not self._last_checkpoint_saved and not trainer.fast_dev_run:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            with self._saves.save_point(trainer):
+                self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        self._saves.end(trainer)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        """With ``save_on_exception``, save the state fit had reached when it raised."""
+        """Wait for a save in flight; with ``save_on_exception``, save the state fit had reached when it raised."""
+        self._saves.abandon()
         if (not self.save_on_exception or trainer.fast_dev_run or trainer.sanity_checking
                 or self._last_global_step_saved == trainer.global_step or self.dirpath is None):
             return
@@ -200,12 +213,6 @@ class ModelCheckpoint(Checkpoint):
         self._save_last_checkpoint(trainer, candidates)
         if trainer.is_global_zero:
             console.info(f"{type(exception).__name__} raised ({exception}); saved a checkpoint to {filepath}")
-
-    def _save_at_epoch_end(self, trainer: Any) -> None:
-        candidates = self._monitor_candidates(trainer)
-        if self._epoch_due(trainer):
-            self._save_topk_checkpoint(trainer, candidates)
-        self._save_last_checkpoint(trainer, candidates)
 
     def _skips(self, trainer: Any) -> bool:
         return (bool(trainer.fast_dev_run) or trainer.state.fn != "fit" or trainer.sanity_checking
@@ -226,10 +233,13 @@ class ModelCheckpoint(Checkpoint):
         # may be 0 while the others validate, so it asks them).
         return not trainer.runtime.reduce_boolean_decision(any(trainer.num_val_batches), all=False)
 
-    def _save_due(self, trainer: Any) -> None:
-        candidates = self._monitor_candidates(trainer)
-        self._save_topk_checkpoint(trainer, candidates)
-        self._save_last_checkpoint(trainer, candidates)
+    def _save_due(self, trainer: Any, top_k: bool = True) -> None:
+        """One save point: a top-k file (when ``top_k``) and ``last``."""
+        with self._saves.save_point(trainer):
+            candidates = self._monitor_candidates(trainer)
+            if top_k:
+                self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
 
     def _monitor_candidates(self, trainer: Any) -> dict[str, torch.Tensor]:
         """The values file names and the top-k ranking use: rank 0's, on every rank.
@@ -273,7 +283,7 @@ class ModelCheckpoint(Checkpoint):
     def _better_than_kth(self, current: torch.Tensor) -> bool:
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
-        return bool(_MODES[self.mode](current, self.best_k_models[self.kth_best_model_path].to(current.device)))
+        return bool(MODES[self.mode](current, self.best_k_models[self.kth_best_model_path].to(current.device)))
 
     def _update_best_and_save(self, trainer: Any, current: torch.Tensor, candidates: dict[str, torch.Tensor]) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
@@ -299,7 +309,7 @@ class ModelCheckpoint(Checkpoint):
                          f"{filepath!r} as top {k}")
         self._save(trainer, filepath)
         if dropped and self._may_remove(trainer, dropped, filepath):
-            remove_on_rank_zero(trainer, dropped)
+            self._remove_once_written(trainer, dropped)
 
     def _save_latest_only(self, trainer: Any, candidates: dict[str, torch.Tensor]) -> None:
         """Without a monitor: save, and with ``save_top_k=1`` delete the file saved before."""
@@ -310,7 +320,7 @@ class ModelCheckpoint(Checkpoint):
                          f"{filepath!r}")
         self._save(trainer, filepath)
         if self.save_top_k == 1 and previous and self._may_remove(trainer, previous, filepath):
-            remove_on_rank_zero(trainer, previous)
+            self._remove_once_written(trainer, previous)
 
     def _save_last_checkpoint(self, trainer: Any, candidates: dict[str, torch.Tensor]) -> None:
         if not self.save_last:
@@ -325,32 +335,30 @@ class ModelCheckpoint(Checkpoint):
         else:
             self._save(trainer, filepath)
         if previous and self._may_remove(trainer, previous, filepath):
-            remove_on_rank_zero(trainer, previous)
+            self._remove_once_written(trainer, previous)
 
     def _save(self, trainer: Any, filepath: str) -> None:
         trainer.save_checkpoint(filepath, self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
-        if trainer.is_global_zero:
-            for logger in trainer.loggers:
-                logger.after_save_checkpoint(self)
+        self._saves.saved(trainer)
 
-    @staticmethod
-    def _link(trainer: Any, target: str, linkpath: str) -> None:
-        """Point ``linkpath`` at ``target`` (relative, so the directory can move), replacing it atomically."""
+    def _remove_once_written(self, trainer: Any, filepath: str) -> None:
+        """Delete ``filepath`` on rank 0 (which writes the files), once the files saved here are complete."""
+        if trainer.is_global_zero:
+            self._saves.after_writes(lambda: remove(filepath), f"deleting {filepath!r}")
+
+    def _link(self, trainer: Any, target: str, linkpath: str) -> None:
+        """Point ``linkpath`` at ``target`` once it is written (a relative link, so the directory can move)."""
         if trainer.is_global_zero and os.path.abspath(target) != os.path.abspath(linkpath):
-            temporary = f"{linkpath}.tmp-{uuid.uuid4().hex[:8]}"
-            try:
-                os.symlink(os.path.relpath(target, os.path.dirname(linkpath)), temporary)
-            except OSError:  # no symbolic links here (Windows without the privilege): a copy does the job
-                shutil.copyfile(target, temporary)
-            os.replace(temporary, linkpath)
+            self._saves.after_writes(lambda: link(target, linkpath), f"linking {linkpath!r} to {target!r}")
         trainer.runtime.barrier("link_checkpoint")
 
     def _may_remove(self, trainer: Any, previous: str, current: str) -> bool:
         """Only files of this callback's directory, never the one being written or the one resumed from."""
         resumed_from = trainer.ckpt_path
-        if previous == current or (resumed_from is not None and _resolved(previous) == _resolved(resumed_from)):
+        if previous == current or (resumed_from is not None
+                                   and resolved_dirpath(previous) == resolved_dirpath(resumed_from)):
             return False
         directory = self.dirpath.rstrip("/") + "/"
         return previous.startswith(directory) or os.path.abspath(previous).startswith(os.path.abspath(directory))
@@ -365,23 +373,12 @@ class ModelCheckpoint(Checkpoint):
             ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}").format_checkpoint_name(
                 {"epoch": 3, "val_loss": torch.tensor(0.1234)})     # '<cwd>/ckpts/epoch=3-val_loss=0.12.ckpt'
         """
-        name = self._fill_template(filename or self.filename, dict(metrics))
+        template = filename or self.filename or "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
+        name = fill_template(template, metrics, self.CHECKPOINT_EQUALS_CHAR, self.auto_insert_metric_name)
         if ver is not None:
             name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
         name += self.FILE_EXTENSION
         return os.path.join(self.dirpath, name) if self.dirpath else name
-
-    def _fill_template(self, template: str | None, metrics: dict[str, Any]) -> str:
-        if not template:
-            template = "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
-        # "{val_loss:.2f}" -> "val_loss={0[val_loss]:.2f}": names may hold dots and slashes this way
-        groups = sorted(set(re.findall(r"(\{.*?)[:\}]", template)), key=len, reverse=True)
-        for group in groups:
-            name = group[1:]
-            shown = name + self.CHECKPOINT_EQUALS_CHAR if self.auto_insert_metric_name else ""
-            template = template.replace(group, shown + "{0[" + name + "]")
-            metrics.setdefault(name, torch.tensor(0))
-        return template.format(metrics)
 
     def _free_filepath(self, trainer: Any, candidates: dict[str, torch.Tensor], being_replaced: str,
                        filename: str | None = None) -> str:
@@ -402,8 +399,7 @@ class ModelCheckpoint(Checkpoint):
         ``last-v1.ckpt`` ... in ``dirpath`` (a new run can resume from an earlier run's file this way)."""
         found = {self.last_model_path} if self.last_model_path and exists(self.last_model_path) else set()
         if self.dirpath is not None:
-            pattern = re.compile(rf"^{self.CHECKPOINT_NAME_LAST}(-v\d+)?{re.escape(self.FILE_EXTENSION)}$")
-            found |= {os.path.join(self.dirpath, name) for name in names_in(self.dirpath) if pattern.match(name)}
+            found |= set(versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION))
         return sorted(found)
 
     # -- state ---
@@ -444,92 +440,3 @@ class ModelCheckpoint(Checkpoint):
         path = filepath if filepath is not None else os.path.join(self.dirpath or ".", "best_k_models.yaml")
         write_bytes_atomic(path, yaml.safe_dump(scores).encode("utf-8"))
 
-
-def remove_on_rank_zero(trainer: Any, filepath: str) -> None:
-    """Delete a checkpoint file on global rank 0 (the one that writes them)."""
-    if trainer.is_global_zero:
-        remove(filepath)
-
-
-def _resolved(dirpath: str | os.PathLike) -> str:
-    """A local directory as an absolute real path (as Lightning reports it); any other URL unchanged."""
-    dirpath = os.fspath(dirpath)
-    if "://" in dirpath and not dirpath.startswith("file://"):
-        return dirpath
-    return os.path.realpath(os.path.expanduser(dirpath.removeprefix("file://")))
-
-
-def _check_save_last(save_last: Any, dirpath: Any) -> None:
-    if save_last not in (None, True, False, "link"):
-        raise MisconfigurationError(
-            f"ModelCheckpoint(save_last={describe(save_last)}): accepted True, False, None or 'link'."
-        )
-    if save_last == "link" and dirpath is not None and "://" in os.fspath(dirpath) \
-            and not os.fspath(dirpath).startswith("file://"):
-        raise MisconfigurationError(
-            f"ModelCheckpoint(save_last='link') needs a local directory for the link, got dirpath={dirpath!r}; "
-            "use save_last=True there."
-        )
-
-
-def _default_dirpath(trainer: Any) -> str:
-    """``<save_dir>/<name>/<version>/checkpoints`` of the logger, else ``<default_root_dir>/checkpoints``."""
-    loggers = [logger for logger in trainer.loggers if logger.save_dir is not None or logger.log_dir is not None]
-    if not loggers:
-        return os.path.join(trainer.default_root_dir, "checkpoints")
-    logger = loggers[0]
-    save_dir = logger.save_dir or trainer.default_root_dir  # the first logger's, with several too (Lightning 2.6)
-    version = logger.version
-    version = version if isinstance(version, str) else f"version_{version}"
-    return os.path.join(save_dir, str(logger.name or ""), version, "checkpoints")
-
-
-def _write_problem(dirpath: str) -> str | None:
-    """Why checkpoints cannot be written to ``dirpath`` (found at set-up, not after an hour of training), or None."""
-    probe = os.path.join(dirpath, f".write-test-{uuid.uuid4().hex[:8]}")
-    try:
-        make_dirs(dirpath)
-        write_bytes_atomic(probe, b"")
-        remove(probe)
-    except OSError as error:
-        return str(error)
-    return None
-
-
-def _holds_checkpoints(dirpath: str, extension: str) -> bool:
-    return is_dir(dirpath) and any(name.endswith(extension) for name in names_in(dirpath))
-
-
-def _check_arguments(monitor: Any, save_top_k: Any, mode: Any, every_n_train_steps: Any, every_n_epochs: Any,
-                     train_time_interval: Any) -> None:
-    if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-        raise MisconfigurationError(
-            f"ModelCheckpoint(save_top_k={describe(save_top_k)}): accepted is an int >= -1 (-1 keeps every file, "
-            "0 none)."
-        )
-    if mode not in _MODES:
-        raise MisconfigurationError(f"ModelCheckpoint(mode={describe(mode)}): accepted 'min' or 'max'.")
-    if monitor is None and save_top_k not in (-1, 0, 1):
-        raise MisconfigurationError(
-            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
-            "ranking to keep the top k by; set monitor= or use save_top_k in (-1, 0, 1)."
-        )
-    for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise MisconfigurationError(f"ModelCheckpoint({name}={describe(value)}): accepted is an int >= 0 or None.")
-    if train_time_interval is not None:
-        if not isinstance(train_time_interval, timedelta):
-            raise MisconfigurationError(
-                f"ModelCheckpoint(train_time_interval={describe(train_time_interval)}): accepted is a "
-                "datetime.timedelta."
-            )
-        if every_n_train_steps or every_n_epochs:
-            raise MisconfigurationError(
-                "ModelCheckpoint: every_n_train_steps, every_n_epochs and train_time_interval are alternatives; "
-                "give one of them."
-            )
-    elif every_n_train_steps and every_n_epochs:
-        raise MisconfigurationError(
-            "ModelCheckpoint: every_n_train_steps, every_n_epochs and train_time_interval are alternatives; "
-            "give one of them."
-        )

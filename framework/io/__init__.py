@@ -1,6 +1,7 @@
-"""Files: fsspec paths, atomic writes, the checkpoint format, and sharded (DCP) checkpoints."""
+"""Files: fsspec paths, atomic writes, the checkpoint format, sharded (DCP) checkpoints, writes in the background."""
 
+from framework.io.async_writer import AsyncCheckpointIO
 from framework.io.checkpoint import load_checkpoint, save_checkpoint
 from framework.io.sharded import consolidate
 
-__all__ = ["consolidate", "load_checkpoint", "save_checkpoint"]
+__all__ = ["AsyncCheckpointIO", "consolidate", "load_checkpoint", "save_checkpoint"]

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from framework.errors import CheckpointError
+from framework.io.async_writer import collecting_writer
 from framework.io.fs import filesystem, write_atomic
 
 # The layout of the checkpoint dict; a reader refuses files of a newer layout instead of half-loading them.
@@ -22,7 +23,17 @@ _CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
 
 def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike,
                     storage_options: dict[str, Any] | None = None) -> None:
-    """Write ``checkpoint`` to ``path`` atomically (any fsspec path; ``storage_options`` go to its filesystem)."""
+    """Write ``checkpoint`` to ``path`` atomically (any fsspec path; ``storage_options`` go to its filesystem).
+
+    Inside an ``AsyncCheckpointIO.save_point()`` the state is copied to host memory now and
+    written in the background.
+    """
+    writer = collecting_writer()
+    if writer is not None:
+        staged = writer.stage(checkpoint)
+        writer.add_write(os.fspath(path), lambda: write_atomic(path, lambda file: torch.save(staged, file),
+                                                               storage_options))
+        return
     write_atomic(path, lambda file: torch.save(checkpoint, file), storage_options)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from framework.errors import CheckpointError
+from framework.io.async_writer import collecting_writer
 from framework.io.fs import filesystem, is_local, write_atomic
 
 META_FILE = "meta.pt"
@@ -59,10 +60,10 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer:
 
     DTensors are written by the ranks holding their parts; plain tensors once. The directory
     is filled under a temporary name and renamed into place once complete, so a run killed
-    while saving leaves any earlier checkpoint at ``path`` whole.
+    while saving leaves any earlier checkpoint at ``path`` whole. Inside an
+    ``AsyncCheckpointIO.save_point()`` each rank copies its parts to host memory now and writes
+    them in the background (``is_writer`` then renames the directory there, once all are written).
     """
-    import torch.distributed.checkpoint as dcp
-
     path = os.fspath(path).rstrip("/")
     skeleton, tensors = split_tensors(checkpoint)
     # The same name on every rank without a collective: from the path (a killed save's leftover is removed first).
@@ -71,11 +72,37 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer:
     if is_writer and fs.exists(inner_temporary):
         fs.rm(inner_temporary, recursive=True)
     barrier()
-    dcp.save(tensors, storage_writer=_writer(temporary, on_host=all(t.device.type == "cpu" for t in tensors.values())))
-    if is_writer:
-        write_atomic(f"{temporary}/{META_FILE}", lambda file: torch.save(skeleton, file))
-        _move_into_place(temporary, path)
-    barrier()
+    writer = collecting_writer()
+    if writer is None:
+        _write_parts(tensors, temporary, group=None)
+        if is_writer:
+            _finish(skeleton, temporary, path)
+        barrier()
+        return
+    staged, group = writer.stage(tensors), writer.process_group()
+
+    def write_in_background() -> None:
+        _write_parts(staged, temporary, group)  # returns on every rank once all parts are written
+        if is_writer:
+            _finish(skeleton, temporary, path)
+
+    writer.add_write(path, write_in_background)
+
+
+def _write_parts(tensors: dict[str, torch.Tensor], temporary: str, group: Any) -> None:
+    """Every rank writes its parts of ``tensors`` into the directory ``temporary`` (DCP's ``.metadata`` too)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    on_host = all(t.device.type == "cpu" for t in tensors.values())
+    alone = not (dist.is_available() and dist.is_initialized())
+    dcp.save(tensors, storage_writer=_writer(temporary, on_host), process_group=group, no_dist=alone)
+
+
+def _finish(skeleton: dict[str, Any], temporary: str, path: str) -> None:
+    """Add the non-tensor part and rename the complete directory ``temporary`` to ``path`` (one rank)."""
+    write_atomic(f"{temporary}/{META_FILE}", lambda file: torch.save(skeleton, file))
+    _move_into_place(temporary, path)
 
 
 def load_sharded(path: str | os.PathLike, shard: ShardFactory | None = None) -> dict[str, Any]:

@@ -72,7 +72,10 @@ class Runtime:
         if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
             raise MisconfigurationError(f"num_nodes={describe(num_nodes)} must be a positive int.")
         if plugins is not None:
-            raise MisconfigurationError(f"plugins={describe(plugins)}: only None is supported for now.")
+            raise MisconfigurationError(
+                f"Runtime(plugins={describe(plugins)}): accepted is None; precision= and strategy= take those "
+                "choices. (AsyncCheckpointIO is a Trainer plugin: runtime.save writes at once.)"
+            )
         self.accelerator = resolve_accelerator(accelerator)
         self.environment = detect_environment()
         launched = self.environment is not None and self.environment.world_size > 1

@@ -16,6 +16,7 @@ from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
 from framework.duration import parse_duration
 from framework.errors import MisconfigurationError, describe
+from framework.io.async_writer import AsyncCheckpointIO
 from framework.loggers.base import DummyLogger, Logger
 from framework.module import Module
 from framework.profilers import PassThroughProfiler, resolve_profiler
@@ -148,8 +149,7 @@ class Trainer(TrainerRun):
         self.enable_checkpointing = check.check_bool("enable_checkpointing", _default(enable_checkpointing, True))
         self.enable_progress_bar = check.check_bool("enable_progress_bar", _default(enable_progress_bar, True))
         self.enable_model_summary = check.check_bool("enable_model_summary", _default(enable_model_summary, True))
-        if plugins is not None:
-            raise MisconfigurationError(f"Trainer(plugins={describe(plugins)}): only None is supported for now.")
+        self.checkpoint_io = _checkpoint_io(plugins)  # ModelCheckpoint's writer, None: write at once
         self.profiler = resolve_profiler(profiler)
         # what the loops wrap their hooks, steps and fetches with: nothing for no profiler (or a pass-through one)
         self._profiling = None if isinstance(self.profiler, PassThroughProfiler) else self.profiler
@@ -341,6 +341,18 @@ def _datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any) -> tup
             f"trainer.{entry} got dataloaders and a datamodule: pass dataloaders= or datamodule=, not both."
         )
     return datamodule, dataloaders
+
+
+def _checkpoint_io(plugins: Any) -> AsyncCheckpointIO | None:
+    """The ``AsyncCheckpointIO`` among ``plugins`` (one plugin or a list), or None; anything else is refused."""
+    given = [] if plugins is None else plugins if isinstance(plugins, (list, tuple)) else [plugins]
+    writers = [plugin for plugin in given if isinstance(plugin, AsyncCheckpointIO)]
+    if len(writers) != len(given) or len(writers) > 1:
+        raise MisconfigurationError(
+            f"Trainer(plugins={describe(plugins)}): accepted is None or one AsyncCheckpointIO "
+            "(framework.io.AsyncCheckpointIO); precision=, strategy= and accelerator= take the other choices."
+        )
+    return writers[0] if writers else None
 
 
 def _default(value: Any, default: Any) -> Any:

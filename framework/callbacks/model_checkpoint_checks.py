@@ -1,0 +1,66 @@
+"""The checks of ``ModelCheckpoint``'s arguments: a clear error naming the argument and what it accepts."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from framework.errors import MisconfigurationError, describe
+
+MODES = {"min": torch.lt, "max": torch.gt}
+
+
+def check_save_last(save_last: Any, dirpath: Any) -> None:
+    """Refuse a ``save_last`` other than True, False, None or "link", and "link" outside a local directory."""
+    if save_last not in (None, True, False, "link"):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_last={describe(save_last)}): accepted True, False, None or 'link'."
+        )
+    if save_last == "link" and dirpath is not None and "://" in os.fspath(dirpath) \
+            and not os.fspath(dirpath).startswith("file://"):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_last='link') needs a local directory for the link, got dirpath={dirpath!r}; "
+            "use save_last=True there."
+        )
+
+
+def check_arguments(monitor: Any, save_top_k: Any, mode: Any, every_n_train_steps: Any, every_n_epochs: Any,
+                     train_time_interval: Any, async_save: Any) -> None:
+    """Refuse settings ModelCheckpoint cannot honour, naming the argument and what it accepts."""
+    if not isinstance(async_save, bool):
+        raise MisconfigurationError(f"ModelCheckpoint(async_save={describe(async_save)}): accepted True or False.")
+    if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_top_k={describe(save_top_k)}): accepted is an int >= -1 (-1 keeps every file, "
+            "0 none)."
+        )
+    if mode not in MODES:
+        raise MisconfigurationError(f"ModelCheckpoint(mode={describe(mode)}): accepted 'min' or 'max'.")
+    if monitor is None and save_top_k not in (-1, 0, 1):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
+            "ranking to keep the top k by; set monitor= or use save_top_k in (-1, 0, 1)."
+        )
+    for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise MisconfigurationError(f"ModelCheckpoint({name}={describe(value)}): accepted is an int >= 0 or None.")
+    if train_time_interval is not None:
+        if not isinstance(train_time_interval, timedelta):
+            raise MisconfigurationError(
+                f"ModelCheckpoint(train_time_interval={describe(train_time_interval)}): accepted is a "
+                "datetime.timedelta."
+            )
+        if every_n_train_steps or every_n_epochs:
+            raise MisconfigurationError(
+                "ModelCheckpoint: every_n_train_steps, every_n_epochs and train_time_interval are alternatives; "
+                "give one of them."
+            )
+    elif every_n_train_steps and every_n_epochs:
+        raise MisconfigurationError(
+            "ModelCheckpoint: every_n_train_steps, every_n_epochs and train_time_interval are alternatives; "
+            "give one of them."
+        )
+
