@@ -1,9 +1,10 @@
-"""ZeRO on CPU: the training state each rank holds, and the step time, for ddp, zero1, zero2, zero3, zero3_offload.
+"""ZeRO on CPU: the training state and activations each rank holds, and the step time, for ddp, zero1, zero2,
+zero3, zero3 with activation checkpointing, and zero3_offload.
 
-The model is a stack of 12 square linear layers (ReLU between them) whose width is picked to give
-``--params`` million parameters, trained with fp32 AdamW on random data, on 2 ranks (gloo). Each
-strategy runs in its own pair of processes (``framework.testing.spawn``), with the Trainer inside
-them joining those ranks.
+The model is a stack of 6 feed-forward blocks (``Block``: Linear from width w to 4w, GELU, Linear
+back to w; 12 linear layers) whose width is picked to give ``--params`` million parameters, trained
+with fp32 AdamW on random data, on 2 ranks (gloo). Each strategy runs in its own pair of processes
+(``framework.testing.spawn``), with the Trainer inside them joining those ranks.
 
 Per rank, the bytes of state (``framework.testing.state_bytes``: a sharded tensor counts its
 local part) are read on the first batch where ZeRO's arithmetic speaks of them: parameters
@@ -17,15 +18,26 @@ beside the theory for Ψ parameters on N ranks:
     zero3          4Ψ/N   4Ψ/N   8Ψ/N
     zero3_offload  as zero3, kept in CPU memory (on a CPU-only machine that is where everything is)
 
+"activations" is the peak of the bytes held for backward over the first batch
+(``framework.testing.SavedActivations``: tensors saved for backward, or recomputed in it, until
+freed; parameters are not counted), beside the theory for batch b per rank, fp32: each block keeps
+its input (b·w), GELU's input and output (2 · b·4w) and the loss the output and the target, so
+(9·6 + 2)·b·w·4 bytes; with each block checkpointed (``zero3 + checkpointing``:
+``FSDPStrategy(activation_checkpointing_policy={Block})``) the blocks' inputs and the target are
+kept and backward recomputes one block at a time, (6 + 1 + 8)·b·w·4 bytes. Its step time beside
+zero3's is the cost of recomputing each block's forward in backward.
+
 "peak RSS" is how far the rank process's peak resident set rose during the run (state, DDP's
 gradient buckets, gathered parameters, activations, allocator slack). With glibc's default
-malloc the sharded runs keep much of what they free (per-layer buffers of ~17 MB fall under its
-adaptive mmap threshold), so their RSS overstates what they use; ``MALLOC_MMAP_THRESHOLD_=131072``
-in the environment makes freed buffers go back to the system (and every step slower). The step time is rank 0's
-mean from the end of one training batch to the end of the next, after ``--warmup`` steps. The
+malloc the sharded runs can keep much of what they free (buffers under its adaptive mmap
+threshold, at most 32 MB, stay in the heap), so their RSS overstates what they use;
+``MALLOC_MMAP_THRESHOLD_=131072`` in the environment makes freed buffers go back to the system
+(and every step slower). The step time is rank 0's mean from the end of one training batch to
+the end of the next, after ``--warmup`` steps; the activations are counted on the first batch,
+which is never timed. The
 "plain" rows are hand-written loops over the same model, data and optimizer in the same kind of
 spawned ranks, with the same threads per rank: ``DistributedDataParallel``, and FSDP2's
-``fully_shard`` on each layer and then the whole, which is what the framework's zero2/zero3 do.
+``fully_shard`` on each block and then the whole, which is what the framework's zero2/zero3 do.
 
     python benchmarks/zero_memory.py [--params 50] [--steps 8] [--warmup 2] [--batch-size 16] [--runs 1]
 """
@@ -45,10 +57,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import framework as L
 from framework.callbacks import Callback
-from framework.testing import spawn, state_bytes
+from framework.strategies import FSDPStrategy
+from framework.testing import SavedActivations, spawn, state_bytes
 
-DEPTH, RANKS = 12, 2
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "zero3_offload")
+BLOCKS, RANKS = 6, 2
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "zero3_checkpointed", "zero3_offload")
 # Multiples of Ψ bytes per rank (fp32 parameters and gradients, AdamW's two moments), N = RANKS.
 THEORY = {
     "plain_ddp": (4, 4, 8),
@@ -58,24 +71,48 @@ THEORY = {
     "zero1": (4, 4, 8 / RANKS),
     "zero2": (4, 4 / RANKS, 8 / RANKS),
     "zero3": (4 / RANKS, 4 / RANKS, 8 / RANKS),
+    "zero3_checkpointed": (4 / RANKS, 4 / RANKS, 8 / RANKS),
     "zero3_offload": (4 / RANKS, 4 / RANKS, 8 / RANKS),
 }
 PLAIN = ("plain_ddp", "plain_zero2", "plain_zero3")
 NAMES = {"plain_ddp": "plain DDP", "plain_zero2": "plain FSDP2 ZeRO-2", "plain_zero3": "plain FSDP2 ZeRO-3",
-         **{name: name for name in STRATEGIES}}
+         "zero3_checkpointed": "zero3 + checkpointing", **{name: name for name in STRATEGIES[:4] + STRATEGIES[5:]}}
+
+
+class Block(nn.Module):
+    """A transformer's feed-forward block: Linear w -> 4w, GELU, Linear 4w -> w."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(nn.functional.gelu(self.up(x)))
+
+
+def strategy_for(kind: str) -> Any:
+    """What the Trainer is given for a framework row: the strategy's name, or the object for checkpointing."""
+    return FSDPStrategy(activation_checkpointing_policy={Block}) if kind == "zero3_checkpointed" else kind
 
 
 def width_for(params_millions: float) -> int:
-    """The layer width (a multiple of 64, so every rank's share is even) closest to the parameter count asked."""
-    return max(64, round((params_millions * 1e6 / DEPTH) ** 0.5 / 64) * 64)
+    """The block width (a multiple of 64, so every rank's share is even) closest to the parameter count asked."""
+    return max(64, round((params_millions * 1e6 / (8 * BLOCKS)) ** 0.5 / 64) * 64)
+
+
+def parameter_count(width: int) -> int:
+    return BLOCKS * (8 * width * width + 5 * width)
+
+
+def activation_theory(kind: str, width: int, batch_size: int) -> int:
+    """Bytes held for backward at the peak, per rank (see the module's docstring)."""
+    units = BLOCKS + 1 + 8 if kind == "zero3_checkpointed" else 9 * BLOCKS + 2
+    return units * batch_size * width * 4
 
 
 def make_net(width: int) -> nn.Sequential:
     torch.manual_seed(0)  # every rank starts from the same weights, as fully_shard expects
-    layers: list[nn.Module] = []
-    for _ in range(DEPTH):
-        layers += [nn.Linear(width, width), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
+    return nn.Sequential(*[Block(width) for _ in range(BLOCKS)])
 
 
 def make_data(width: int, steps: int, batch_size: int) -> TensorDataset:
@@ -98,11 +135,22 @@ class Stack(L.Module):
 
 
 class Readings:
-    """State bytes at the three points of the first batch, and when each batch ended."""
+    """State bytes at the three points of the first batch, the activations' peak in it, and when each batch ended."""
 
     def __init__(self) -> None:
-        self.bytes = {"parameters": -1, "gradients": -1, "optimizer": -1}
+        self.bytes = {"parameters": -1, "gradients": -1, "optimizer": -1, "activations": -1}
         self.ends: list[float] = []
+        self.saved = SavedActivations()
+
+    def batch_started(self) -> None:
+        if not self.ends:  # the first batch only: counting slows a step, and this one is not timed
+            self.saved.start()
+
+    def batch_ended(self) -> None:
+        if not self.ends:
+            self.saved.stop()
+            self.bytes["activations"] = self.saved.peak
+        self.ends.append(time.perf_counter())
 
     def take(self, kind: str, module: nn.Module, optimizer: Any = None) -> None:
         if self.bytes[kind] < 0:
@@ -114,6 +162,9 @@ class Measure(Callback):
         super().__init__()
         self.readings = Readings()
 
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.readings.batch_started()
+
     def on_before_backward(self, trainer, module, loss):
         self.readings.take("parameters", module)
 
@@ -124,13 +175,13 @@ class Measure(Callback):
         self.readings.take("optimizer", module, optimizer)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.readings.ends.append(time.perf_counter())
+        self.readings.batch_ended()
 
 
-def run_framework(rank: int, strategy: str, width: int, steps: int, batch_size: int) -> dict[str, Any]:
+def run_framework(rank: int, kind: str, width: int, steps: int, batch_size: int) -> dict[str, Any]:
     start_rss = _rss_kib()
     measure = Measure()
-    trainer = L.Trainer(accelerator="cpu", devices=RANKS, strategy=strategy, max_steps=steps, logger=False,
+    trainer = L.Trainer(accelerator="cpu", devices=RANKS, strategy=strategy_for(kind), max_steps=steps, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[measure])
     trainer.fit(Stack(width), DataLoader(make_data(width, steps, batch_size), batch_size=batch_size))
@@ -138,7 +189,7 @@ def run_framework(rank: int, strategy: str, width: int, steps: int, batch_size: 
 
 
 def run_plain(rank: int, kind: str, width: int, steps: int, batch_size: int) -> dict[str, Any]:
-    """What people write by hand: DistributedDataParallel, or fully_shard on each layer and then the whole (the
+    """What people write by hand: DistributedDataParallel, or fully_shard on each block and then the whole (the
     units the framework's default policy picks), and AdamW, with the framework's threads per rank."""
     from torch.utils.data import DistributedSampler
 
@@ -156,15 +207,15 @@ def run_plain(rank: int, kind: str, width: int, steps: int, batch_size: int) -> 
 
         mesh = init_device_mesh("cpu", (RANKS,))
         reshard = kind == "plain_zero3"
-        for layer in net:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+        for block in net:
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
         model = fully_shard(net, mesh=mesh, reshard_after_forward=reshard)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     data = make_data(width, steps, batch_size)
     loader = DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, shuffle=False))
     readings = Readings()
     for x, y in loader:
+        readings.batch_started()
         loss = nn.functional.mse_loss(model(x), y)
         readings.take("parameters", net)
         loss.backward()
@@ -172,7 +223,7 @@ def run_plain(rank: int, kind: str, width: int, steps: int, batch_size: int) -> 
         optimizer.step()
         readings.take("optimizer", net, optimizer)
         optimizer.zero_grad(set_to_none=True)
-        readings.ends.append(time.perf_counter())
+        readings.batch_ended()
     return _result(readings, start_rss)
 
 
@@ -192,10 +243,15 @@ def measure(kind: str, width: int, steps: int, batch_size: int, warmup: int) -> 
         ranks = spawn(RANKS, run_plain, kind, width, steps, batch_size, timeout=600.0)
     else:
         ranks = spawn(RANKS, run_framework, kind, width, steps, batch_size, timeout=600.0)
-    row = {key: max(rank[key] for rank in ranks) for key in ("parameters", "gradients", "optimizer", "rss_growth")}
+    row = {key: max(rank[key] for rank in ranks)
+           for key in ("parameters", "gradients", "optimizer", "activations", "rss_growth")}
     ends = ranks[0]["ends"]
     row["step_ms"] = (ends[-1] - ends[warmup]) / (len(ends) - 1 - warmup) * 1000
     return row
+
+
+KINDS = ("plain_ddp", "ddp", "zero1", "plain_zero2", "zero2", "plain_zero3", "zero3", "zero3_checkpointed",
+         "zero3_offload")
 
 
 def main() -> None:
@@ -210,35 +266,45 @@ def main() -> None:
         parser.error(f"--steps must be at least --warmup + 2 ({args.warmup + 2}) to time a step")
 
     width = width_for(args.params)
-    psi = DEPTH * width * (width + 1)
-    kinds = ("plain_ddp", "ddp", "zero1", "plain_zero2", "zero2", "plain_zero3", "zero3", "zero3_offload")
-    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     for _ in range(args.runs):
-        for kind in kinds:
+        for kind in KINDS:
             runs[kind].append(measure(kind, width, args.steps, args.batch_size, args.warmup))
-    rows = {kind: {key: statistics.median(run[key] for run in runs[kind]) for key in runs[kind][0]} for kind in kinds}
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, {RANKS} ranks (gloo), {BLOCKS} blocks of width "
+          f"{width} (hidden {4 * width}): Ψ = {parameter_count(width) / 1e6:.1f}M fp32 parameters, AdamW, batch "
+          f"{args.batch_size} per rank, {args.steps} steps ({args.warmup} warm-up), median of {args.runs} run(s)")
+    print_table(runs, width, args.batch_size)
 
-    mb = 1e6
-    print(f"torch {torch.__version__}, {os.cpu_count()} cores, {RANKS} ranks (gloo), {DEPTH} linear layers of "
-          f"{width}: Ψ = {psi / 1e6:.1f}M fp32 parameters, AdamW, batch {args.batch_size} per rank, "
-          f"{args.steps} steps ({args.warmup} warm-up), median of {args.runs} run(s)")
+
+def print_table(runs: dict[str, list[dict[str, float]]], width: int, batch_size: int) -> None:
+    """One row per kind of run: medians of its runs, beside the theory; then what recomputation cost."""
+    mb, psi = 1e6, parameter_count(width)
+    rows = {kind: {key: statistics.median(run[key] for run in runs[kind]) for key in runs[kind][0]} for kind in KINDS}
     print("MB per rank (largest rank), measured | theory")
-    print("| run                | params | theory | grads | theory | optimizer | theory |  total | theory | "
-          "peak RSS +MB | ms/step | runs' range | × plain DDP |")
-    print("|:-------------------|-------:|-------:|------:|-------:|----------:|-------:|-------:|-------:|"
-          "-------------:|--------:|------------:|------------:|")
+    print("| run                   | params | theory | grads | theory | optimizer | theory |  total | theory | "
+          "activations | theory | peak RSS +MB | ms/step | runs' range | × plain DDP |")
+    print("|:----------------------|-------:|-------:|------:|-------:|----------:|-------:|-------:|-------:|"
+          "------------:|-------:|-------------:|--------:|------------:|------------:|")
     plain_ms = rows["plain_ddp"]["step_ms"]
-    for kind in kinds:
+    for kind in KINDS:
         row = rows[kind]
         params, grads, optimizer = (row[key] / mb for key in ("parameters", "gradients", "optimizer"))
         params_theory, grads_theory, optimizer_theory = (share * psi / mb for share in THEORY[kind])
         total, total_theory = params + grads + optimizer, params_theory + grads_theory + optimizer_theory
+        activations, activations_theory = row["activations"] / mb, activation_theory(kind, width, batch_size) / mb
         times = [run["step_ms"] for run in runs[kind]]
         spread = f"{min(times):.0f}–{max(times):.0f}"
-        print(f"| {NAMES[kind]:<18} | {params:>6.1f} | {params_theory:>6.1f} | {grads:>5.1f} | {grads_theory:>6.1f} | "
+        print(f"| {NAMES[kind]:<21} | {params:>6.1f} | {params_theory:>6.1f} | {grads:>5.1f} | {grads_theory:>6.1f} | "
               f"{optimizer:>9.1f} | {optimizer_theory:>6.1f} | {total:>6.1f} | {total_theory:>6.1f} | "
-              f"{row['rss_growth'] / mb:>12.0f} | {row['step_ms']:>7.0f} | {spread:>11} | "
-              f"{row['step_ms'] / plain_ms:>10.2f}x |")
+              f"{activations:>11.2f} | {activations_theory:>6.2f} | {row['rss_growth'] / mb:>12.0f} | "
+              f"{row['step_ms']:>7.0f} | {spread:>11} | {row['step_ms'] / plain_ms:>10.2f}x |")
+    zero3, checkpointed = rows["zero3"], rows["zero3_checkpointed"]
+    print(f"Activation checkpointing on zero3: activations {zero3['activations'] / mb:.2f} -> "
+          f"{checkpointed['activations'] / mb:.2f} MB per rank "
+          f"({zero3['activations'] / checkpointed['activations']:.1f}x fewer), step {zero3['step_ms']:.0f} -> "
+          f"{checkpointed['step_ms']:.0f} ms ({checkpointed['step_ms'] / zero3['step_ms']:.2f}x; backward runs each "
+          "block's forward again)")
+
 
 if __name__ == "__main__":
     main()

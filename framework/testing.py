@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -65,6 +66,118 @@ def state_bytes(module: Any, optimizer: Any = None) -> dict[str, int]:
         held["optimizer"] = sum(_local_bytes(value) for entry in inner.state.values() for value in entry.values()
                                 if isinstance(value, torch.Tensor))
     return held
+
+
+class SavedActivations:
+    """The bytes of activations autograd holds for backward in this block: ``current`` and ``peak``.
+
+    What ``torch.cuda.max_memory_allocated`` would show of activation memory, counted the same
+    way on any device: a tensor counts from when autograd saves it for backward, or activation
+    checkpointing recomputes it in backward, until its memory is freed. Tensors sharing memory
+    count once, with their whole storage; parameters (leaves gradients flow into, and views of
+    them) do not count, nor do tensors a hook moved elsewhere (``save_on_cpu``) or gradients; a
+    parameter's copy that autocast made and a linear layer saved does.
+    Under checkpointing only each checkpointed block's inputs are held through forward, and
+    backward recomputes one block at a time, so the peak is the inputs plus one block's
+    activations. Counted on the thread that enters it (backward's nodes included). Inside it
+    checkpointing recomputes whole blocks (``set_checkpoint_early_stop(False)``, which holds for
+    every thread) so that each recomputed tensor is seen: the same results, a little more work.
+
+    Example::
+
+        with SavedActivations() as saved:
+            model(x).sum().backward()
+        print(f"{saved.peak / 1e6:.1f} MB")
+
+    From a Callback: ``start()`` in ``on_train_batch_start``, ``stop()`` in ``on_train_batch_end``.
+    """
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.peak = 0
+        self._held: dict[int, weakref.finalize] = {}  # storage id -> what forgets it when it is freed
+        self._parameters: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._hooks = contextlib.ExitStack()
+
+    def start(self) -> SavedActivations:
+        """Begin counting (a fresh peak); ``stop()`` must follow on the same thread."""
+        from torch.utils.checkpoint import set_checkpoint_early_stop
+
+        self.current = self.peak = 0
+        # The saved-tensors hook sees what autograd keeps outside checkpointed blocks, their inputs
+        # included; what checkpointing recomputes in backward goes past it, and is seen on the nodes
+        # the recomputation makes. Stopping early, a recomputation ends inside making its last node.
+        self._hooks.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
+        self._hooks.enter_context(torch.autograd.graph.node_creation_hook(self._on_node))
+        self._hooks.enter_context(set_checkpoint_early_stop(False))
+        return self
+
+    def stop(self) -> None:
+        """Stop counting; ``peak`` and ``current`` keep their values."""
+        self._hooks.close()
+        for forget in self._held.values():
+            forget.detach()
+        self._held.clear()
+
+    def __enter__(self) -> SavedActivations:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @torch.compiler.disable  # counted as it runs, not traced into a compiled graph
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        self._count(tensor)
+        return tensor.detach()  # not the tensor itself: an output saved with its grad_fn would be a cycle
+
+    def _on_node(self, node: Any) -> None:
+        if type(node).__name__ == "AccumulateGrad":  # made (in forward) for each parameter a step uses
+            if node.variable is not None:
+                self._count(node.variable)
+            return
+        for name in _saved_names(type(node)):
+            saved = getattr(node, name)
+            for entry in saved if isinstance(saved, (list, tuple)) else [saved]:
+                if entry is not None and entry.unpack_hook is not _unpack and isinstance(entry.data, torch.Tensor):
+                    self._count(entry.data)
+
+    def _count(self, tensor: torch.Tensor) -> None:
+        with torch.no_grad():  # to_local() records no autograd node (none may be made in a node hook)
+            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        storage = local.untyped_storage()
+        key = id(storage)
+        if _is_parameter(tensor):
+            self._parameters[key] = storage
+        if key in self._parameters or key in self._held or storage.nbytes() == 0:
+            return
+        self._held[key] = weakref.finalize(storage, self._free, key, storage.nbytes())
+        self.current += storage.nbytes()
+        self.peak = max(self.peak, self.current)
+
+    def _free(self, key: int, size: int) -> None:
+        self._held.pop(key, None)
+        self.current -= size
+
+
+def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _is_parameter(tensor: torch.Tensor) -> bool:
+    base = tensor._base
+    if base is None:
+        base = tensor
+    return isinstance(base, torch.nn.Parameter) or (base.is_leaf and base.requires_grad)
+
+
+_SAVED_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _saved_names(node_type: type) -> tuple[str, ...]:
+    """The attributes through which an autograd node of this type shows what it saved, unpacked or not."""
+    if node_type not in _SAVED_NAMES:
+        _SAVED_NAMES[node_type] = tuple(name for name in dir(node_type) if name.startswith("_raw_saved_"))
+    return _SAVED_NAMES[node_type]
 
 
 def _local_bytes(tensor: Any) -> int:

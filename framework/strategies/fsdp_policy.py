@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -82,18 +82,48 @@ def _is_container(module: nn.Module) -> bool:
     return isinstance(module, (nn.ModuleList, nn.Sequential, nn.ModuleDict))
 
 
-def apply_checkpointing(model: nn.Module, policy: Any) -> None:
-    """Recompute the activations of the chosen submodules in backward instead of keeping them
-    (``torch.distributed._composable.checkpoint``, which keeps parameter names as they are)."""
+def apply_checkpointing(model: nn.Module, policy: Any) -> list[nn.Module]:
+    """Have the submodules ``policy`` picks recompute their activations in backward instead of keeping them
+    from forward; the modules made so, outermost first. ``policy`` takes ``wrap_policy``'s forms.
+
+    ``torch.distributed._composable.checkpoint`` runs ``torch.utils.checkpoint`` non-reentrant
+    (it refuses ``use_reentrant=True``) from hooks on the module itself, so parameter names, and
+    with them checkpoints, stay as they are (``checkpoint_wrapper`` would add a prefix). A module
+    inside a picked one is recomputed with it and is not checkpointed again; a module checkpointed
+    already is left as it is. Apply it before ``fully_shard``, as torchtitan does.
+
+    Example::
+
+        apply_checkpointing(model, {Block})       # or: lambda module: isinstance(module, Block)
+    """
     if policy is None:
-        return
+        return []
     from torch.distributed._composable import checkpoint
 
     predicate = wrap_policy(policy, "activation_checkpointing_policy")
-    chosen: Iterable[nn.Module] = (default_blocks(model) if predicate is _AUTO
-                                   else [m for m in model.modules() if m is not model and predicate(m)])
+    picked = default_blocks(model) if predicate is _AUTO else [m for m in model.modules()
+                                                                if m is not model and predicate(m)]
+    chosen = _outermost(model, picked)
     for module in chosen:
-        checkpoint(module)
+        if not _is_checkpointed(module):
+            checkpoint(module)
+    return chosen
+
+
+def _outermost(model: nn.Module, picked: list[nn.Module]) -> list[nn.Module]:
+    """The modules of ``picked`` not inside another of them, in ``model.modules()`` order."""
+    wanted, covered, outermost = set(picked), set(), []
+    for module in model.modules():  # a parent comes before its children
+        if module in wanted and module not in covered:
+            outermost.append(module)
+            covered.update(module.modules())
+    return outermost
+
+
+def _is_checkpointed(module: nn.Module) -> bool:
+    from torch.distributed._composable import _get_registry
+
+    return "checkpoint" in (_get_registry(module) or {})
 
 
 def _takes_three(function: Callable[..., Any]) -> bool:
