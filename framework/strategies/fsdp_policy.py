@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -86,11 +87,12 @@ def apply_checkpointing(model: nn.Module, policy: Any) -> list[nn.Module]:
     """Have the submodules ``policy`` picks recompute their activations in backward instead of keeping them
     from forward; the modules made so, outermost first. ``policy`` takes ``wrap_policy``'s forms.
 
-    ``torch.distributed._composable.checkpoint`` runs ``torch.utils.checkpoint`` non-reentrant
-    (it refuses ``use_reentrant=True``) from hooks on the module itself, so parameter names, and
-    with them checkpoints, stay as they are (``checkpoint_wrapper`` would add a prefix). A module
-    inside a picked one is recomputed with it and is not checkpointed again; a module checkpointed
-    already is left as it is. Apply it before ``fully_shard``, as torchtitan does.
+    Each picked module's ``forward`` runs under ``torch.utils.checkpoint`` non-reentrant, set on the
+    module itself, so parameter names, and with them checkpoints, stay as they are (``checkpoint_wrapper``
+    would add a prefix), the hooks ``fully_shard`` puts around the call still run once, and
+    ``torch.compile`` traces it as one of its own operations. A module inside a picked one is
+    recomputed with it and is not checkpointed again; a module checkpointed already (also by
+    ``torch.distributed._composable.checkpoint``) is left as it is.
 
     Example::
 
@@ -98,16 +100,21 @@ def apply_checkpointing(model: nn.Module, policy: Any) -> list[nn.Module]:
     """
     if policy is None:
         return []
-    from torch.distributed._composable import checkpoint
-
     predicate = wrap_policy(policy, "activation_checkpointing_policy")
     picked = default_blocks(model) if predicate is _AUTO else [m for m in model.modules()
                                                                 if m is not model and predicate(m)]
     chosen = _outermost(model, picked)
     for module in chosen:
         if not _is_checkpointed(module):
-            checkpoint(module)
+            # bound to the module: a deep copy (weight averaging) gets a forward of its own
+            module.forward = types.MethodType(_recomputed_forward, module)
     return chosen
+
+
+def _recomputed_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(type(module).forward, module, *args, use_reentrant=False, **kwargs)
 
 
 def _outermost(model: nn.Module, picked: list[nn.Module]) -> list[nn.Module]:
@@ -123,7 +130,8 @@ def _outermost(model: nn.Module, picked: list[nn.Module]) -> list[nn.Module]:
 def _is_checkpointed(module: nn.Module) -> bool:
     from torch.distributed._composable import _get_registry
 
-    return "checkpoint" in (_get_registry(module) or {})
+    forward = module.__dict__.get("forward")
+    return getattr(forward, "__func__", None) is _recomputed_forward or "checkpoint" in (_get_registry(module) or {})
 
 
 def _takes_three(function: Callable[..., Any]) -> bool:

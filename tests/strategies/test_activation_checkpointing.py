@@ -13,6 +13,7 @@ from framework.callbacks import Callback
 from framework.strategies import FSDPStrategy
 from framework.strategies.fsdp_policy import apply_checkpointing
 from framework.testing import SavedActivations, spawn
+from tests.strategies.test_sharded import CompiledRegressor, fitted, quiet_trainer, regression_data
 
 BLOCKS, WIDTH, BATCH = 4, 16, 8
 UNIT = BATCH * WIDTH * 4  # bytes of one fp32 activation of width WIDTH for one batch
@@ -154,3 +155,17 @@ def test_zero3_with_checkpointing_trains_the_same_weights_and_holds_the_blocks_i
         assert weights.keys() == reference.keys()
         for name, value in weights.items():
             torch.testing.assert_close(value, reference[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_compiled_steps_with_checkpointed_layers_train_as_eager_ddp():
+    """The recomputation runs inside the compiled graph: AOTAutograd's backward gets the same activations."""
+    reference, _ = fitted("ddp")
+    torch.manual_seed(0)
+    model = CompiledRegressor()
+    trainer = quiet_trainer(devices=2, strategy=FSDPStrategy(activation_checkpointing_policy={nn.Linear}),
+                            max_epochs=2, gradient_clip_val=0.05, accumulate_grad_batches=2,
+                            compile={"backend": "aot_eager"})
+    trainer.fit(model, DataLoader(regression_data(), batch_size=4), DataLoader(regression_data(9), batch_size=4))
+    assert trainer.callback_metrics["compiled_training"] == 1
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
