@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -106,15 +105,21 @@ def apply_checkpointing(model: nn.Module, policy: Any) -> list[nn.Module]:
     chosen = _outermost(model, picked)
     for module in chosen:
         if not _is_checkpointed(module):
-            # bound to the module: a deep copy (weight averaging) gets a forward of its own
-            module.forward = types.MethodType(_recomputed_forward, module)
+            module.forward = RecomputedForward(module)
     return chosen
 
 
-def _recomputed_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    from torch.utils.checkpoint import checkpoint
+class RecomputedForward:
+    """``module``'s own ``forward`` run under ``torch.utils.checkpoint`` (non-reentrant). An object holding the
+    module, not a closure: a deep copy (weight averaging) or a pickle gets one calling the copy."""
 
-    return checkpoint(type(module).forward, module, *args, use_reentrant=False, **kwargs)
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(type(self.module).forward, self.module, *args, use_reentrant=False, **kwargs)
 
 
 def _outermost(model: nn.Module, picked: list[nn.Module]) -> list[nn.Module]:
@@ -130,8 +135,8 @@ def _outermost(model: nn.Module, picked: list[nn.Module]) -> list[nn.Module]:
 def _is_checkpointed(module: nn.Module) -> bool:
     from torch.distributed._composable import _get_registry
 
-    forward = module.__dict__.get("forward")
-    return getattr(forward, "__func__", None) is _recomputed_forward or "checkpoint" in (_get_registry(module) or {})
+    by_hooks = "checkpoint" in (_get_registry(module) or {})  # torch.distributed._composable.checkpoint
+    return isinstance(module.__dict__.get("forward"), RecomputedForward) or by_hooks
 
 
 def _takes_three(function: Callable[..., Any]) -> bool:

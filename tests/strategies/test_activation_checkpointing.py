@@ -169,3 +169,20 @@ def test_compiled_steps_with_checkpointed_layers_train_as_eager_ddp():
     assert trainer.callback_metrics["compiled_training"] == 1
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_copy_or_a_pickle_of_a_checkpointed_module_recomputes_its_own_layers():
+    import copy
+    import pickle
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    apply_checkpointing(net, {nn.Linear})
+    x = torch.randn(8, 4)
+    for twin in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+        with torch.no_grad():
+            twin[0].weight.mul_(2)  # changed in the twin only: its forward must use its own weights
+        assert [name for name, _ in twin.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+        unchecked = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+        unchecked.load_state_dict(twin.state_dict())
+        torch.testing.assert_close(twin(x), unchecked(x))
