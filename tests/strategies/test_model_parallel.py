@@ -17,7 +17,7 @@ import framework
 from framework.callbacks import Callback
 from framework.errors import MisconfigurationError
 from framework.strategies import ModelParallelStrategy
-from framework.testing import spawn, state_bytes
+from framework.testing import SavedActivations, spawn, state_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,12 +83,19 @@ class Record(Callback):
     def on_before_zero_grad(self, trainer, module, optimizer):
         self._take("optimizer", module, optimizer)
 
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if batch_idx == 0:
+            self.activations.start()
+
     def on_train_start(self, trainer, module):
+        self.activations = SavedActivations()
         self.computed_in: set[torch.dtype] = set()
         for layer in (module.blocks[0].up, module.head):  # a unit the Module made, and one the strategy made
             layer.register_forward_pre_hook(lambda layer, args: self.computed_in.add(layer.weight.dtype))
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if batch_idx == 0:
+            self.activations.stop()
         self.losses.append(outputs["loss"].item())
 
 
@@ -105,7 +112,7 @@ def _train_on_rank(rank: int, strategy: ModelParallelStrategy, precision: str = 
     weights = trainer.strategy.full_module_state_dict(trainer.model)
     mesh = trainer.strategy.device_mesh
     return (record.losses, record.held, weights if rank == 0 else None, tuple(mesh.mesh_dim_names), tuple(mesh.shape),
-            record.computed_in)
+            record.computed_in, record.activations.peak)
 
 
 def assert_same_weights(trained: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> None:
@@ -249,10 +256,13 @@ def test_the_runtime_applies_parallelize_fn_and_trains_as_one_process(reference)
 
 # -- activation checkpointing, and what is refused ---
 
-def test_activation_checkpointing_of_the_blocks_trains_to_the_same_weights(reference):
+def test_activation_checkpointing_of_the_blocks_trains_to_the_same_weights_holding_less(reference):
     strategy = ModelParallelStrategy(data_parallel_size=2, activation_checkpointing_policy={tutorial.Block})
-    ranks = spawn(4, _train_on_rank, strategy, timeout=120)
-    assert_same_weights(ranks[0][2], reference[1])
+    checkpointed = spawn(4, _train_on_rank, strategy, timeout=120)
+    assert_same_weights(checkpointed[0][2], reference[1])
+    kept = spawn(4, _train_on_rank, ModelParallelStrategy(data_parallel_size=2), timeout=120)
+    for with_recomputation, without in zip(checkpointed, kept, strict=True):  # per rank: the peak of the first batch
+        assert with_recomputation[6] < 0.6 * without[6], (with_recomputation[6], without[6])
 
 
 class _NotSplit(framework.Module):
