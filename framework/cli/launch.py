@@ -5,6 +5,10 @@ differ: on one node without a rendezvous address it runs ``--standalone`` (a fre
 two runs on one machine do not collide), and each rank gets ``OMP_NUM_THREADS`` = its share
 of the CPU cores instead of torchrun's 1.
 
+On several nodes (``--nnodes 2 --node-rank K --master-addr HOST``, run on each), a rank that fails on one node
+ends the launch on every node, as torchrun does on one: the other nodes' launchers stop their ranks, and each
+launcher prints which rank failed first and with what error (:mod:`framework.runtime.peer_failure`).
+
 ``accelerate launch``'s options and config files are the other form (:mod:`framework.cli.accelerate_launch`):
 they become torchrun options and the environment variables Accelerate's launcher sets.
 """
@@ -15,6 +19,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from framework.runtime.peer_failure import NodeWatch
 
 _RENDEZVOUS_OPTIONS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr", "--master-port",
                        "--master_port", "--standalone")
@@ -50,7 +58,7 @@ def launch(argv: Sequence[str]) -> int:
 
 def _torchrun(argv: list[str]) -> int:
     """``torchrun <argv>`` with this launcher's two defaults (--standalone on one node, OMP_NUM_THREADS)."""
-    from torch.distributed.run import get_args_parser, run
+    from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
     options = _options_before_script(argv, _flags_of(parser))
@@ -59,13 +67,51 @@ def _torchrun(argv: list[str]) -> int:
     parsed = parser.parse_args(argv)
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(_threads_per_rank(parsed.nproc_per_node))
+    return _run_agent(parsed)
+
+
+def _run_agent(parsed: argparse.Namespace) -> int:
+    """Run torchrun's agent for this node, and on several nodes, the watch that ends them all when one fails."""
+    from torch.distributed.run import run
+
+    watch = _node_watch(parsed)
     try:
         run(parsed)
-    except Exception as error:  # torchrun's ChildFailedError has printed each failed rank's error already
+    except Exception as error:  # each failed rank has printed its error already
         if type(error).__name__ == "ChildFailedError":
+            if watch is not None:
+                watch.report_failure(_exit_codes(error.failures))
             return 1
         raise
+    finally:
+        if watch is not None:
+            watch.finish()
     return 0
+
+
+def _node_watch(parsed: argparse.Namespace) -> NodeWatch | None:
+    """On one node of several, what stops this node's ranks when another node's fail (and tells the others when
+    this node's do); None on one node, where torchrun's agent stops all ranks itself, and for rendezvous backends
+    that keep no TCPStore (etcd)."""
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+    from torch.distributed.run import get_rdzv_endpoint, parse_min_max_nnodes
+
+    from framework.runtime.peer_failure import NodeWatch
+
+    _, nodes = parse_min_max_nnodes(parsed.nnodes)
+    if nodes < 2 or parsed.rdzv_backend not in ("static", "c10d"):
+        return None
+    address, port = parse_rendezvous_endpoint(get_rdzv_endpoint(parsed), default_port=29400)
+    static = parsed.rdzv_backend == "static"  # node ranks given, node 0's launcher holds the store
+    watch = NodeWatch(address, port, nodes, parsed.node_rank if static else None, static and parsed.node_rank == 0)
+    watch.start()
+    return watch
+
+
+def _exit_codes(failures: dict[int, Any]) -> dict[int, int]:
+    """torchrun's failed ranks (global rank -> ProcessFailure) as exit codes, the first to fail first."""
+    by_time = sorted(failures.items(), key=lambda item: item[1].timestamp)
+    return {rank: failure.exitcode for rank, failure in by_time}
 
 
 def _flags_of(parser: argparse.ArgumentParser) -> set[str]:

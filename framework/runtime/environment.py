@@ -6,6 +6,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from framework.errors import MisconfigurationError
 
@@ -41,6 +42,33 @@ def detect_environment(environ: Mapping[str, str] | None = None) -> ClusterEnvir
     if _has(environ, "SLURM_NTASKS", "SLURM_PROCID") and not _interactive_slurm(environ):
         return _slurm(environ)
     return None
+
+
+def check_matches_launcher(environment: ClusterEnvironment, devices: Any, devices_per_node: int,
+                           num_nodes: int) -> None:
+    """Raise ``MisconfigurationError`` unless the launcher started ``devices_per_node`` processes on each of
+    ``num_nodes`` nodes: ``Trainer(devices=2, num_nodes=2)`` runs on 2 nodes x 2 processes, nothing else.
+
+    ``devices``: the argument as given, named in the message.
+    """
+    world_size = devices_per_node * num_nodes
+    if world_size == environment.world_size and devices_per_node == environment.local_world_size:
+        return
+    asked = f"devices={devices!r} and num_nodes={num_nodes} make {world_size}"
+    if environment.source == "script":
+        raise MisconfigurationError(
+            f"This process is one of {environment.world_size} ranks that an earlier fit (or launch) in this "
+            f"script started by running it again, but {asked}. Every Trainer or Runtime after it in the script "
+            "runs on those ranks: give them the same devices and num_nodes, or start the script with "
+            "`framework launch` to choose the number of processes yourself."
+        )
+    started = (f"{environment.world_size} processes (WORLD_SIZE), {environment.local_world_size} on this node "
+               "(LOCAL_WORLD_SIZE)")
+    raise MisconfigurationError(
+        f"The launcher ({environment.source}) started {started}, but {asked}, {devices_per_node} on each node. "
+        "Start devices processes on each of num_nodes nodes (e.g. `framework launch --nproc-per-node <devices> "
+        "--nnodes <num_nodes>`), or make the Trainer/Runtime arguments match."
+    )
 
 
 def _has(environ: Mapping[str, str], *names: str) -> bool:

@@ -18,7 +18,8 @@ from framework.nested import map_tensors
 from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import StepCompiler, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
-from framework.runtime.environment import ClusterEnvironment, detect_environment
+from framework.runtime.environment import ClusterEnvironment, check_matches_launcher, detect_environment
+from framework.runtime.peer_failure import share_failures_with_peers
 from framework.runtime.reporting import agree_on_runs, as_list, call_hook, finalize, log_to
 from framework.runtime.saving import load_object, restore_into, state_dicts
 from framework.runtime.sharding import shard_loader
@@ -101,9 +102,8 @@ class Runtime:
                 f"devices={devices!r} with num_nodes={num_nodes} needs one process per device, which strategy="
                 f"{strategy!r} ({type(self.strategy).__name__}) does not do. Use devices=1, or strategy='ddp'."
             )
-        if launched and world_size != self.environment.world_size:
-            raise MisconfigurationError(_other_world_size(self.environment, devices, num_nodes, world_size))
         if launched:
+            check_matches_launcher(self.environment, devices, len(self.device_ids), num_nodes)
             ranks = _attached_ranks(self.environment)
         else:
             self.environment = None
@@ -568,21 +568,10 @@ def _attached_ranks(environment: ClusterEnvironment) -> Ranks:
     (torchrun sets MASTER_ADDR/MASTER_PORT, SLURM does not)."""
     os.environ.setdefault("MASTER_ADDR", environment.main_address)
     os.environ.setdefault("MASTER_PORT", str(environment.main_port))
+    share_failures_with_peers()
     return Ranks(world_size=environment.world_size, global_rank=environment.global_rank,
                   local_rank=environment.local_rank, node_rank=environment.node_rank,
                   local_world_size=environment.local_world_size)
-
-
-def _other_world_size(environment: ClusterEnvironment, devices: Any, num_nodes: int, world_size: int) -> str:
-    asked = f"devices={devices!r} and num_nodes={num_nodes} make {world_size}"
-    if environment.source == "script":
-        return (f"This process is one of {environment.world_size} ranks that an earlier fit (or launch) in this "
-                f"script started by running it again, but {asked}. Every Trainer or Runtime after it in the script "
-                "runs on those ranks: give them the same devices and num_nodes, or start the script with "
-                "`framework launch` to choose the number of processes yourself.")
-    return (f"The launcher ({environment.source}) started {environment.world_size} processes (WORLD_SIZE), but "
-            f"{asked}. Start devices x num_nodes processes (e.g. torchrun --nproc-per-node=<devices> "
-            "--nnodes=<num_nodes>), or make the Trainer/Runtime arguments match.")
 
 
 def _share_cores(local_world_size: int) -> None:

@@ -1,0 +1,293 @@
+"""Which rank failed first, told to every node of a torchrun run, whose other nodes then stop their ranks.
+
+torchrun's agents meet in a c10d TCPStore (with ``--master-addr``, the one node 0's launcher holds at
+MASTER_ADDR:MASTER_PORT), and the ranks they start reach the same store. Left alone, a rank that fails on one
+node gives the other nodes a bare "Connection closed by peer", or nothing at all where they wait for it outside a
+collective (joining the process group), until the 30-minute timeout. So:
+
+- a rank that dies of an exception writes it in the store (the first one is kept), and a rank whose collective
+  failed because a peer went away adds that first failure to its own error (``share_failures_with_peers``);
+- ``framework launch`` on each of several nodes watches the store (``NodeWatch``): a node whose ranks failed
+  says so there, the other nodes stop their ranks, and every launcher prints which rank failed first, and why.
+
+Nothing here runs while training: a rank touches the store only when it dies, and the launchers poll it from
+a thread of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+FIRST_FAILURE_KEY = "framework/first_failure"  # a RankFailure, as JSON: the first rank that died of an exception
+FAILED_NODE_KEY = "framework/failed_node"  # set by the first launcher whose ranks failed: the others stop theirs
+LAUNCHERS_DONE_KEY = "framework/launchers_done"  # how many launchers have ended
+
+_RANK_CONNECT_S = 5.0  # a dying rank's wait for the store, which may have gone with its node
+_RECORD_WAIT_S = 2.0  # a rank that lost a peer waits this long for the peer's record (none if it was killed)
+_POLL_S = 0.5  # how often a launcher looks for another node's failure
+_RANKS_GRACE_S = 3.0  # how long a launcher lets its ranks end by themselves once another node failed
+_JOIN_WAIT_S = 900.0  # how long a launcher waits for the store to come up (torchrun's rendezvous join timeout)
+_KEEP_STORE_S = 15.0  # how long a failed launcher keeps the store (node 0's) up for the others to read it
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """What a rank died of: ``error`` is its exception in one line, ``traceback`` the text Python printed."""
+
+    rank: int
+    world_size: int
+    node_rank: int
+    error: str
+    traceback: str
+
+    def summary(self) -> str:
+        """``"Rank 3 of 4 (node 1) failed first, with ValueError: boom"``."""
+        return f"Rank {self.rank} of {self.world_size} (node {self.node_rank}) failed first, with {self.error}"
+
+
+def open_store(address: str, port: int, timeout_s: float) -> Any | None:
+    """A client of the TCPStore at ``address:port``, or None when none answers within ``timeout_s`` seconds."""
+    from torch.distributed import TCPStore
+
+    try:
+        # wait_for_workers=False: not counted among the agents torchrun's store waits for
+        return TCPStore(address, port, is_master=False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    except RuntimeError:  # torch's DistNetworkError and DistStoreError
+        return None
+
+
+def first_failure(store: Any) -> RankFailure | None:
+    """The record of the first rank of the run that died of an exception, if one did."""
+    if not store.check([FIRST_FAILURE_KEY]):
+        return None
+    return RankFailure(**json.loads(store.get(FIRST_FAILURE_KEY)))
+
+
+# -- in the ranks ---------------------------------------------------------------------------------------------
+
+_hook_installed = False  # one excepthook per process, however many Runtimes attach
+
+
+def share_failures_with_peers() -> None:
+    """In a rank torchrun started (``framework launch``): if this process dies of an exception, write it in the
+    store the nodes share, for the other ranks and launchers to name; if it dies because a collective lost a
+    peer, name the rank that failed first beside its own error. Installed as ``sys.excepthook`` (around the one
+    in place), so nothing runs until the rank fails; elsewhere, and a second time, it does nothing."""
+    global _hook_installed
+    if _hook_installed or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    _hook_installed = True
+    previous = sys.excepthook
+
+    def share_then_print(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+        try:
+            _share_or_explain(error, "".join(traceback.format_exception(kind, error, trace)))
+        except Exception:  # the store may be gone with its node: this rank's own error must still be printed
+            pass
+        previous(kind, error, trace)
+
+    sys.excepthook = share_then_print
+
+
+def _share_or_explain(error: BaseException, text: str) -> None:
+    from framework.runtime.launchers import _lost_a_peer
+
+    store = open_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), _RANK_CONNECT_S)
+    if store is None:
+        return
+    rank = int(os.environ["RANK"])
+    if not _lost_a_peer(error):
+        # The process's connections close only after this hook: the record is there before any peer notices.
+        failure = RankFailure(rank, int(os.environ["WORLD_SIZE"]), int(os.environ.get("GROUP_RANK", "0")),
+                              f"{type(error).__name__}: {error}", text)
+        store.compare_set(FIRST_FAILURE_KEY, "", json.dumps(asdict(failure)))
+        return
+    first = _wait_for_first_failure(store)
+    if first is not None and first.rank != rank:
+        _add_note(error, f"[framework] {first.summary()}; this rank's collective lost its connection to it.")
+
+
+def _wait_for_first_failure(store: Any) -> RankFailure | None:
+    deadline = time.monotonic() + _RECORD_WAIT_S
+    while (failure := first_failure(store)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return failure
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    if hasattr(error, "add_note"):  # Python 3.11+: printed under the traceback
+        error.add_note(note)
+    else:
+        print(note, file=sys.stderr, flush=True)
+
+
+# -- in the launchers -----------------------------------------------------------------------------------------
+
+class NodeWatch:
+    """``framework launch`` on one node of several: stops this node's ranks when another node's ranks fail, tells
+    the other nodes when this node's fail, and prints the run's first failure.
+
+    Example::
+
+        watch = NodeWatch("10.0.0.1", 29500, nodes=2, node_rank=1)
+        watch.start()
+        try:
+            run(torchrun_arguments)
+        except ChildFailedError:
+            watch.report_failure({3: 1})   # rank 3 exited with code 1
+        finally:
+            watch.finish()
+
+    ``node_rank``: this node's, where the launcher knows it (None: assigned at the rendezvous); ``hosts_store``:
+    whether this launcher holds the store (node 0's, under torchrun's static rendezvous).
+    """
+
+    def __init__(self, address: str, port: int, nodes: int, node_rank: int | None = None,
+                 hosts_store: bool = False) -> None:
+        self.address, self.port, self.nodes, self.node_rank = address, port, nodes, node_rank
+        self.hosts_store = hosts_store
+        self._me = f"{socket.gethostname()}:{os.getpid()}"  # node ranks may be assigned late (c10d rendezvous)
+        self._store: Any = None
+        self._connected = threading.Event()
+        self._ended = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="framework-node-watch", daemon=True)
+
+    def start(self) -> None:
+        """Start watching. Call it before torchrun's agent starts: a launcher that hosts the store starts its
+        server here, and the agent shares it (torchrun makes it multi-tenant), so the server outlives the agent
+        while the other nodes read what failed. The others connect in the background (node 0 may start later)."""
+        self._store = _host_store(self.address, self.port) if self.hosts_store else None
+        if self._store is not None:
+            self._connected.set()
+        self._thread.start()
+
+    def _watch(self) -> None:
+        if not self._connected.is_set():
+            self._store = open_store(self.address, self.port, _JOIN_WAIT_S)
+            self._connected.set()
+        while self._store is not None and not self._ended.wait(_POLL_S):
+            try:
+                failed = self._store.check([FAILED_NODE_KEY]) and json.loads(self._store.get(FAILED_NODE_KEY))
+            except RuntimeError:  # the store went with node 0's launcher: nothing left to watch
+                return
+            if failed and failed["launcher"] != self._me:
+                self._stop_this_node(failed["rank"])
+                return
+
+    def _stop_this_node(self, rank: int) -> None:
+        print(f"[framework launch] Rank {rank} on another node failed: stopping this node's ranks.",
+              file=sys.stderr, flush=True)
+        # Ranks whose collective lost the failed one get a moment to end by themselves, printing why.
+        deadline = time.monotonic() + _RANKS_GRACE_S
+        while (ranks := _running_children()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        if ranks or self._ended.wait(_RANKS_GRACE_S):
+            return  # torchrun's agent sees its ranks fail and ends the launch, as after any failure
+        # No rank left, and the launch goes on: torchrun's agent waits for the failed node in a store call that no
+        # signal interrupts (its exit barrier, 5 minutes; its rendezvous). End it from here.
+        self.report_failure({})
+        self.finish()
+        sys.stdout.flush()
+        os._exit(1)
+
+    def _stopped_store(self) -> Any:
+        """The store, once the watching thread has stopped (one thread at a time uses it); None without one."""
+        self._connected.wait(_KEEP_STORE_S)
+        self._ended.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(_POLL_S + _KEEP_STORE_S)
+        return self._store
+
+    def report_failure(self, exit_codes: dict[int, int]) -> None:
+        """This node's ranks failed (``exit_codes``: global rank -> exit code, the first to fail first): tell the
+        other nodes, whose launchers stop their ranks, and print the run's first failure (maybe another node's)."""
+        store = self._stopped_store()
+        if store is None:
+            return
+        try:
+            if exit_codes:
+                rank = next(iter(exit_codes))
+                record = {"launcher": self._me, "rank": rank, "exitcode": exit_codes[rank]}
+                store.compare_set(FAILED_NODE_KEY, "", json.dumps(record))
+            print(self._first_failure_text(store), file=sys.stderr, flush=True)
+        except RuntimeError:  # the store went with node 0's launcher
+            pass
+
+    def _first_failure_text(self, store: Any) -> str:
+        failure = first_failure(store)
+        if failure is not None:
+            text = f"[framework launch] {failure.summary()}."
+            if failure.node_rank != self.node_rank:  # this node's output shows it already
+                text += " Its traceback:\n" + "".join(f"    {line}\n" for line in failure.traceback.splitlines())
+            return text
+        failed = json.loads(store.get(FAILED_NODE_KEY))
+        return (f"[framework launch] Rank {failed['rank']} failed first: it {_exit_description(failed['exitcode'])} "
+                "(its own output is in its node's log).")
+
+    def finish(self) -> None:
+        """The launch ended. A launcher that holds the store waits (a few seconds at most) until every other
+        launcher has ended too, so that they can read what failed until they are done."""
+        store = self._stopped_store()
+        if store is None:
+            return
+        try:
+            ended = store.add(LAUNCHERS_DONE_KEY, 1)
+            deadline = time.monotonic() + _KEEP_STORE_S
+            while self.hosts_store and ended < self.nodes and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+                ended = store.add(LAUNCHERS_DONE_KEY, 0)
+        except RuntimeError:  # the store went with node 0's launcher
+            pass
+
+
+def _host_store(address: str, port: int) -> Any | None:
+    """The server of the store torchrun's static rendezvous opens at ``address:port``, multi-tenant as torchrun
+    opens it, so that its agent shares this server; None where that fails (the agent will say why)."""
+    from torch.distributed import TCPStore
+
+    try:
+        return TCPStore(address, port, is_master=True, wait_for_workers=False, multi_tenant=True)
+    except RuntimeError:
+        return None
+
+
+def _exit_description(code: int) -> str:
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def _running_children() -> list[int]:
+    """The processes this one started that still run (torchrun's agent starts the ranks so), on Linux; else []."""
+    pids: list[int] = []
+    for task in os.listdir(f"/proc/{os.getpid()}/task") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{os.getpid()}/task/{task}/children") as children:
+                pids.extend(int(pid) for pid in children.read().split())
+        except OSError:
+            continue
+    return [pid for pid in pids if not _exited(pid)]
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has ended and waits only to be reaped (a zombie), or is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True

@@ -1,0 +1,107 @@
+"""`framework launch --nnodes 2` run twice on one machine: one 4-rank job, whose failures end both nodes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import framework
+from framework.runtime.launchers import free_port
+from tests.cli.test_launch import ROOT, RUN, _environment
+from tests.strategies.test_ddp import Regressor, plain_pytorch_weights, regression_data
+
+SCRIPT = str(ROOT / "tests" / "cli" / "multi_node_run.py")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+# Far below the 30-minute collective timeout a lost rank would otherwise leave the others waiting for.
+TIMEOUT_S = 150
+
+
+def _two_nodes(*script_arguments: str) -> list[subprocess.Popen]:
+    """Node 0 and node 1 of one launch, 2 ranks each, as two `framework launch` processes on this machine."""
+    port = str(free_port())
+    environment = {**_environment(), "OMP_NUM_THREADS": "1"}
+    return [
+        subprocess.Popen([*RUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2", "--master-addr",
+                          "127.0.0.1", "--master-port", port, SCRIPT, *script_arguments], cwd=ROOT, env=environment,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for node in (0, 1)
+    ]
+
+
+def _outputs(nodes: list[subprocess.Popen]) -> list[str]:
+    """Each launcher's output, once it has ended; a launcher still running after TIMEOUT_S is killed, and fails
+    the test."""
+    outputs = []
+    for node in nodes:
+        try:
+            outputs.append(node.communicate(timeout=TIMEOUT_S)[0])
+        except subprocess.TimeoutExpired:
+            for launcher in nodes:
+                launcher.kill()
+            pytest.fail(f"a launcher still ran after {TIMEOUT_S} s: {[n.communicate()[0] for n in nodes]}")
+    return outputs
+
+
+def _assert_no_rank_outlived_its_launcher(out: Path) -> None:
+    for record in out.glob("pid-rank*"):
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(record.read_text()), 0)
+
+
+def test_two_nodes_of_two_ranks_train_as_one_process_with_the_quadrupled_batch(tmp_path):
+    nodes = _two_nodes(str(tmp_path), ",".join(STRATEGIES))
+    outputs = _outputs(nodes)
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    torch.manual_seed(0)
+    reference = plain_pytorch_weights(Regressor(), regression_data(), batch_size=8, epochs=1)  # 4 ranks x 2
+    for strategy in STRATEGIES:
+        for rank in range(4):
+            seen = torch.load(tmp_path / f"{strategy}-rank{rank}.pt", weights_only=True)
+            assert (seen["world_size"], seen["node_rank"], seen["local_rank"]) == (4, rank // 2, rank % 2)
+            assert seen["global_step"] == 8  # 64 samples, 8 a step
+            assert seen["sharded"] == (strategy in ("zero2", "zero3")), strategy
+            for name, value in seen["weights"].items():
+                torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=f"{strategy} {name}")
+    _assert_no_rank_outlived_its_launcher(tmp_path)
+
+
+@pytest.mark.parametrize(("when", "strategy"), [("2", "ddp"), ("2", "zero3"), ("start", "ddp")],
+                         ids=["in-a-ddp-step", "in-a-zero3-step", "before-the-process-group"])
+def test_a_rank_raising_on_one_node_ends_both_nodes_naming_it(tmp_path, when, strategy):
+    # Before the process group, the other node's ranks wait for rank 3 outside any collective: only the launchers'
+    # watch ends them. In a step, gloo tells them a peer is gone, and the store which one and why.
+    nodes = _two_nodes(str(tmp_path), strategy, "3", when)
+    outputs = _outputs(nodes)
+    assert all(node.returncode not in (0, None) for node in nodes), outputs
+    first_failure = "Rank 3 of 4 (node 1) failed first, with ValueError: boom on rank 3"
+    assert f"[framework launch] {first_failure}. Its traceback:" in outputs[0], outputs[0]
+    assert "\n    ValueError: boom on rank 3\n" in outputs[0]  # rank 3's traceback, indented under that line
+    assert f"[framework launch] {first_failure}." in outputs[1], outputs[1]
+    _assert_no_rank_outlived_its_launcher(tmp_path)
+
+
+@pytest.fixture
+def launched_as_rank_3_of_2_nodes(monkeypatch):
+    """This process's environment as torchrun leaves it in rank 3 of 2 nodes x 2 (no process group is started)."""
+    variables = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize(("devices", "num_nodes", "message"), [
+    (4, 1, r"started 4 processes \(WORLD_SIZE\), 2 on this node \(LOCAL_WORLD_SIZE\), but devices=4 and num_nodes=1 "
+           r"make 4, 4 on each node"),
+    (1, 4, r"2 on this node .*but devices=1 and num_nodes=4 make 4, 1 on each node"),
+    (2, 1, r"started 4 processes .*but devices=2 and num_nodes=1 make 2"),
+])
+def test_devices_and_nodes_other_than_the_launchers_say_what_to_change(launched_as_rank_3_of_2_nodes, devices,
+                                                                       num_nodes, message):
+    with pytest.raises(framework.MisconfigurationError, match=message):
+        framework.Runtime(accelerator="cpu", devices=devices, num_nodes=num_nodes)
+    with pytest.raises(framework.MisconfigurationError, match="--nproc-per-node <devices> --nnodes <num_nodes>"):
+        framework.Trainer(accelerator="cpu", devices=devices, num_nodes=num_nodes, logger=False)
