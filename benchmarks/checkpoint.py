@@ -17,14 +17,24 @@ checkpoint holds the weights and two optimizer moments (1.2 GB). Compared, on th
 Each is run ``--runs`` times, interleaved (in alternating order), and the median reported. A Lightning row appears when
 ``lightning`` is importable (run with an interpreter that has it and ``framework`` on PYTHONPATH).
 
-    python benchmarks/checkpoint.py [--runs 3] [--dir /tmp]
+The second table (``--table training``) is what saving costs a training run: ``--steps`` AdamW steps of the same
+model, saving every ``--every`` steps with ``ModelCheckpoint`` (keeping the latest file), written synchronously or
+in the background (``async_save=True``), against not saving at all; on one process (one file) and with zero3 on 2
+ranks (a sharded directory, every rank writing its part). Per run: the median step (no save due), the steps at
+which a save was due (step and save, or step and staging copy), the training time to the last step and what each
+save made before it added to it against the run without saving, and the end of fit after the last step (the
+last save: written then, or waited for).
+
+    python benchmarks/checkpoint.py [--runs 3] [--dir /tmp] [--table files|training|both] [--steps 16 --every 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -35,10 +45,13 @@ import torch
 from torch import nn
 
 import framework
+from framework.callbacks import Callback, ModelCheckpoint
 from framework.io.checkpoint import load_checkpoint
 from framework.trainer.checkpoint import dump_checkpoint, restore_checkpoint, restore_training_state
 
 WIDTH, DEPTH = 3162, 10
+SAVINGS = ("none", "sync", "async")
+RUNS_ON = {"one process": ("single", 1), "zero3, 2 ranks": ("zero3", 2)}
 
 
 def make_net() -> nn.Module:
@@ -103,11 +116,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the checkpoint files are written")
+    parser.add_argument("--table", choices=("files", "training", "both"), default="both")
+    parser.add_argument("--steps", type=int, default=16, help="training steps per run (training table)")
+    parser.add_argument("--every", type=int, default=4, help="save every this many steps (training table)")
+    parser.add_argument("--width", type=int, default=3162, help="of each of the 10 layers (3162: 100M parameters)")
     args = parser.parse_args()
     logging.getLogger("framework").setLevel(logging.WARNING)
     logging.getLogger("lightning").setLevel(logging.WARNING)
     warnings.simplefilter("ignore")
+    global WIDTH
+    WIDTH = args.width
+    if args.table in ("files", "both"):
+        files_table(args)
+    if args.table in ("training", "both"):
+        training_table(args)
 
+
+def files_table(args: argparse.Namespace) -> None:
     trainer, model = trained_trainer()
     parameters = sum(p.numel() for p in model.parameters())
     checkpoint = dump_checkpoint(trainer)
@@ -180,6 +205,81 @@ def print_table(variants: dict, times: dict[tuple[str, str], list[float]], paths
         row = " | ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths, strict=True))
         print(f"| {name:<11} | {row} | {os.path.getsize(paths[name]) / 1e6:>7.0f} |")
 
+
+
+# -- the cost of saving while training ---
+class StepClock(Callback):
+    """When each training step ended, and when the run ended with every file complete; rank 0 writes them."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.ends: list[float] = []
+
+    def on_train_start(self, trainer, module):
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.ends.append(time.perf_counter())  # before the checkpoint callback: a save counts in the next step
+
+    def on_fit_end(self, trainer, module):  # after ModelCheckpoint waited for its last write
+        if trainer.is_global_zero:
+            with open(self.path, "w") as file:
+                json.dump({"start": self.start, "ends": self.ends, "end": time.perf_counter()}, file)
+
+
+def timed_training(args: argparse.Namespace, runs_on: str, saving: str) -> dict[str, float]:
+    strategy, devices = RUNS_ON[runs_on]
+    directory = os.path.join(args.dir, f"checkpoint-benchmark-{strategy}-{saving}")
+    clock = StepClock(os.path.join(args.dir, "checkpoint-benchmark-times.json"))
+    callbacks: list[Callback] = [clock]
+    if saving != "none":
+        callbacks.append(ModelCheckpoint(dirpath=directory, every_n_train_steps=args.every,
+                                         async_save=saving == "async"))
+    trainer = framework.Trainer(max_steps=args.steps, accelerator="cpu", devices=devices, strategy=strategy,
+                                logger=False, enable_checkpointing=saving != "none", enable_progress_bar=False,
+                                enable_model_summary=False, callbacks=callbacks)
+    batches = torch.utils.data.TensorDataset(torch.randn(2 * args.steps * devices, WIDTH))
+    trainer.fit(Big(), torch.utils.data.DataLoader(batches, batch_size=2))
+    shutil.rmtree(directory, ignore_errors=True)
+    with open(clock.path) as file:
+        times = json.load(file)
+    os.remove(clock.path)
+    steps = [end - start for start, end in zip([times["start"], *times["ends"]], times["ends"], strict=False)]
+    # step k's interval holds the save made at the end of step k - 1 (steps count from 1)
+    with_save = [step for number, step in enumerate(steps, 1) if number > 1 and (number - 1) % args.every == 0]
+    plain = [step for number, step in enumerate(steps, 1) if number > 1 and (number - 1) % args.every != 0]
+    return {"step": statistics.median(plain), "with save": statistics.mean(with_save) if with_save else 0.0,
+            "training": times["ends"][-1] - times["start"], "end": times["end"] - times["ends"][-1],
+            "saves during": len(with_save)}
+
+
+def training_table(args: argparse.Namespace) -> None:
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for run in range(args.runs):
+        for runs_on in RUNS_ON:
+            for saving in SAVINGS[:: 1 if run % 2 == 0 else -1]:
+                os.sync()
+                results.setdefault((runs_on, saving), []).append(timed_training(args, runs_on, saving))
+    parameters = sum(p.numel() for p in make_net().parameters())
+    saves = args.steps // args.every
+    print(f"\n{parameters / 1e6:.1f}M parameters + AdamW, {args.steps} steps saving every {args.every} "
+          f"({saves} saves), {args.dir}, median of {args.runs} runs, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}\n")
+    print("| run            | saving | step ms (no save due) | step ms (save due) | training s | cost per save s "
+          "| end of fit s |")
+    print("|----------------|--------|----------------------:|-------------------:|-----------:|----------------:"
+          "|-------------:|")
+    for runs_on in RUNS_ON:
+        baseline = statistics.median(result["training"] for result in results[(runs_on, "none")])
+        for saving in SAVINGS:
+            measured = {key: statistics.median(result[key] for result in results[(runs_on, saving)])
+                        for key in ("step", "with save", "training", "end", "saves during")}
+            due, cost = "-", "-"
+            if saving != "none":
+                due = f"{measured['with save'] * 1e3:.0f}"
+                cost = f"{(measured['training'] - baseline) / measured['saves during']:.2f}"
+            print(f"| {runs_on:<14} | {saving:<6} | {measured['step'] * 1e3:>21.0f} | {due:>18} "
+                  f"| {measured['training']:>10.2f} | {cost:>15} | {measured['end']:>12.2f} |")
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,10 @@
 """The GPU benchmark at its CPU size: every row runs, and the framework's rows read no more on the host and
-compile no more during the timed steps than the plain loop's."""
+compile no more during the timed steps than the plain loop's. The checkpoint benchmark's training table at a
+small size: every row runs."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +30,21 @@ def test_the_gpu_benchmark_runs_at_its_cpu_size_and_the_framework_reads_no_more_
         assert row["recompiles"] == "0", (loop, precision, row)
         if loop == "framework":
             assert float(row["syncs/step"]) <= float(rows[("plain", precision, "-")]["syncs/step"])
+
+
+CHECKPOINT_BENCHMARK = BENCHMARK.parent / "checkpoint.py"
+
+
+def test_the_checkpoint_benchmarks_training_table_runs_at_a_small_size(tmp_path):
+    command = [sys.executable, str(CHECKPOINT_BENCHMARK), "--table", "training", "--width", "32", "--steps", "4",
+               "--every", "2", "--runs", "1", "--dir", str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    lines = completed.stdout.splitlines()
+    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and "ms" not in line]
+    assert [(row[0].strip(), row[1].strip()) for row in rows] == [
+        (runs_on, saving) for runs_on in ("one process", "zero3, 2 ranks") for saving in ("none", "sync", "async")]
+    for row in rows:
+        assert float(row[2]) >= 0 and float(row[4]) > 0
+        assert (row[3].strip() == "-") == (row[1].strip() == "none")
+    assert os.listdir(tmp_path) == []  # its checkpoints are removed
