@@ -32,6 +32,7 @@ from framework.strategies.sharded_tensors import (
     has_meta_tensors,
     materialize,
     placed_like,
+    quiet_redistribution_notes,
     read_in_layout,
     same_shape,
     total_norm,
@@ -156,6 +157,7 @@ class FSDPStrategy(ParallelStrategy):
                         f"FSDPStrategy(device_mesh={describe(self.hybrid_mesh)}): {shape[0]} replicas x {shape[1]} "
                         f"ranks each make {shape[0] * shape[1]} ranks, but this run has {world}.")
                 self._mesh = init_device_mesh(self.device.type, shape, mesh_dim_names=("replicate", "shard"))
+                quiet_redistribution_notes()
             else:
                 self._mesh = init_device_mesh(self.device.type, (world,))
         return self._mesh

@@ -13,6 +13,7 @@ from torch import nn
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.fsdp import ROOT_ATTRIBUTE, FSDPStrategy
 from framework.strategies.parallel import StepRouter
+from framework.strategies.sharded_tensors import quiet_redistribution_notes
 
 MESH_DIMENSIONS = ("data_parallel", "tensor_parallel")
 
@@ -92,6 +93,7 @@ class ModelParallelStrategy(FSDPStrategy):
             shape = mesh_shape(self.data_parallel_size, self.tensor_parallel_size, dist.get_world_size(),
                                self.ranks.local_world_size)
             self._device_mesh = init_device_mesh(self.device.type, shape, mesh_dim_names=MESH_DIMENSIONS)
+            quiet_redistribution_notes()  # the scaler's and the norms' reductions run one mesh dimension at a time
         return self._device_mesh
 
     @property

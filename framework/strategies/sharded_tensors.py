@@ -54,12 +54,13 @@ def whole(value: Any) -> Any:
 
     if not isinstance(value, DTensor):
         return value
-    _quiet_redistribution_notes()
+    quiet_redistribution_notes()
     return value.full_tensor()
 
 
 @functools.cache
-def _quiet_redistribution_notes() -> None:
+def quiet_redistribution_notes() -> None:
+    """Drop torch's warning that a tensor on a 2-D mesh is reduced or gathered one dimension at a time."""
     # Gathering a tensor split over two mesh dimensions (tensor parallel x FSDP) takes one all-gather per dimension,
     # and torch logs a warning about it on every rank, for every such tensor, each time: nothing a user can act on.
     logging.getLogger("torch.distributed.tensor._redistribute").addFilter(
@@ -70,7 +71,7 @@ def total_norm(tensors: list[torch.Tensor], norm_type: float) -> torch.Tensor:
     """The ``norm_type``-norm of all ``tensors`` together, each DTensor counted whole (a collective: every rank
     calls). DTensors are reduced per device mesh: tensor parallel layers and the layers only sharded
     for data parallelism live on different meshes, which one operation cannot mix."""
-    _quiet_redistribution_notes()  # the norms of a 2-D mesh's parts are reduced one dimension at a time
+    quiet_redistribution_notes()  # the norms of a 2-D mesh's parts are reduced one dimension at a time
     norms = [whole(torch.nn.utils.get_total_norm(group, norm_type)) for group in by_mesh(tensors)]
     if len(norms) == 1:
         return norms[0]

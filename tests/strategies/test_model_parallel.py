@@ -158,13 +158,16 @@ def test_a_gpt_on_2x2_ranks_trains_as_one_process_and_each_rank_holds_a_quarter(
         assert held["optimizer"] == 2 * theory + 4 * count  # AdamW's two moments, and a 4-byte step per parameter
 
 
-def test_bf16_mixed_gathers_parameters_in_bfloat16_and_trains_close_to_fp32(reference):
-    ranks = spawn(4, _train_on_rank, ModelParallelStrategy(data_parallel_size=2), "bf16-mixed", timeout=120)
+@pytest.mark.parametrize(("precision", "gathered_in"), [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float32)])
+def test_mixed_precision_trains_close_to_fp32(reference, precision, gathered_in):
+    """bf16-mixed gathers the parameters in bfloat16 (FSDP2's policy, in every unit); 16-mixed autocasts and scales
+    the loss, its scaler checking the DTensor gradients for infinities."""
+    ranks = spawn(4, _train_on_rank, ModelParallelStrategy(data_parallel_size=2), precision, timeout=120)
     losses, _ = reference
     mean = [sum(pair) / 2 for pair in zip(ranks[0][0], ranks[2][0], strict=True)]
     torch.testing.assert_close(torch.tensor(mean), torch.tensor(losses), rtol=0.02, atol=0.02)
     assert mean[-1] < mean[0] - 0.3
-    assert all(rank[5] == {torch.bfloat16} for rank in ranks)  # gathered in bf16, by every unit
+    assert all(rank[5] == {gathered_in} for rank in ranks)
 
 
 # -- checkpoints ---
