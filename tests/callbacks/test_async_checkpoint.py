@@ -293,3 +293,10 @@ def test_zero3_saves_in_the_background_the_same_sharded_checkpoints_as_in_the_fo
 def test_a_runtime_refuses_plugins_saying_where_async_checkpoint_io_goes():
     with pytest.raises(MisconfigurationError, match="AsyncCheckpointIO is a Trainer plugin"):
         framework.Runtime(accelerator="cpu", plugins=[AsyncCheckpointIO()])
+
+
+def test_lightnings_import_paths_give_the_same_plugin():
+    from framework.plugins import AsyncCheckpointIO as from_plugins
+    from framework.plugins.io import AsyncCheckpointIO as from_plugins_io
+
+    assert from_plugins is from_plugins_io is AsyncCheckpointIO
