@@ -10,6 +10,7 @@ from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
+from framework.io.fs import write_bytes_atomic
 
 
 class TrainingSpikeException(RuntimeError):
@@ -81,8 +82,10 @@ class SpikeDetection(Callback):
         if trainer.is_global_zero:
             path = self._path(trainer)
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            with open(path, "w") as file:
-                json.dump(self.bad_batches, file, indent=4)
+            write_bytes_atomic(path, json.dumps(self.bad_batches, indent=4).encode())
+        # every rank raises here alike: the first to raise gets the others stopped, so none may raise before the
+        # file is whole (rank 1 raising first once stopped rank 0 in the middle of writing it)
+        trainer.runtime.barrier("spike")
         raise TrainingSpikeException(batch_idx)
 
     def _path(self, trainer: Any) -> str:
