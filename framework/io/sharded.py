@@ -32,10 +32,6 @@ META_FILE = "meta.pt"
 _DCP_METADATA_FILE = ".metadata"
 _MARKER = "__sharded_tensor__"
 
-# Given a saved tensor's global shape and dtype, the (sharded) tensor to load it into; None leaves it unread.
-ShardFactory = Callable[[torch.Size, torch.dtype], "torch.Tensor | None"]
-
-
 @dataclass(frozen=True)
 class UnreadTensor:
     """A tensor of a sharded checkpoint left unread by ``load_sharded``, because where its parts go is known
@@ -105,14 +101,13 @@ def _finish(skeleton: dict[str, Any], temporary: str, path: str) -> None:
     _move_into_place(temporary, path)
 
 
-def load_sharded(path: str | os.PathLike, shard: ShardFactory | None = None) -> dict[str, Any]:
-    """The checkpoint dict in the directory ``path``.
+def load_sharded(path: str | os.PathLike, leave_split_unread: bool = False) -> dict[str, Any]:
+    """The checkpoint dict in the directory ``path``, every tensor read whole.
 
-    Called on every rank of a process group, each reads its part: a tensor that was saved in
-    several parts is loaded into ``shard(shape, dtype)`` (a DTensor laid out as the ranks hold
-    it now), any other tensor whole. Where ``shard`` returns None the tensor is left unread, an
-    ``UnreadTensor`` in its place, for ``read_unread``. Without ``shard``, or without a process
-    group, every tensor is read whole (on one process: ``framework consolidate``).
+    With ``leave_split_unread``, a tensor saved in several parts (a DTensor) is left unread, an
+    ``UnreadTensor`` in its place: the strategy loading it reads it with ``read_unread`` into the
+    layout of the parameter or optimizer state it goes to, every rank reading only its parts
+    (whole reads are for one process: ``framework consolidate``, ``load_from_checkpoint``).
     """
     path = os.fspath(path).rstrip("/")
     if not is_sharded_checkpoint(path):
@@ -129,12 +124,11 @@ def load_sharded(path: str | os.PathLike, shard: ShardFactory | None = None) -> 
     unread: dict[str, Any] = {}
     for key, saved in reader.read_metadata().state_dict_metadata.items():
         size, dtype = saved.size, saved.properties.dtype
-        target = shard(size, dtype) if shard is not None and len(saved.chunks) > 1 else torch.empty(size, dtype=dtype)
-        if target is None:
+        if leave_split_unread and len(saved.chunks) > 1:
             unread[key] = UnreadTensor(path, key, size, dtype)
         else:
-            targets[key] = target
-    _read(path, targets, reader, together=shard is not None)
+            targets[key] = torch.empty(size, dtype=dtype)
+    _read(targets, reader, together=False)
     return join_tensors(skeleton, {**targets, **unread})
 
 
@@ -145,10 +139,11 @@ def read_unread(targets: dict[UnreadTensor, torch.Tensor]) -> None:
     for unread, target in targets.items():
         by_path.setdefault(unread.path, {})[unread.key] = target
     for path, tensors in sorted(by_path.items()):
-        _read(path, tensors, _reader(path), together=True)
+        _read(tensors, _reader(path), together=True)
 
 
-def _read(path: str, targets: dict[str, torch.Tensor], reader: Any, together: bool) -> None:
+def _read(targets: dict[str, torch.Tensor], reader: Any, together: bool) -> None:
+    """DCP's load of ``targets``: ``together`` with the process group (where there is one), else on this rank."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 

@@ -28,7 +28,6 @@ from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard
 from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
 from framework.strategies.sharded_tensors import (
     clip_with_norm,
-    empty_part,
     has_meta_tensors,
     materialize,
     placed_like,
@@ -363,18 +362,14 @@ class FSDPStrategy(ParallelStrategy):
         save_sharded(checkpoint, path, self.is_global_zero, lambda: self.barrier("save_checkpoint"))
 
     def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
-        """Read a checkpoint: from a sharded directory each rank reads only its parts; a file is read whole."""
+        """Read a checkpoint. From a sharded directory the split tensors are read when loaded, each into the layout
+        of the parameter (or optimizer state) it goes to, so each rank reads only its parts, whatever mesh (ZeRO,
+        HSDP, tensor parallel) and number of ranks saved it; a file is read whole."""
         from framework.io.sharded import is_sharded_checkpoint, load_sharded
 
         if is_sharded_checkpoint(path):
-            return load_sharded(path, shard=self._empty_part)
+            return load_sharded(path, leave_split_unread=True)
         return super().load_checkpoint(path, weights_only)
-
-    def _empty_part(self, size: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        return empty_part(self.mesh, size, dtype, self._state_device())
-
-    def _state_device(self) -> torch.device:
-        return torch.device("cpu") if self.cpu_offload else self.device
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, "

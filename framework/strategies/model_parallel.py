@@ -134,15 +134,6 @@ class ModelParallelStrategy(FSDPStrategy):
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         return options
 
-    def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
-        """Read a checkpoint. From a sharded directory the split tensors are read later, each into the layout of
-        the parameter (or optimizer state) it is loaded into, whatever mesh saved it."""
-        from framework.io.sharded import is_sharded_checkpoint, load_sharded
-
-        if is_sharded_checkpoint(path):
-            return load_sharded(path, shard=lambda size, dtype: None)
-        return super().load_checkpoint(path, weights_only)
-
     def __repr__(self) -> str:
         shape = tuple(self._device_mesh.shape) if self._device_mesh is not None else (
             self.data_parallel_size, self.tensor_parallel_size)

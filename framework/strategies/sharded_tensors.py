@@ -1,5 +1,5 @@
-"""Tensors split over the ranks (DTensors): made whole, split like another, allocated empty, or allocated
-for modules built on the meta device."""
+"""Tensors split over the ranks (DTensors): made whole, split like another, read from a checkpoint in the layout
+they go to, or allocated for modules built on the meta device."""
 
 from __future__ import annotations
 
@@ -10,22 +10,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-
-def empty_part(mesh: Any, size: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised DTensor of global ``size``, split along dim 0 over ``mesh`` as fully_shard splits
-    parameters (``torch.chunk``'s sizes); only this rank's part is allocated. On a 2-D mesh (hybrid
-    sharding) it is whole along the first dimension (the replicas) and split along the second."""
-    from torch.distributed.tensor import DTensor, Replicate, Shard
-
-    shard_dim = mesh.ndim - 1
-    world, rank = mesh.size(shard_dim), mesh.get_local_rank(shard_dim)
-    chunk = -(-size[0] // world) if len(size) else 0
-    rows = max(0, min(chunk, size[0] - rank * chunk)) if len(size) else 0
-    local = torch.empty((rows, *size[1:]), dtype=dtype, device=device)
-    placements = [Replicate()] * shard_dim + [Shard(0)]
-    return DTensor.from_local(local, mesh, placements, run_check=False, shape=size,
-                              stride=torch.empty(size, device="meta").stride())
 
 
 def read_in_layout(values: dict[Any, Any], layouts: dict[Any, Any]) -> dict[Any, Any]:
