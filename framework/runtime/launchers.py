@@ -223,7 +223,7 @@ def _collect(workers: list[Any], channels: list[Connection]) -> list[Any]:
                 _stop(workers)
                 raise _exited(rank, world_size, workers[rank].exitcode) from None
             if outcome == "error":
-                dead = _dead_peer(workers, rank) if _lost_a_peer(value) else None
+                dead = _dead_peer(workers, rank) if lost_a_peer(value) else None
                 _stop(workers)
                 if dead is not None:  # the rank that died is the cause; this one's collective only lost it
                     raise _exited(dead, world_size, workers[dead].exitcode) from _with_origin(value, text, rank,
@@ -243,7 +243,7 @@ _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken p
 _DEATH_GRACE_SECONDS = 2.0
 
 
-def _lost_a_peer(error: BaseException) -> bool:
+def lost_a_peer(error: BaseException) -> bool:
     """Whether ``error`` is a collective failing because another rank's process went away."""
     return isinstance(error, RuntimeError) and any(sign in str(error) for sign in _PEER_GONE)
 

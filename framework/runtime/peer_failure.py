@@ -100,13 +100,13 @@ def share_failures_with_peers() -> None:
 
 
 def _share_or_explain(error: BaseException, text: str) -> None:
-    from framework.runtime.launchers import _lost_a_peer
+    from framework.runtime.launchers import lost_a_peer
 
     store = open_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), _RANK_CONNECT_S)
     if store is None:
         return
     rank = int(os.environ["RANK"])
-    if not _lost_a_peer(error):
+    if not lost_a_peer(error):
         # The process's connections close only after this hook: the record is there before any peer notices.
         failure = RankFailure(rank, int(os.environ["WORLD_SIZE"]), int(os.environ.get("GROUP_RANK", "0")),
                               f"{type(error).__name__}: {error}", text)

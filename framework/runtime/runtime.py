@@ -19,7 +19,6 @@ from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import StepCompiler, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import ClusterEnvironment, check_matches_launcher, detect_environment
-from framework.runtime.peer_failure import share_failures_with_peers
 from framework.runtime.reporting import agree_on_runs, as_list, call_hook, finalize, log_to
 from framework.runtime.saving import load_object, restore_into, state_dicts
 from framework.runtime.sharding import shard_loader
@@ -568,6 +567,8 @@ def _attached_ranks(environment: ClusterEnvironment) -> Ranks:
     (torchrun sets MASTER_ADDR/MASTER_PORT, SLURM does not)."""
     os.environ.setdefault("MASTER_ADDR", environment.main_address)
     os.environ.setdefault("MASTER_PORT", str(environment.main_port))
+    from framework.runtime.peer_failure import share_failures_with_peers  # only under a launcher: not at import
+
     share_failures_with_peers()
     return Ranks(world_size=environment.world_size, global_rank=environment.global_rank,
                   local_rank=environment.local_rank, node_rank=environment.node_rank,
