@@ -39,7 +39,6 @@ class RankBatches(Sampler[list[int]]):
         self.pass_index = 0
         self.order_record: dict[str, Any] | None = None
         self.remainder = 0
-        self.planned = 0  # batches the current pass hands out, from its start position
         self._start = 0
         self._replay: dict[str, Any] | None = None
 
@@ -53,9 +52,7 @@ class RankBatches(Sampler[list[int]]):
         dealt = list(deal(self._pass_batches(), self.num_replicas, self.rank, len, self.batch_size,
                           self._last_round()))
         self.remainder = dealt[-1][1] if dealt else 0
-        mine = [batch for batch, _ in dealt[self._start:]]
-        self.planned = len(mine)
-        yield from mine
+        yield from (batch for batch, _ in dealt[self._start:])
 
     def __len__(self) -> int:
         return rank_batch_count(len(self.batch_sampler), self.num_replicas, self.rank, self.drop_last,
@@ -190,13 +187,12 @@ class PreparedDataLoader:
             self.gradient_state.end(current)
 
     def _indexed_pass(self, restored: bool) -> Iterator[tuple[Any, bool, int]]:
-        """The rebuilt DataLoader's batches; the pass's length is known once its first batch is drawn."""
+        """The rebuilt DataLoader's batches, each with whether it is the pass's last and its round's real count."""
         rng = torch.get_rng_state() if restored else None
         iterator = iter(self._loader)
         if rng is not None:  # the restored random state is the interrupted run's: undo the DataLoader's seed draw
             torch.set_rng_state(rng)
-        for handed, batch in enumerate(iterator, start=1):
-            last = handed == self._batches.planned
+        for batch, last in _one_ahead(iterator):
             yield batch, last, self._batches.remainder if last else 0
 
     def _dealt_pass(self, pass_index: int, start: int) -> Iterator[tuple[Any, bool, int]]:
@@ -210,12 +206,8 @@ class PreparedDataLoader:
         for _ in range(start):
             if next(source, None) is None:
                 return
-        ahead = next(source, None)
-        while ahead is not None:
-            following = next(source, None)
-            batch, remainder = ahead
-            yield batch, following is None, remainder if following is None else 0
-            ahead = following
+        for (batch, remainder), last in _one_ahead(source):
+            yield batch, last, remainder if last else 0
 
     # -- the position, for save_state ---
     def state_dict(self) -> dict[str, Any]:
@@ -277,6 +269,20 @@ class _Skipped:
 
     def __len__(self) -> int:
         return max(len(self.iterable) - self.count, 0)
+
+
+def _one_ahead(iterator: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
+    """Each item with whether it is the last, the next one fetched before this one is handed out.
+
+    Accelerate's loaders run one batch ahead the same way, so a batch's collate function (or a
+    dataset's ``__getitem__``) draws its random numbers before the previous batch's forward pass
+    does: a loop switched from Accelerate gets the same masks and the same dropout.
+    """
+    end = object()
+    ahead = next(iterator, end)
+    while ahead is not end:
+        item, ahead = ahead, next(iterator, end)
+        yield item, ahead is end
 
 
 def _plainly_shuffles(sampler: Any) -> bool:

@@ -21,7 +21,7 @@ Completion = Callable[[list[Any], list[Any]], list[Any]]
 
 def deal(batches: Iterable[Any], num_replicas: int, rank: int, size: Callable[[Any], int], full_size: int | None,
          last_round: str | Completion) -> Iterator[Dealt]:
-    """Rank ``rank``'s batches of ``batches``, each with the real-sample count of its round (0: all real).
+    """Rank ``rank``'s batches of ``batches``, each with the real-sample count of its round (0: a complete round).
 
     A round is complete when it has ``num_replicas`` batches of ``full_size`` (any size when
     None). The last, incomplete round is dropped (``last_round="drop"``: the loader's
@@ -40,11 +40,11 @@ def deal(batches: Iterable[Any], num_replicas: int, rank: int, size: Callable[[A
             current = []
     if not current or last_round == "drop":
         return
+    real = sum(size(batch) for batch in current)
     if last_round == "uneven":
         if rank < len(current):
-            yield current[rank], 0
+            yield current[rank], real
         return
-    real = sum(size(batch) for batch in current)
     yield last_round(current, first_round)[rank], real
 
 

@@ -34,20 +34,21 @@ def gather_sized(strategy: Any, tensor: torch.Tensor) -> torch.Tensor:
 
 
 def gather_for_metrics(strategy: Any, data: Any, remainder: int, at_end: bool, as_objects: bool) -> Any:
-    """``data`` from every rank, without the samples that only complete the last round (``remainder`` real ones
-    at the end of a pass; 0: none repeated, -1: unknown). Tensors are joined; anything else is gathered as
-    objects (a list joined from each rank's list)."""
+    """``data`` from every rank, cut at the end of a pass to the ``remainder`` samples its last round really holds
+    (0: a complete round, nothing to cut; -1: unknown). One process cuts too, as Accelerate does: a per-sample
+    value made as long as a full batch (``loss.repeat(batch_size)``) comes back as long as the short last batch.
+    Tensors are joined; anything else is gathered as objects (a list joined from each rank's list)."""
     objects = as_objects or not _all_tensors(data)
-    if strategy.world_size == 1:
-        return data
-    if objects:
+    if strategy.world_size > 1 and objects:
         gathered = strategy.all_gather_object(data)
         data = [item for part in gathered for item in (part if isinstance(part, list) else [part])]
-    else:
+    elif strategy.world_size > 1:
         data = map_tensors(data, lambda tensor: gather_sized(strategy, tensor))
     if not at_end or remainder <= 0:
         return data
-    return data[:remainder] if objects else map_tensors(data, lambda tensor: tensor[:remainder])
+    if objects:
+        return data[:remainder] if isinstance(data, (list, tuple)) else data
+    return map_tensors(data, lambda tensor: tensor[:remainder] if tensor.dim() else tensor)
 
 
 def reduce(strategy: Any, data: Any, reduction: str = "sum") -> Any:
