@@ -49,7 +49,8 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
     _on_main(main, partial, "custom_checkpoint", [item.state_dict() for item in accelerator._custom_objects], ".pkl")
     if accelerator.mixed_precision == "fp16" and main:
         save_checkpoint(runtime.precision.state_dict(), os.path.join(partial, "scaler.pt"))
-    save_checkpoint({"rng": rng_states(), "step": accelerator.step},
+    save_checkpoint({"rng": rng_states(), "step": accelerator.step,
+                     "dataloaders": [loader.rank_state() for loader in accelerator._dataloaders]},
                     os.path.join(partial, f"random_states_{accelerator.process_index}.pkl"))
     runtime.barrier("save_state")
     if main:
@@ -86,6 +87,8 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike | None, strict: bo
     saved = load_checkpoint(own if os.path.exists(own) else os.path.join(source, "random_states_0.pkl"))
     restore_rng_states(saved["rng"])
     accelerator.step = saved["step"]
+    for loader, state in zip(accelerator._dataloaders, saved.get("dataloaders", []), strict=False):
+        loader.load_rank_state(state)
     found = _CHECKPOINT.search(os.path.basename(os.path.normpath(source)))
     if accelerator.project_configuration.automatic_checkpoint_naming and found:
         accelerator.project_configuration.iteration = int(found.group(1)) + 1

@@ -3,6 +3,7 @@ with a position ``save_state`` keeps so a resumed loop gets the batches the inte
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -132,6 +133,9 @@ class PreparedDataLoader:
         self._position = 0  # batches handed out in the current pass
         self._in_pass = False
         self._resume: dict[str, Any] | None = None
+        # torch's random state from just before the batch fetched ahead was loaded: a resumed pass loads that
+        # batch from it again, so masks drawn while loading come out as in the uninterrupted run
+        self._ahead_rng: torch.Tensor | None = None
 
     # -- Accelerate's DataLoader attributes ---
     @property
@@ -192,7 +196,12 @@ class PreparedDataLoader:
         iterator = iter(self._loader)
         if rng is not None:  # the restored random state is the interrupted run's: undo the DataLoader's seed draw
             torch.set_rng_state(rng)
-        for batch, last in _one_ahead(iterator):
+            if self._ahead_rng is not None:  # the interrupted run had loaded the next batch from this state
+                torch.set_rng_state(self._ahead_rng)
+                ahead = list(itertools.islice(iterator, 1))
+                torch.set_rng_state(rng)
+                iterator = itertools.chain(ahead, iterator)
+        for batch, last in self._one_ahead(iterator):
             yield batch, last, self._batches.remainder if last else 0
 
     def _dealt_pass(self, pass_index: int, start: int) -> Iterator[tuple[Any, bool, int]]:
@@ -206,8 +215,23 @@ class PreparedDataLoader:
         for _ in range(start):
             if next(source, None) is None:
                 return
-        for (batch, remainder), last in _one_ahead(source):
+        for (batch, remainder), last in self._one_ahead(source):
             yield batch, last, remainder if last else 0
+
+    def _one_ahead(self, iterator: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
+        """Each item with whether it is the last, the next one fetched before this one is handed out.
+
+        Accelerate's loaders run one batch ahead the same way, so a batch's collate function (or a
+        dataset's ``__getitem__``) draws its random numbers before the previous batch's forward pass
+        does: a loop switched from Accelerate gets the same masks and the same dropout.
+        """
+        end = object()
+        ahead = next(iterator, end)
+        while ahead is not end:
+            self._ahead_rng = torch.get_rng_state()
+            item, ahead = ahead, next(iterator, end)
+            yield item, ahead is end
+        self._ahead_rng = None
 
     # -- the position, for save_state ---
     def state_dict(self) -> dict[str, Any]:
@@ -217,6 +241,15 @@ class PreparedDataLoader:
         shared_seed = self._batches.shared_seed if self._batches is not None else 0
         return {"passes": self._passes, "in_pass": self._in_pass, "position": self._position, "order": record,
                 "shared_seed": shared_seed}
+
+    def rank_state(self) -> dict[str, Any]:
+        """What this rank alone knows of its position (saved with the rank's random state): torch's random state
+        from before the batch it fetched ahead was loaded, or None."""
+        return {"ahead_rng": self._ahead_rng if self._in_pass else None}
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        """Restore ``rank_state()``; the next pass, if it continues an interrupted one, reloads that batch from it."""
+        self._ahead_rng = state.get("ahead_rng")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next iteration finishes the pass it was in, or starts the one after."""
@@ -263,26 +296,10 @@ class _Skipped:
         self.iterable, self.count = iterable, count
 
     def __iter__(self) -> Iterator[Any]:
-        import itertools
-
         return itertools.islice(iter(self.iterable), self.count, None)
 
     def __len__(self) -> int:
         return max(len(self.iterable) - self.count, 0)
-
-
-def _one_ahead(iterator: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
-    """Each item with whether it is the last, the next one fetched before this one is handed out.
-
-    Accelerate's loaders run one batch ahead the same way, so a batch's collate function (or a
-    dataset's ``__getitem__``) draws its random numbers before the previous batch's forward pass
-    does: a loop switched from Accelerate gets the same masks and the same dropout.
-    """
-    end = object()
-    ahead = next(iterator, end)
-    while ahead is not end:
-        item, ahead = ahead, next(iterator, end)
-        yield item, ahead is end
 
 
 def _plainly_shuffles(sampler: Any) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
 from framework.accelerate import Accelerator
 from tests.accelerate.loops import data, model_and_optimizer
@@ -27,15 +27,23 @@ class Progress:
         self.epoch = state["epoch"]
 
 
-def train(folder: str, stop: bool = False, resume: str | None = None, **options) -> dict:
+def masking_collate(samples: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Default collation, then a random mask over the inputs drawn from torch's generator (as masking collators
+    do): a resumed run must draw the same masks."""
+    x, y = default_collate(samples)
+    return x * (torch.rand(x.shape) > 0.2), y
+
+
+def train(folder: str, stop: bool = False, resume: str | None = None, masks: bool = False, **options) -> dict:
     """Train EPOCHS epochs; ``stop``: save after batch STOP_BATCH of epoch STOP_EPOCH and return there; ``resume``:
-    "position" (the loader continues by itself) or "skip" (skip_first_batches, as Accelerate's examples do)."""
+    "position" (the loader continues by itself) or "skip" (skip_first_batches, as Accelerate's examples do);
+    ``masks``: the loader's collate function draws random masks."""
     model, optimizer = model_and_optimizer(seed=1 if resume else 0)  # a resumed run must not rely on its seed
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.7)
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2, **options)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
-    loader = DataLoader(data(40), batch_size=4, shuffle=True)
+    loader = DataLoader(data(40), batch_size=4, shuffle=True, collate_fn=masking_collate if masks else None)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     skip = 0
     if resume:
@@ -60,5 +68,5 @@ def train(folder: str, stop: bool = False, resume: str | None = None, **options)
     return {"weights": {name: value.clone() for name, value in state.items()}, "lr": scheduler.get_last_lr()}
 
 
-def train_on_rank(rank: int, folder: str, stop: bool, resume: str | None) -> dict:
-    return train(folder, stop=stop, resume=resume)
+def train_on_rank(rank: int, folder: str, stop: bool, resume: str | None, masks: bool = False) -> dict:
+    return train(folder, stop=stop, resume=resume, masks=masks)

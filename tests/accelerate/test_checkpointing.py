@@ -15,13 +15,13 @@ from tests.accelerate.loops import model_and_optimizer
 from tests.accelerate.resumable import train
 
 
-@pytest.mark.parametrize("resume", ["position", "skip"])
-def test_a_resumed_loop_ends_as_the_uninterrupted_one(tmp_path, resume):
-    whole = train(str(tmp_path / "unused"))
-    saved = train(str(tmp_path / "state"), stop=True)
+@pytest.mark.parametrize(("resume", "masks"), [("position", False), ("skip", False), ("position", True)])
+def test_a_resumed_loop_ends_as_the_uninterrupted_one(tmp_path, resume, masks):
+    whole = train(str(tmp_path / "unused"), masks=masks)
+    saved = train(str(tmp_path / "state"), stop=True, masks=masks)
     assert saved["saved"] == ["custom_checkpoint_0.pkl", "dl_state_dict.bin", "model.safetensors", "optimizer.bin",
                               "random_states_0.pkl", "scheduler.bin"]
-    resumed = train(str(tmp_path / "state"), resume=resume)
+    resumed = train(str(tmp_path / "state"), resume=resume, masks=masks)
     assert resumed["lr"] == whole["lr"]
     for name, value in whole["weights"].items():
         assert torch.equal(value, resumed["weights"][name]), name

@@ -85,11 +85,11 @@ def test_gather_for_metrics_sees_each_of_101_samples_once_in_order():
 
 
 def test_two_ranks_resume_from_save_state_as_if_never_stopped(tmp_path):
-    folder = str(tmp_path / "state")
-    whole = spawn(2, train_on_rank, str(tmp_path / "unused"), False, None)
-    saved = spawn(2, train_on_rank, folder, True, None)
+    folder = str(tmp_path / "state")  # each rank draws its own masks while loading: each resumes its own draws
+    whole = spawn(2, train_on_rank, str(tmp_path / "unused"), False, None, True)
+    saved = spawn(2, train_on_rank, folder, True, None, True)
     assert {"random_states_0.pkl", "random_states_1.pkl", "model.safetensors"} <= set(saved[0]["saved"])
-    resumed = spawn(2, train_on_rank, folder, False, "position")
+    resumed = spawn(2, train_on_rank, folder, False, "position", True)
     for rank in (0, 1):
         _assert_same(resumed[rank]["weights"], whole[rank]["weights"], exact=True)
 
