@@ -38,6 +38,19 @@ def require_package(module: str, feature: str, extra: str | None = None) -> None
         raise MissingPackageError(f"{feature} needs {module}, which is not installed: {command}.")
 
 
+_OUT_OF_MEMORY_SIGNS = (" out of memory", "MPS backend out of memory", "CUDNN_STATUS_NOT_SUPPORTED",
+                        "can't allocate memory", "DefaultCPUAllocator: not enough", "PT_DEVMEM Allocation failed")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says the device (or the CPU allocator) ran out of memory, so a smaller batch may fit."""
+    import torch
+
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and any(sign in str(error) for sign in _OUT_OF_MEMORY_SIGNS)
+
+
 def describe(value: object) -> str:
     """A short ``repr`` of ``value`` with its type, for error messages."""
     text = repr(value)

@@ -11,33 +11,39 @@ from typing import Any
 import torch
 from torch import nn
 from torch.optim import Optimizer
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 
-from framework.accelerate import checkpointing, settings, tracking
-from framework.accelerate.data import PreparedDataLoader, skip_first_batches
+from framework.accelerate import profiling, settings, tracking
+from framework.accelerate.data import PreparedDataLoader, prepared_loader, skip_first_batches
+from framework.accelerate.files import FileMethods
 from framework.accelerate.gradient_state import GradientState
 from framework.accelerate.prepared import AcceleratedOptimizer, AcceleratedScheduler
 from framework.accelerate.processes import ProcessControl
+from framework.accelerate.state import AcceleratorState
 from framework.accelerate.tracking import TrackerMethods
-from framework.accelerate.utils import (
-    AutocastKwargs,
+from framework.accelerate.utils.configuration import (
     DataLoaderConfiguration,
-    DistributedDataParallelKwargs,
+    FullyShardedDataParallelPlugin,
     GradientAccumulationPlugin,
+    ProjectConfiguration,
+    TorchDynamoPlugin,
+)
+from framework.accelerate.utils.kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
-    ProjectConfiguration,
+    ProfileKwargs,
 )
-from framework.accelerate.weights import save_sharded_weights, write_weights
-from framework.errors import MisconfigurationError, describe
-from framework.io.checkpoint import save_checkpoint
+from framework.accelerate.utils.shared_state import register_accelerator
+from framework.errors import MisconfigurationError
 from framework.runtime import Runtime
 from framework.runtime.runtime import use_set_up_parameters
 from framework.runtime.wrappers import RuntimeModule, forward_module, original_module, original_optimizer
 from framework.strategies.sharded_tensors import whole
 
 
-class Accelerator(ProcessControl, TrackerMethods):
+class Accelerator(ProcessControl, TrackerMethods, FileMethods):
     """Accelerate's ``Accelerator`` on the framework's Runtime: change ``from accelerate import Accelerator`` to
     ``from framework.accelerate import Accelerator`` and the loop runs, on one process or on the ranks
     ``framework launch`` (or torchrun) started, CPU ranks included.
@@ -55,22 +61,24 @@ class Accelerator(ProcessControl, TrackerMethods):
 
     Arguments as Accelerate's; where ``mixed_precision`` and ``gradient_accumulation_steps``
     are left out, the launcher's settings apply (``ACCELERATE_*`` environment variables).
-    DeepSpeed, Megatron-LM, tensor parallelism plugins and ``split_batches`` are refused.
+    DeepSpeed, Megatron-LM, tensor parallelism plugins, fp8 and ``split_batches`` are refused.
     """
 
     def __init__(self, device_placement: bool = True, split_batches: bool = False, mixed_precision: str | None = None,
                  gradient_accumulation_steps: int = 1, cpu: bool = False,
                  dataloader_config: DataLoaderConfiguration | None = None, deepspeed_plugin: Any = None,
-                 fsdp_plugin: Any = None, torch_tp_plugin: Any = None, megatron_lm_plugin: Any = None,
+                 fsdp_plugin: FullyShardedDataParallelPlugin | None = None, torch_tp_plugin: Any = None,
+                 megatron_lm_plugin: Any = None,
                  rng_types: Any = None, log_with: Any = None, project_dir: str | os.PathLike | None = None,
                  project_config: ProjectConfiguration | None = None,
                  gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
                  step_scheduler_with_optimizer: bool = True, kwargs_handlers: list[Any] | None = None,
-                 dynamo_backend: Any = None, dynamo_plugin: Any = None, deepspeed_plugins: Any = None,
+                 dynamo_backend: Any = None, dynamo_plugin: TorchDynamoPlugin | None = None,
+                 deepspeed_plugins: Any = None,
                  parallelism_config: Any = None) -> None:
         settings.refuse_plugins(deepspeed_plugin=deepspeed_plugin, deepspeed_plugins=deepspeed_plugins,
                                 torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
-                                parallelism_config=parallelism_config, dynamo_plugin=dynamo_plugin)
+                                parallelism_config=parallelism_config)
         self.dataloader_config = dataloader_config or DataLoaderConfiguration(split_batches=split_batches)
         if self.dataloader_config.split_batches:
             raise MisconfigurationError("Accelerator(split_batches=True) is not supported: each process takes whole "
@@ -79,11 +87,15 @@ class Accelerator(ProcessControl, TrackerMethods):
         if project_dir is not None:
             self.project_configuration.set_directories(os.fspath(project_dir))
         handlers = settings.handlers_by_type(kwargs_handlers)
+        self.ddp_handler, self.init_handler = handlers.get(DistributedDataParallelKwargs), handlers.get(
+            InitProcessGroupKwargs)
+        self.scaler_handler, self.autocast_handler = handlers.get(GradScalerKwargs), handlers.get(AutocastKwargs)
+        self.profile_handler = handlers.get(ProfileKwargs)
+        self.fsdp_plugin, self.dynamo_plugin = fsdp_plugin, dynamo_plugin
         self._mixed_precision = settings.mixed_precision(mixed_precision)
         accumulation = settings.accumulation_settings(gradient_accumulation_plugin, gradient_accumulation_steps)
         self.gradient_state = GradientState(**accumulation)
-        self._runtime = self._make_runtime(cpu, fsdp_plugin, handlers, dynamo_backend)
-        self._autocast_handler = handlers.get(AutocastKwargs)
+        self._runtime = self._make_runtime(cpu, dynamo_backend)
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = rng_types
@@ -94,27 +106,29 @@ class Accelerator(ProcessControl, TrackerMethods):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
+        self._save_state_pre_hooks: dict[int, Any] = {}
+        self._load_state_pre_hooks: dict[int, Any] = {}
         self._requested_trackers = tracking.requested_trackers(log_with)
         self.trackers: list[Any] = []
+        register_accelerator(self)
 
-    def _make_runtime(self, cpu: bool, fsdp_plugin: Any, handlers: dict[type, Any], dynamo_backend: Any) -> Runtime:
+    def _make_runtime(self, cpu: bool, dynamo_backend: Any) -> Runtime:
         """The Runtime on this process's device, its process group joined where a launcher started ranks."""
-        ddp, group = handlers.get(DistributedDataParallelKwargs), handlers.get(InitProcessGroupKwargs)
-        strategy = settings.strategy(fsdp_plugin, ddp.to_kwargs() if ddp else {}, settings.process_group_options(group))
+        strategy = settings.strategy(self.fsdp_plugin, settings.ddp_options(self.ddp_handler),
+                                     settings.process_group_options(self.init_handler))
         runtime = Runtime(accelerator="cpu" if cpu or settings.flag("ACCELERATE_USE_CPU") else "auto",
                           strategy=strategy, precision=settings.PRECISIONS[self._mixed_precision],
-                          compile=settings.compile_options(dynamo_backend))
-        scaler = handlers.get(GradScalerKwargs)
-        if scaler is not None and self._mixed_precision == "fp16":
-            runtime.precision.scaler = torch.amp.GradScaler(runtime.device.type, **scaler.to_kwargs())
+                          compile=settings.compile_options(dynamo_backend, self.dynamo_plugin))
+        if self.scaler_handler is not None and self._mixed_precision == "fp16":
+            runtime.precision.scaler = torch.amp.GradScaler(runtime.device.type, **self.scaler_handler.to_kwargs())
         runtime.setup_environment()
         return runtime
 
     # -- settings ---
     @property
-    def state(self) -> Accelerator:
-        """This object, which answers what Accelerate's ``AcceleratorState`` does (``num_processes`` ...)."""
-        return self
+    def state(self) -> AcceleratorState:
+        """This Accelerator's settings and processes, as Accelerate's ``AcceleratorState``."""
+        return AcceleratorState(_accelerator=self)
 
     @property
     def mixed_precision(self) -> str:
@@ -220,7 +234,8 @@ class Accelerator(ProcessControl, TrackerMethods):
         strategy = self._runtime.strategy
         for model, names in zip(self._models, self._parameter_names, strict=False):
             use_set_up_parameters((optimizer,), names, strategy.unwrap(forward_module(model)), strategy.name)
-        prepared = AcceleratedOptimizer(self._runtime.setup_optimizer(optimizer), self._runtime, self.gradient_state)
+        prepared = AcceleratedOptimizer(self._runtime.setup_optimizer(optimizer), runtime=self._runtime,
+                                        gradient_state=self.gradient_state)
         self._optimizers.append(prepared)
         return prepared
 
@@ -229,8 +244,8 @@ class Accelerator(ProcessControl, TrackerMethods):
         if isinstance(scheduler, AcceleratedScheduler):
             return scheduler
         own = [opt for opt in self._optimizers if original_optimizer(opt) is getattr(scheduler, "optimizer", None)]
-        prepared = AcceleratedScheduler(scheduler, own or list(self._optimizers), self.gradient_state,
-                                        self.num_processes, self.step_scheduler_with_optimizer)
+        prepared = AcceleratedScheduler(scheduler, own or list(self._optimizers), self.step_scheduler_with_optimizer,
+                                        gradient_state=self.gradient_state, num_processes=self.num_processes)
         self._schedulers.append(prepared)
         return prepared
 
@@ -240,27 +255,11 @@ class Accelerator(ProcessControl, TrackerMethods):
         if isinstance(data_loader, PreparedDataLoader):
             return data_loader
         placement = self.device_placement if device_placement is None else device_placement
-        prepared = PreparedDataLoader(data_loader, self.gradient_state, self.num_processes, self.process_index,
-                                      self.even_batches, self._shared_seed(data_loader),
-                                      self._runtime.to_device if placement else _as_it_is)
+        prepared = prepared_loader(data_loader, self._runtime, self.gradient_state, self.num_processes,
+                                   self.process_index, self.even_batches,
+                                   self._runtime.to_device if placement else _as_it_is)
         self._dataloaders.append(prepared)
         return prepared
-
-    def _shared_seed(self, loader: Any) -> int:
-        """The seed the processes shuffle a loader's passes with (rank 0's draw), as the Runtime agrees on one."""
-        sampler = getattr(loader, "sampler", None)
-        if self.num_processes == 1 or not isinstance(loader, DataLoader) or type(sampler) is not RandomSampler:
-            return 0
-        return self._runtime.agreed_seed(sampler.generator)
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Have ``save_state``/``load_state`` keep these objects too (anything with ``state_dict`` and
-        ``load_state_dict``)."""
-        for obj in objects:
-            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
-                raise TypeError(f"register_for_checkpointing({describe(obj)}): an object needs state_dict() and "
-                                "load_state_dict() to be saved and restored.")
-        self._custom_objects.extend(objects)
 
     # -- the step ---
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -297,10 +296,15 @@ class Accelerator(ProcessControl, TrackerMethods):
 
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager:
         """The mixed-precision context for computation outside the prepared model's forward (a loss, say)."""
-        handler = autocast_handler or self._autocast_handler
+        handler = autocast_handler or self.autocast_handler
         if handler is not None and not handler.enabled:
             return contextlib.nullcontext()
         return self._runtime.autocast()
+
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> contextlib.AbstractContextManager:
+        """Profile the block with ``torch.profiler`` (the handler given, else ``kwargs_handlers``' ProfileKwargs);
+        with its ``output_trace_dir`` each process writes its Chrome trace there as ``profile_<index>.json``."""
+        return profiling.profile(self, profile_handler or self.profile_handler or ProfileKwargs())
 
     def unscale_gradients(self, optimizer: Optimizer | list[Optimizer] | None = None) -> None:
         """Divide fp16 gradients by the loss scale (done by the clipping methods; nothing in other precisions)."""
@@ -332,10 +336,6 @@ class Accelerator(ProcessControl, TrackerMethods):
             return module._orig_mod
         return module
 
-    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        """``model``'s whole state dict (every process calls: FSDP gathers the shards)."""
-        return self._runtime.strategy.full_module_state_dict(forward_module(model))
-
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget the prepared objects and release cached memory; returns a None for each object given, to
         assign back (``model, optimizer = accelerator.free_memory(model, optimizer)``)."""
@@ -356,39 +356,6 @@ class Accelerator(ProcessControl, TrackerMethods):
         """An iterable over ``dataloader``'s current pass from batch ``num_batches`` (resuming inside an epoch);
         the skipped batches are not loaded."""
         return skip_first_batches(dataloader, num_batches)
-
-    # -- files ---
-    def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
-        """``torch.save(obj, f)`` on the main process only, written atomically (a dict of tensors as safetensors
-        with ``safe_serialization``)."""
-        if self.is_main_process:
-            if safe_serialization:
-                write_weights(obj, os.fspath(f), as_safetensors=True)
-            else:
-                save_checkpoint(obj, f)
-        self.wait_for_everyone()
-
-    def save_model(self, model: nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
-                   safe_serialization: bool = True) -> None:
-        """``model``'s whole weights in ``save_directory`` (``model.safetensors``, or ``pytorch_model.bin`` without
-        safetensors; numbered shards with an index past ``max_shard_size``). Every process calls it."""
-        state = self.get_state_dict(model)
-        if self.is_main_process:
-            save_sharded_weights(state, os.fspath(save_directory), max_shard_size, safe_serialization)
-        self.wait_for_everyone()
-
-    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
-                   **save_model_func_kwargs: Any) -> str:
-        """Save everything a loop needs to continue exactly: the prepared models, optimizers, schedulers and
-        dataloaders' positions, the fp16 scaler, every process's random state and the registered objects.
-        Returns the folder."""
-        return checkpointing.save_state(self, output_dir, safe_serialization)
-
-    def load_state(self, input_dir: str | os.PathLike | None = None, strict: bool = True,
-                   **load_model_func_kwargs: Any) -> None:
-        """Restore what ``save_state`` saved into the prepared (and registered) objects: the next pass of a
-        prepared dataloader continues where the saved one stood."""
-        checkpointing.load_state(self, input_dir, strict)
 
     def __repr__(self) -> str:
         return (f"Accelerator(device={self.device}, num_processes={self.num_processes}, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from framework.accelerate.weights import read_weights, weights_file, write_weights
@@ -22,9 +23,11 @@ from framework.seed import restore_rng_states, rng_states
 _CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
 
 
-def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_serialization: bool) -> str:
+def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_serialization: bool,
+               pre_hooks: list[Callable[..., None]]) -> str:
     """Write the prepared objects' states, the registered objects', every rank's random state, the dataloaders'
-    positions and the accumulation count to ``output_dir`` (or the next automatically named folder)."""
+    positions and the accumulation count to ``output_dir`` (or the next automatically named folder), after
+    ``pre_hooks(models, weights, output_dir)`` had their say on the weights."""
     target = _output_dir(accelerator, output_dir)
     partial = f"{target}.partial"
     runtime, main = accelerator._runtime, accelerator.is_main_process
@@ -33,14 +36,16 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
         os.makedirs(partial)
     runtime.barrier("save_state")
     strategy = runtime.strategy
-    for index, model in enumerate(accelerator._models):
-        if _sharded(strategy):
-            folder = _numbered("pytorch_model_fsdp", index, "", always=True)
-            runtime.save(os.path.join(partial, folder), {"model": model})
-            continue
-        state = strategy.module_state_dict(forward_module(model))
-        if main:
-            write_weights(state, os.path.join(partial, weights_file(index, safe_serialization)))
+    if _sharded(strategy):
+        for index, model in enumerate(accelerator._models):
+            runtime.save(os.path.join(partial, _numbered("pytorch_model_fsdp", index, "", always=True)),
+                         {"model": model})
+    weights = [] if _sharded(strategy) else [strategy.module_state_dict(forward_module(model))
+                                             for model in accelerator._models]
+    for hook in pre_hooks:
+        hook(accelerator._models, weights, target)
+    for index, state in enumerate(weights if main else []):
+        write_weights(state, os.path.join(partial, weights_file(index, safe_serialization)))
     for index, optimizer in enumerate(accelerator._optimizers):
         name = _numbered("optimizer", index, "", always=True) if _sharded(strategy) else _numbered("optimizer", index)
         runtime.save(os.path.join(partial, name), {"optimizer": original_optimizer(optimizer)})
@@ -62,12 +67,17 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
     return target
 
 
-def load_state(accelerator: Any, input_dir: str | os.PathLike | None, strict: bool) -> None:
+def load_state(accelerator: Any, input_dir: str | os.PathLike | None, strict: bool,
+               pre_hooks: list[Callable[..., None]]) -> None:
     """Put back what ``save_state`` wrote into the prepared and registered objects, in the order they were
-    prepared; each rank takes its own random state."""
+    prepared; each rank takes its own random state. ``pre_hooks(models, input_dir)`` run first; the models they
+    remove from the list are not loaded."""
     source = _input_dir(accelerator, input_dir)
     runtime, strategy = accelerator._runtime, accelerator._runtime.strategy
-    for index, model in enumerate(accelerator._models):
+    models = list(accelerator._models)
+    for hook in pre_hooks:
+        hook(models, source)
+    for index, model in enumerate(models):
         sharded = os.path.join(source, _numbered("pytorch_model_fsdp", index, "", always=True))
         if os.path.isdir(sharded):
             runtime.load(sharded, {"model": model}, strict=strict)

@@ -4,18 +4,18 @@ with a position ``save_state`` keeps so a resumed loop gets the batches the inte
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
-from framework.accelerate.dealing import batch_length, deal, filled_indices, rank_batch_count, repeated_batches
+from framework.accelerate.dealing import BatchSamplerShard, batch_length, deal, rank_batch_count, repeated_batches
 from framework.accelerate.gradient_state import GradientState
 from framework.runtime.sharding import rebuilt_with_batch_sampler
 
 
-class RankBatches(Sampler[list[int]]):
+class RankBatches(BatchSamplerShard):
     """The batch sampler of a prepared map-style DataLoader: this rank's index batches of each pass.
 
     A pass's order is the one the loader's own sampler would give: unshuffled, or shuffled as
@@ -27,19 +27,13 @@ class RankBatches(Sampler[list[int]]):
     """
 
     def __init__(self, batch_sampler: Any, num_replicas: int, rank: int, even_batches: bool, shared_seed: int) -> None:
-        self.batch_sampler = batch_sampler
-        self.num_replicas = num_replicas
-        self.rank = rank
-        self.even_batches = even_batches
+        super().__init__(batch_sampler, num_replicas, rank, even_batches=even_batches)
         self.shared_seed = shared_seed
         sampler = getattr(batch_sampler, "sampler", None)
         self.plain = type(batch_sampler) is BatchSampler and (type(sampler) is SequentialSampler or _plainly_shuffles(
             sampler))
-        self.batch_size = getattr(batch_sampler, "batch_size", None)
-        self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
         self.pass_index = 0
         self.order_record: dict[str, Any] | None = None
-        self.remainder = 0
         self._start = 0
         self._replay: dict[str, Any] | None = None
 
@@ -49,24 +43,10 @@ class RankBatches(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         # A generator, so the order is drawn at the first batch, after the DataLoader drew its workers' seed, as a
-        # plain RandomSampler draws it: the same random numbers go to the same uses as in a plain loop.
-        dealt = list(deal(self._pass_batches(), self.num_replicas, self.rank, len, self.batch_size,
-                          self._last_round()))
-        self.remainder = dealt[-1][1] if dealt else 0
-        yield from (batch for batch, _ in dealt[self._start:])
-
-    def __len__(self) -> int:
-        return rank_batch_count(len(self.batch_sampler), self.num_replicas, self.rank, self.drop_last,
-                                self.even_batches)
-
-    def _last_round(self) -> Any:
-        if self.drop_last:
-            return "drop"
-        if not self.even_batches or self.num_replicas == 1:  # one process keeps a short last batch as it is
-            return "uneven"
-        if self.batch_size is None:
-            return repeated_batches(self.num_replicas)
-        return filled_indices(self.num_replicas, self.batch_size)
+        # plain RandomSampler draws it: the same random numbers go to the same uses as in a plain loop. The whole
+        # pass is dealt at once, so the remainder of its last round is known from its first batch.
+        dealt = list(super().__iter__())
+        yield from dealt[self._start:]
 
     def _pass_batches(self) -> Any:
         if not self.plain:
@@ -84,7 +64,7 @@ class RankBatches(Sampler[list[int]]):
         if type(sampler) is SequentialSampler:
             self.order_record = {}
             return list(range(length))
-        if self.num_replicas > 1:  # every rank the same order, a new one each pass, as DistributedSampler
+        if self.num_processes > 1:  # every rank the same order, a new one each pass, as DistributedSampler
             generator = torch.Generator().manual_seed(self.shared_seed + self.pass_index)
             self.order_record = {}
         elif sampler.generator is not None:  # the user's generator decides, and moves on as RandomSampler moves it
@@ -262,6 +242,16 @@ class PreparedDataLoader:
 
     def __repr__(self) -> str:
         return f"PreparedDataLoader({self.base_dataloader!r}, rank {self.rank} of {self.num_replicas})"
+
+
+def prepared_loader(loader: Any, runtime: Any, gradient_state: GradientState, num_replicas: int, rank: int,
+                    even_batches: bool, place: Callable[[Any], Any]) -> PreparedDataLoader:
+    """``loader`` prepared for rank ``rank`` of ``num_replicas``, its batches put in place by ``place``; a shuffled
+    loader's ranks share the seed of their order (rank 0's draw, as the Runtime agrees on one)."""
+    sampler = getattr(loader, "sampler", None)
+    shuffled = isinstance(loader, DataLoader) and type(sampler) is RandomSampler
+    seed = runtime.agreed_seed(sampler.generator) if num_replicas > 1 and shuffled else 0
+    return PreparedDataLoader(loader, gradient_state, num_replicas, rank, even_batches, seed, place)
 
 
 class SkippedDataLoader:

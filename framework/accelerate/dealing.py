@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from torch.utils.data import IterableDataset, Sampler
+
+from framework.errors import MisconfigurationError
 from framework.nested import extract_batch_size, map_tensors
 
 # What each rank yields: (its batch, how many samples of that round are real, or 0 when none is repeated).
@@ -87,3 +90,98 @@ def rank_batch_count(total: int, num_replicas: int, rank: int, drop_last: bool, 
     if even_batches:
         return -(-total // num_replicas)
     return len(range(rank, total, num_replicas))
+
+
+class BatchSamplerShard(Sampler[list[int]]):
+    """Rank ``process_index``'s batches of ``batch_sampler`` (Accelerate's name and arguments): batch ``i`` of each
+    pass goes to process ``i mod num_processes``; with ``even_batches`` the last round is completed from the
+    pass's first indices, so every process gets as many full batches.
+
+    Example::
+
+        shard = BatchSamplerShard(BatchSampler(range(10), 3, False), num_processes=2, process_index=1)
+        list(shard)   # [[3, 4, 5], [9, 0, 1]]
+    """
+
+    def __init__(self, batch_sampler: Any, num_processes: int = 1, process_index: int = 0,
+                 split_batches: bool = False, even_batches: bool = True) -> None:
+        if split_batches:
+            raise MisconfigurationError("BatchSamplerShard(split_batches=True) is not supported: each process takes "
+                                        "whole batches. Divide the batch size by the number of processes instead.")
+        self.batch_sampler = batch_sampler
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.even_batches = even_batches
+        self.batch_size = getattr(batch_sampler, "batch_size", None)
+        self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
+        self.remainder = 0  # the samples the last dealt round really holds (0: a complete round)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.remainder = 0
+        for batch, real in deal(self._pass_batches(), self.num_processes, self.process_index, len, self.batch_size,
+                                self._last_round()):
+            self.remainder = real
+            yield batch
+
+    def __len__(self) -> int:
+        return rank_batch_count(len(self.batch_sampler), self.num_processes, self.process_index, self.drop_last,
+                                self.even_batches)
+
+    def _pass_batches(self) -> Iterable[list[int]]:
+        return iter(self.batch_sampler)
+
+    def _last_round(self) -> str | Completion:
+        if self.drop_last:
+            return "drop"
+        if not self.even_batches or self.num_processes == 1:  # one process keeps a short last batch as it is
+            return "uneven"
+        if self.batch_size is None:
+            return repeated_batches(self.num_processes)
+        return filled_indices(self.num_processes, self.batch_size)
+
+
+class IterableDatasetShard(IterableDataset):
+    """Process ``process_index``'s samples of an iterable ``dataset`` (Accelerate's name and arguments): of each
+    ``batch_size * num_processes`` samples it takes its own ``batch_size``; the last, short round is dropped
+    with ``drop_last`` or else completed from the first samples.
+
+    Example::
+
+        DataLoader(IterableDatasetShard(stream, batch_size=8, num_processes=2, process_index=rank), batch_size=8)
+    """
+
+    def __init__(self, dataset: Iterable[Any], batch_size: int = 1, drop_last: bool = False, num_processes: int = 1,
+                 process_index: int = 0, split_batches: bool = False) -> None:
+        if split_batches:
+            raise MisconfigurationError("IterableDatasetShard(split_batches=True) is not supported: each process "
+                                        "takes whole batches.")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.num_processes = num_processes
+        self.process_index = process_index
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pass the epoch on to the dataset, when it shuffles by epoch."""
+        if callable(getattr(self.dataset, "set_epoch", None)):
+            self.dataset.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        last_round = "drop" if self.drop_last else filled_indices(self.num_processes, self.batch_size)
+        for batch, _ in deal(self._groups(), self.num_processes, self.process_index, len, self.batch_size,
+                             last_round):
+            yield from batch
+
+    def _groups(self) -> Iterator[list[Any]]:
+        group: list[Any] = []
+        for sample in self.dataset:
+            group.append(sample)
+            if len(group) == self.batch_size:
+                yield group
+                group = []
+        if group:
+            yield group
+
+    def __len__(self) -> int:
+        rounds, left = divmod(len(self.dataset), self.batch_size * self.num_processes)  # type: ignore[arg-type]
+        return (rounds + (0 if self.drop_last or not left else 1)) * self.batch_size

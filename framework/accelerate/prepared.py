@@ -9,6 +9,8 @@ from typing import Any
 from torch.optim import Optimizer
 
 from framework.accelerate.gradient_state import GradientState
+from framework.accelerate.utils.shared_state import current_accelerator
+from framework.errors import MisconfigurationError
 from framework.runtime.wrappers import RuntimeOptimizer
 
 
@@ -26,9 +28,14 @@ class AcceleratedOptimizer(RuntimeOptimizer):
             optimizer.zero_grad()
     """
 
-    def __init__(self, optimizer: Optimizer, runtime: Any, gradient_state: GradientState) -> None:
-        super().__init__(optimizer, runtime)
-        self.gradient_state = gradient_state
+    def __init__(self, optimizer: Optimizer, device_placement: bool = True, scaler: Any = None, *,
+                 runtime: Any = None, gradient_state: GradientState | None = None) -> None:
+        accelerator = current_accelerator()
+        if runtime is None and accelerator is None:
+            raise MisconfigurationError("AcceleratedOptimizer(optimizer) steps for an Accelerator: create the "
+                                        "Accelerator first, or let accelerator.prepare(optimizer) make it.")
+        super().__init__(optimizer, runtime or accelerator._runtime)
+        self.gradient_state = gradient_state or accelerator.gradient_state
         self._stepped: Any = True
 
     @property
@@ -58,13 +65,19 @@ class AcceleratedScheduler:
         scheduler = accelerator.prepare(torch.optim.lr_scheduler.LinearLR(optimizer, total_iters=len(loader)))
     """
 
-    def __init__(self, scheduler: Any, optimizers: list[AcceleratedOptimizer], gradient_state: GradientState,
-                 num_processes: int, step_with_optimizer: bool = True, split_batches: bool = False) -> None:
+    def __init__(self, scheduler: Any, optimizers: AcceleratedOptimizer | list[AcceleratedOptimizer],
+                 step_with_optimizer: bool = True, split_batches: bool = False, *,
+                 gradient_state: GradientState | None = None, num_processes: int | None = None) -> None:
+        accelerator = current_accelerator()
+        if (gradient_state is None or num_processes is None) and accelerator is None:
+            raise MisconfigurationError("AcceleratedScheduler(scheduler, optimizers) steps for an Accelerator: create "
+                                        "the Accelerator first, or let accelerator.prepare(scheduler) make it.")
         self.scheduler = scheduler
-        self.optimizers = optimizers
-        self.gradient_state = gradient_state
+        self.optimizers = optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]
+        self.gradient_state = gradient_state or accelerator.gradient_state
         self.step_with_optimizer = step_with_optimizer
-        self.steps_per_update = 1 if split_batches else num_processes
+        processes = num_processes if num_processes is not None else accelerator.num_processes
+        self.steps_per_update = 1 if split_batches else processes
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Step as described above."""

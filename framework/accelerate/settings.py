@@ -12,27 +12,24 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from framework.accelerate.utils import (
+from framework.accelerate.utils.configuration import FullyShardedDataParallelPlugin, GradientAccumulationPlugin
+from framework.accelerate.utils.environment import parse_flag_from_env as flag
+from framework.accelerate.utils.environment import str_to_bool
+from framework.accelerate.utils.fsdp_utils import wrap_policy
+from framework.accelerate.utils.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
-    GradientAccumulationPlugin,
+    FP8RecipeKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
+    ProfileKwargs,
 )
 from framework.errors import MisconfigurationError, describe
 
 PRECISIONS = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
-_TRUE = ("1", "true", "yes", "y", "on")
 # FSDP1's sharding strategies, by name and by the number older Accelerate versions wrote.
 _SHARDING = {"1": "FULL_SHARD", "2": "SHARD_GRAD_OP", "3": "NO_SHARD", "4": "HYBRID_SHARD", "5": "_HYBRID_SHARD_ZERO2"}
 _STATE_DICT_TYPES = {"FULL_STATE_DICT": "full", "SHARDED_STATE_DICT": "sharded", "LOCAL_STATE_DICT": "sharded"}
-_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
-
-
-def flag(name: str, default: bool = False) -> bool:
-    """An environment variable read as a boolean, as Accelerate reads its flags."""
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() in _TRUE
 
 
 def mixed_precision(given: str | None) -> str:
@@ -63,14 +60,15 @@ def accumulation_steps(given: int) -> int:
     return steps
 
 
-def strategy(fsdp_plugin: Any, ddp_kwargs: dict[str, Any], pg_kwargs: dict[str, Any]) -> Any:
+def strategy(fsdp_plugin: FullyShardedDataParallelPlugin | None, ddp_kwargs: dict[str, Any],
+             pg_kwargs: dict[str, Any]) -> Any:
     """The Strategy: FSDP2 when ``ACCELERATE_USE_FSDP`` or a plugin asks for it, else "auto" (DDP on several
     processes), with the DDP and process-group keyword handlers' options."""
     from framework.strategies import DDPStrategy
 
     if fsdp_plugin is None and not flag("ACCELERATE_USE_FSDP"):
         return DDPStrategy(**pg_kwargs, **ddp_kwargs) if (ddp_kwargs or pg_kwargs) else "auto"
-    options = fsdp_plugin.options() if fsdp_plugin is not None else fsdp_options_from_environment()
+    options = fsdp_options(fsdp_plugin or FullyShardedDataParallelPlugin())
     if options.pop("no_shard", False):
         return DDPStrategy(**pg_kwargs, **ddp_kwargs)
     from framework.strategies import FSDPStrategy
@@ -80,88 +78,84 @@ def strategy(fsdp_plugin: Any, ddp_kwargs: dict[str, Any], pg_kwargs: dict[str, 
 
 def fsdp_options_from_environment() -> dict[str, Any]:
     """``FSDPStrategy`` arguments from the ``FSDP_*`` variables Accelerate's launcher sets."""
-    version = os.environ.get("FSDP_VERSION", "1").strip()
+    return fsdp_options(FullyShardedDataParallelPlugin())
+
+
+def fsdp_options(plugin: FullyShardedDataParallelPlugin) -> dict[str, Any]:
+    """The plugin's settings as ``FSDPStrategy`` arguments (``no_shard``: plain DDP instead); each field left None
+    takes the launcher's ``FSDP_*`` variable, else Accelerate's default."""
+    _refuse_unsupported_fields(plugin)
+    version = str(_given(plugin.fsdp_version, "FSDP_VERSION", "1")).strip()
     if version not in ("1", "2"):
-        raise MisconfigurationError(f"FSDP_VERSION={version!r} is not supported; accepted 1 or 2.")
+        raise MisconfigurationError(f"fsdp_version={version!r} is not supported; accepted 1 or 2.")
     if version == "2":
-        sharding = "FULL_SHARD" if flag("FSDP_RESHARD_AFTER_FORWARD", True) else "SHARD_GRAD_OP"
+        reshard = plugin.reshard_after_forward
+        sharding = "FULL_SHARD" if (flag("FSDP_RESHARD_AFTER_FORWARD", True) if reshard is None
+                                    else _truthy(reshard)) else "SHARD_GRAD_OP"
     else:
-        given = os.environ.get("FSDP_SHARDING_STRATEGY", "FULL_SHARD").strip().upper()
+        given = getattr(plugin.sharding_strategy, "name", None) or _given(
+            plugin.sharding_strategy, "FSDP_SHARDING_STRATEGY", "FULL_SHARD")
+        given = str(given).strip().upper()
         sharding = _SHARDING.get(given, given)
-    return fsdp_options(
-        sharding_strategy=sharding,
-        offload_params=flag("FSDP_OFFLOAD_PARAMS"),
-        auto_wrap_policy=os.environ.get("FSDP_AUTO_WRAP_POLICY"),
-        transformer_layer_cls_to_wrap=os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP"),
-        min_num_params=int(os.environ.get("FSDP_MIN_NUM_PARAMS", "0") or 0),
-        state_dict_type=os.environ.get("FSDP_STATE_DICT_TYPE"),
-        activation_checkpointing=flag("FSDP_ACTIVATION_CHECKPOINTING"),
-    )
-
-
-def fsdp_options(sharding_strategy: str = "FULL_SHARD", offload_params: bool = False,
-                 auto_wrap_policy: str | None = None, transformer_layer_cls_to_wrap: Any = None,
-                 min_num_params: int = 0, state_dict_type: str | None = None,
-                 activation_checkpointing: bool = False) -> dict[str, Any]:
-    """Accelerate's FSDP settings as ``FSDPStrategy`` arguments (``no_shard``: plain DDP instead)."""
-    sharding = str(getattr(sharding_strategy, "name", sharding_strategy)).upper()
     sharding = "_HYBRID_SHARD_ZERO2" if sharding == "HYBRID_SHARD_ZERO2" else sharding  # FSDPStrategy's spelling
     if sharding not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
-        raise MisconfigurationError(f"fsdp_sharding_strategy={sharding_strategy!r} is not understood; accepted "
+        raise MisconfigurationError(f"fsdp_sharding_strategy={sharding!r} is not understood; accepted "
                                     "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2 "
                                     "(sharded within a node, replicated across nodes).")
     if sharding == "NO_SHARD":
         return {"no_shard": True}
-    policy = wrap_policy(auto_wrap_policy, transformer_layer_cls_to_wrap, min_num_params)
-    state_type = _STATE_DICT_TYPES.get(str(state_dict_type or "SHARDED_STATE_DICT").upper())
-    if state_type is None:
-        raise MisconfigurationError(f"fsdp_state_dict_type={state_dict_type!r} is not understood; accepted "
-                                    f"{', '.join(_STATE_DICT_TYPES)}.")
-    options: dict[str, Any] = {"sharding_strategy": sharding, "cpu_offload": offload_params,
-                               "auto_wrap_policy": policy, "state_dict_type": state_type}
-    if activation_checkpointing:
+    policy = wrap_policy(_given(plugin.auto_wrap_policy, "FSDP_AUTO_WRAP_POLICY", None),
+                         _given(plugin.transformer_cls_names_to_wrap, "FSDP_TRANSFORMER_CLS_TO_WRAP", None),
+                         int(_given(plugin.min_num_params, "FSDP_MIN_NUM_PARAMS", 0) or 0))
+    options: dict[str, Any] = {"sharding_strategy": sharding, "cpu_offload": _offloads(plugin.cpu_offload),
+                               "auto_wrap_policy": policy, "state_dict_type": _state_dict_type(plugin)}
+    checkpointing = plugin.activation_checkpointing
+    if flag("FSDP_ACTIVATION_CHECKPOINTING") if checkpointing is None else checkpointing:
         options["activation_checkpointing_policy"] = policy
     return options
 
 
-def wrap_policy(name: str | None, classes: Any, min_num_params: int) -> Any:
-    """The auto-wrap policy: the named layer classes, a parameter count, the whole model, or one unit per block."""
-    if name is None or name == "":
-        return ClassNames(classes) if classes else "auto"
-    name = name.strip().upper()
-    if name == "TRANSFORMER_BASED_WRAP":
-        return ClassNames(classes) if classes else "auto"
-    if name == "SIZE_BASED_WRAP":
-        return AtLeast(min_num_params or 100_000_000)
-    if name == "NO_WRAP":
-        return None
-    raise MisconfigurationError(f"fsdp_auto_wrap_policy={name!r} is not understood; accepted "
-                                f"{', '.join(_WRAP_POLICIES)}.")
+def _given(value: Any, variable: str, default: Any) -> Any:
+    """The plugin's value; where it is None, the launcher's variable; else the default."""
+    return value if value is not None else os.environ.get(variable, default)
 
 
-class ClassNames:
-    """A wrap policy matching submodules by class name (``fsdp_transformer_layer_cls_to_wrap``)."""
-
-    def __init__(self, names: Any) -> None:
-        if isinstance(names, str):
-            names = names.split(",")
-        self.names = frozenset(name.strip() for name in names if name.strip())
-
-    def __call__(self, module: Any) -> bool:
-        return type(module).__name__ in self.names
-
-    def __repr__(self) -> str:
-        return f"ClassNames({sorted(self.names)})"
+def _truthy(value: Any) -> bool:
+    return bool(str_to_bool(value)) if isinstance(value, str) else bool(value)
 
 
-class AtLeast:
-    """A wrap policy matching submodules of at least ``min_num_params`` parameters (``SIZE_BASED_WRAP``)."""
+def _offloads(cpu_offload: Any) -> bool:
+    """Whether parameters live on the CPU: a bool, torch's ``CPUOffload(offload_params=...)`` or
+    ``CPUOffloadPolicy``, or, unset, ``FSDP_OFFLOAD_PARAMS``."""
+    if cpu_offload is None:
+        return flag("FSDP_OFFLOAD_PARAMS")
+    if type(cpu_offload).__name__ == "CPUOffloadPolicy":
+        return True
+    return bool(getattr(cpu_offload, "offload_params", cpu_offload))
 
-    def __init__(self, min_num_params: int) -> None:
-        self.min_num_params = min_num_params
 
-    def __call__(self, module: Any) -> bool:
-        return sum(parameter.numel() for parameter in module.parameters()) >= self.min_num_params
+def _state_dict_type(plugin: FullyShardedDataParallelPlugin) -> str:
+    """"full" or "sharded": the plugin's ``state_dict_type``, else the kind of its ``state_dict_config``, else
+    ``FSDP_STATE_DICT_TYPE``, else sharded."""
+    given = plugin.state_dict_type
+    if given is None and plugin.state_dict_config is not None:
+        full = type(plugin.state_dict_config).__name__.startswith("Full")
+        given = "FULL_STATE_DICT" if full else "SHARDED_STATE_DICT"
+    given = str(getattr(given, "name", None) or _given(given, "FSDP_STATE_DICT_TYPE", "SHARDED_STATE_DICT")).upper()
+    if given not in _STATE_DICT_TYPES:
+        raise MisconfigurationError(f"fsdp_state_dict_type={given!r} is not understood; accepted "
+                                    f"{', '.join(_STATE_DICT_TYPES)}.")
+    return _STATE_DICT_TYPES[given]
+
+
+def _refuse_unsupported_fields(plugin: FullyShardedDataParallelPlugin) -> None:
+    plugin.validate_mixed_precision_policy()
+    for name, what in (("ignored_modules", "modules left out of sharding"),
+                       ("param_init_fn", "parameter initialiser for meta-device models"),
+                       ("activation_checkpointing_offload", "offloading of checkpointed activations")):
+        if getattr(plugin, name):
+            raise MisconfigurationError(f"FullyShardedDataParallelPlugin({name}=...) is not supported: the "
+                                        f"framework's FSDP2 has no {what}.")
 
 
 def refuse_plugins(**plugins: Any) -> None:
@@ -174,15 +168,21 @@ def refuse_plugins(**plugins: Any) -> None:
         )
 
 
+_HANDLERS = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs)
+
+
 def handlers_by_type(kwargs_handlers: list[Any] | None) -> dict[type, Any]:
     """``kwargs_handlers`` by their class, checked: known kinds, one of each."""
     found: dict[type, Any] = {}
     for handler in kwargs_handlers or []:
         kind = type(handler)
-        if kind not in (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs):
+        if kind is FP8RecipeKwargs:
+            raise MisconfigurationError("Accelerator(kwargs_handlers=[FP8RecipeKwargs(...)]) is not supported: the "
+                                        "framework does not train in fp8; use mixed_precision='bf16'.")
+        if kind not in _HANDLERS:
             raise MisconfigurationError(
-                f"Accelerator(kwargs_handlers=[{describe(handler)}]): accepted DistributedDataParallelKwargs, "
-                "GradScalerKwargs, InitProcessGroupKwargs and AutocastKwargs from framework.accelerate.utils."
+                f"Accelerator(kwargs_handlers=[{describe(handler)}]): accepted "
+                f"{', '.join(handler.__name__ for handler in _HANDLERS)} from framework.accelerate.utils."
             )
         if kind in found:
             raise MisconfigurationError(f"Accelerator(kwargs_handlers=...): two {kind.__name__} given; pass one.")
@@ -203,28 +203,47 @@ def accumulation_settings(plugin: GradientAccumulationPlugin | None, steps: int)
 
 
 def process_group_options(handler: InitProcessGroupKwargs | None) -> dict[str, Any]:
-    """The strategy's backend and timeout from ``InitProcessGroupKwargs``."""
+    """The strategy's backend and timeout from ``InitProcessGroupKwargs``: what it sets apart from the defaults
+    (its default backend, nccl, means the device's own: gloo on CPU)."""
+    given = handler.to_kwargs() if handler is not None else {}
+    if "init_method" in given:
+        raise MisconfigurationError(f"InitProcessGroupKwargs(init_method={given['init_method']!r}) is not supported: "
+                                    "the ranks meet at the address the launcher gives (MASTER_ADDR/MASTER_PORT).")
+    names = {"backend": "process_group_backend", "timeout": "timeout"}
+    return {names[key]: value for key, value in given.items() if value is not None}
+
+
+def ddp_options(handler: DistributedDataParallelKwargs | None) -> dict[str, Any]:
+    """``DDPStrategy`` arguments from ``DistributedDataParallelKwargs``: DDP's options that differ from the
+    defaults, and its communication hook."""
     if handler is None:
         return {}
-    options: dict[str, Any] = {}
-    if handler.backend is not None:
-        options["process_group_backend"] = handler.backend
-    if handler.timeout is not None:
-        options["timeout"] = handler.timeout
-    return options
+    return {**handler.to_kwargs(), **handler.comm_hook_options()}
 
 
-def compile_options(dynamo_backend: Any) -> bool | dict[str, Any]:
-    """The Runtime's ``compile=`` from ``dynamo_backend`` or the launcher's ``ACCELERATE_DYNAMO_*``."""
-    backend = dynamo_backend if dynamo_backend is not None else os.environ.get("ACCELERATE_DYNAMO_BACKEND")
+def compile_options(dynamo_backend: Any, dynamo_plugin: Any = None) -> bool | dict[str, Any]:
+    """The Runtime's ``compile=`` from ``dynamo_plugin``, ``dynamo_backend`` or the launcher's
+    ``ACCELERATE_DYNAMO_*``."""
+    if dynamo_plugin is not None and (dynamo_plugin.disable or dynamo_plugin.use_regional_compilation):
+        if dynamo_plugin.disable:
+            return False
+        raise MisconfigurationError("TorchDynamoPlugin(use_regional_compilation=True) is not supported: the framework "
+                                    "compiles the whole model's forward.")
+    given = getattr(dynamo_plugin, "backend", None) or dynamo_backend
+    backend = given if given is not None else os.environ.get("ACCELERATE_DYNAMO_BACKEND")
     backend = str(getattr(backend, "value", backend) or "no").lower()
     if backend == "no":
         return False
     options: dict[str, Any] = {"backend": backend}
-    if os.environ.get("ACCELERATE_DYNAMO_MODE"):
-        options["mode"] = os.environ["ACCELERATE_DYNAMO_MODE"]
-    if flag("ACCELERATE_DYNAMO_USE_FULLGRAPH"):
+    mode = getattr(dynamo_plugin, "mode", None) or os.environ.get("ACCELERATE_DYNAMO_MODE")
+    if mode:
+        options["mode"] = mode
+    fullgraph = getattr(dynamo_plugin, "fullgraph", None)
+    if fullgraph if fullgraph is not None else flag("ACCELERATE_DYNAMO_USE_FULLGRAPH"):
         options["fullgraph"] = True
+    for name in ("dynamic", "options"):
+        if getattr(dynamo_plugin, name, None) is not None:
+            options[name] = getattr(dynamo_plugin, name)
     return options
 
 

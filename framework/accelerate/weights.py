@@ -51,6 +51,30 @@ def write_weights(state: dict[str, torch.Tensor], path: str, as_safetensors: boo
         save_checkpoint(state, path)
 
 
+def read_weights_file(path: str) -> dict[str, torch.Tensor]:
+    """One weights file: ``.safetensors``, or a file ``torch.save`` wrote (read with ``weights_only=True``)."""
+    return _read(path)
+
+
+def read_saved_model(checkpoint: str) -> dict[str, torch.Tensor]:
+    """The whole state dict ``save_model`` (or Hugging Face) wrote: one weights file, a shards' ``.index.json``, or
+    the folder holding either."""
+    if os.path.isdir(checkpoint):
+        found = [name for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json", "model.safetensors",
+                                   "pytorch_model.bin") if os.path.exists(os.path.join(checkpoint, name))]
+        if not found:
+            raise FileNotFoundError(f"{checkpoint!r} holds no model.safetensors, pytorch_model.bin or shards' index.")
+        checkpoint = os.path.join(checkpoint, found[0])
+    if not checkpoint.endswith(".index.json"):
+        return _read(checkpoint)
+    with open(checkpoint) as file:
+        shards = sorted(set(json.load(file)["weight_map"].values()))
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state.update(_read(os.path.join(os.path.dirname(checkpoint), shard)))
+    return state
+
+
 def read_weights(folder: str, index: int) -> dict[str, torch.Tensor]:
     """The state dict ``write_weights`` wrote for model ``index`` in ``folder``, whichever format it took."""
     for name in (weights_file(index, True) if _has_safetensors() else None, weights_file(index, False)):

@@ -246,13 +246,6 @@ def write_config(settings: Settings, path: str | os.PathLike) -> None:
     fs.write_bytes_atomic(os.fspath(path), text.encode("utf-8"))
 
 
-def default_config_path() -> Path:
-    """Where ``framework config`` writes and ``framework launch`` first looks:
-    ``${XDG_CACHE_HOME:-~/.cache}/framework/accelerate/default_config.yaml``."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(os.path.expanduser(cache), "framework", "accelerate", "default_config.yaml")
-
-
 def accelerate_default_config_path() -> Path:
     """Where ``accelerate config`` writes by default (``$HF_HOME/accelerate/default_config.yaml``; HF_HOME is
     ``${XDG_CACHE_HOME:-~/.cache}/huggingface`` when unset), read by ``framework launch``, never written."""

@@ -14,12 +14,12 @@ import argparse
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from framework.accelerate.utils.environment import default_config_path
 from framework.cli.accelerate_config import (
     CHECKS,
     FSDP_KEYS,
     Settings,
     accelerate_default_config_path,
-    default_config_path,
     read_config,
 )
 from framework.cli.errors import ConfigError

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from framework.accelerate.utils.environment import default_config_path
 from framework.cli.accelerate_config import (
     CHECKS,
     DISTRIBUTED_TYPES,
@@ -22,7 +23,6 @@ from framework.cli.accelerate_config import (
     FSDP_KEYS,
     TOP_LEVEL,
     Settings,
-    default_config_path,
     write_config,
 )
 from framework.cli.accelerate_launch import OPTIONS, normalized

@@ -8,6 +8,7 @@ object it wraps: attributes, ``state_dict`` and ``isinstance`` checks reach the 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -62,6 +63,17 @@ class RuntimeModule(nn.Module):
         if not callable(getattr(self.module, name, None)):
             raise AttributeError(f"{type(self.module).__name__} has no method {name!r} to mark.")
         self.__dict__["_synced_methods"].add(name)
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """Backward passes inside the block leave the gradients unreduced, to accumulate locally (DDP's
+        ``no_sync``); on one process nothing changes.
+
+        Example::
+
+            with model.no_sync():
+                runtime.backward(model(x).sum())
+        """
+        return self.__dict__["_runtime"].no_backward_sync(self)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         return self.module.state_dict(*args, **kwargs)

@@ -22,19 +22,28 @@ class DDPStrategy(ParallelStrategy):
     where that is safe (a machine without GPUs) and otherwise runs the script again for them (or,
     from pytest or a notebook, starts them from a forkserver); ``"fork"``, ``"spawn"``,
     ``"forkserver"`` and ``"popen"`` choose (see ``ParallelStrategy``). ``timeout`` bounds every
-    collective. Other keyword arguments go to ``torch.nn.parallel.DistributedDataParallel``.
+    collective. ``ddp_comm_hook`` replaces the gradient all-reduce with a communication hook
+    (``torch.distributed.algorithms.ddp_comm_hooks``: fp16/bf16 compression, PowerSGD), called with
+    ``ddp_comm_state`` and wrapped in ``ddp_comm_wrapper`` when given, as in Lightning. Other keyword
+    arguments go to ``torch.nn.parallel.DistributedDataParallel``.
 
     Example::
 
         Trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(find_unused_parameters=True))
+        DDPStrategy(ddp_comm_hook=default_hooks.fp16_compress_hook)
     """
 
     name = "ddp"
 
     def __init__(self, start_method: str = "auto", timeout: timedelta | float | None = None,
-                 process_group_backend: str | None = None, **ddp_kwargs: Any) -> None:
+                 process_group_backend: str | None = None, ddp_comm_state: Any = None,
+                 ddp_comm_hook: Callable[..., Any] | None = None, ddp_comm_wrapper: Callable[..., Any] | None = None,
+                 **ddp_kwargs: Any) -> None:
         super().__init__(start_method, timeout, process_group_backend)
         self.ddp_kwargs = ddp_kwargs
+        self.ddp_comm_state = ddp_comm_state
+        self.ddp_comm_hook = ddp_comm_hook
+        self.ddp_comm_wrapper = ddp_comm_wrapper
         self._backward_prepares: DistributedDataParallel | None = None  # manual optimization's model
 
     # -- set-up ---
@@ -44,7 +53,11 @@ class DDPStrategy(ParallelStrategy):
         if self.world_size == 1 or not any(p.requires_grad for p in module.parameters()):
             return module
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(StepRouter(module), device_ids=device_ids, **self.ddp_kwargs)
+        wrapped = DistributedDataParallel(StepRouter(module), device_ids=device_ids, **self.ddp_kwargs)
+        if self.ddp_comm_hook is not None:
+            hook = self.ddp_comm_hook if self.ddp_comm_wrapper is None else self.ddp_comm_wrapper(self.ddp_comm_hook)
+            wrapped.register_comm_hook(state=self.ddp_comm_state, hook=hook)
+        return wrapped
 
     def unwrap(self, module: nn.Module) -> nn.Module:
         """The user's module inside the DistributedDataParallel wrapper."""

@@ -8,20 +8,11 @@ from typing import Any
 import torch
 
 from framework import console
-from framework.errors import MisconfigurationError, describe
+from framework.errors import MisconfigurationError, describe, is_out_of_memory
 from framework.tuner.attributes import holder_of, write_value
 from framework.tuner.trials import model_kept, trial_trainer
 
 _MODES = ("power", "binsearch")
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` says the device (or the CPU allocator) ran out of memory."""
-    if isinstance(error, torch.OutOfMemoryError):
-        return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and any(sign in text for sign in (
-        "CUDA out of memory", "CUDNN_STATUS_NOT_SUPPORTED", "can't allocate memory", "DefaultCPUAllocator: not enough"))
 
 
 def scale_batch_size(trainer: Any, model: Any, datamodule: Any = None, mode: str = "power", steps_per_trial: int = 3,

@@ -1,0 +1,1 @@
+"""``accelerate.commands.config``'s importable names."""

@@ -1,0 +1,90 @@
+"""The ``Accelerator``'s files: whole weights (``save_model``), any object (``save``), and the whole state of a
+loop (``save_state``/``load_state``, with objects registered for it and hooks run before)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from framework.accelerate import checkpointing
+from framework.accelerate.utils.operations import save
+from framework.accelerate.weights import save_sharded_weights
+from framework.errors import describe
+from framework.runtime.wrappers import forward_module
+
+
+class FileMethods:
+    """The part of ``Accelerator`` that writes and reads files; it needs ``self._runtime``, ``self._models``,
+    ``self._custom_objects``, ``self.is_main_process`` and ``self.wait_for_everyone``."""
+
+    _runtime: Any
+    _models: list[Any]
+    _custom_objects: list[Any]
+    _save_state_pre_hooks: dict[int, Callable[..., None]]
+    _load_state_pre_hooks: dict[int, Callable[..., None]]
+    is_main_process: bool
+    wait_for_everyone: Callable[[], None]
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Have ``save_state``/``load_state`` keep these objects too (anything with ``state_dict`` and
+        ``load_state_dict``)."""
+        for obj in objects:
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise TypeError(f"register_for_checkpointing({describe(obj)}): an object needs state_dict() and "
+                                "load_state_dict() to be saved and restored.")
+        self._custom_objects.extend(objects)
+
+    def register_save_state_pre_hook(self, hook: Callable[[list[nn.Module], list[dict], str], None]
+                                     ) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in ``save_state`` before the weights are written: it may
+        change ``weights`` (one state dict per prepared model; empty when sharded models save themselves), or
+        remove entries to leave those weights out. ``handle.remove()`` unregisters it."""
+        return _register(self._save_state_pre_hooks, hook)
+
+    def register_load_state_pre_hook(self, hook: Callable[[list[nn.Module], str], None]) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in ``load_state`` before the weights are read: models it removes from
+        ``models`` are not loaded. ``handle.remove()`` unregisters it."""
+        return _register(self._load_state_pre_hooks, hook)
+
+    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """``model``'s whole state dict (every process calls: FSDP gathers the shards)."""
+        return self._runtime.strategy.full_module_state_dict(forward_module(model))
+
+    def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
+        """``torch.save(obj, f)`` on the main process only, written atomically (a dict of tensors as safetensors
+        with ``safe_serialization``)."""
+        save(obj, f, safe_serialization=safe_serialization)
+        self.wait_for_everyone()
+
+    def save_model(self, model: nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
+        """``model``'s whole weights in ``save_directory`` (``model.safetensors``, or ``pytorch_model.bin`` without
+        safetensors; numbered shards with an index past ``max_shard_size``). Every process calls it."""
+        state = self.get_state_dict(model)
+        if self.is_main_process:
+            save_sharded_weights(state, os.fspath(save_directory), max_shard_size, safe_serialization)
+        self.wait_for_everyone()
+
+    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save everything a loop needs to continue exactly: the prepared models, optimizers, schedulers and
+        dataloaders' positions, the fp16 scaler, every process's random state and the registered objects.
+        Returns the folder."""
+        return checkpointing.save_state(self, output_dir, safe_serialization, list(self._save_state_pre_hooks.values()))
+
+    def load_state(self, input_dir: str | os.PathLike | None = None, strict: bool = True,
+                   **load_model_func_kwargs: Any) -> None:
+        """Restore what ``save_state`` saved into the prepared (and registered) objects: the next pass of a
+        prepared dataloader continues where the saved one stood."""
+        checkpointing.load_state(self, input_dir, strict, list(self._load_state_pre_hooks.values()))
+
+
+def _register(hooks: dict[int, Callable[..., None]], hook: Callable[..., None]) -> RemovableHandle:
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle

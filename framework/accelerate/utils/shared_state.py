@@ -1,0 +1,41 @@
+"""Which ``Accelerator`` (and Runtime) this process's free functions and state objects work with.
+
+Accelerate keeps process-wide state; here the newest Accelerator a script made owns it, and
+this module only points at it (weakly: it goes when the Accelerator goes). Before any
+Accelerator exists, a Runtime of this module's own joins the ranks a launcher started, as
+Accelerate's ``PartialState()`` does.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from framework.accelerate.utils.environment import parse_flag_from_env
+from framework.runtime import Runtime
+
+_newest: weakref.ref | None = None
+_own_runtime: Runtime | None = None
+
+
+def register_accelerator(accelerator: Any) -> None:
+    """Make ``accelerator`` the one the state objects and free functions use (every new Accelerator calls this)."""
+    global _newest
+    _newest = weakref.ref(accelerator)
+
+
+def current_accelerator() -> Any:
+    """This process's newest Accelerator still alive, or None."""
+    return _newest() if _newest is not None else None
+
+
+def current_runtime(cpu: bool = False) -> Runtime:
+    """The newest Accelerator's Runtime; without one, a Runtime of this module's that joined the launched ranks."""
+    global _own_runtime
+    accelerator = current_accelerator()
+    if accelerator is not None:
+        return accelerator._runtime
+    if _own_runtime is None:
+        _own_runtime = Runtime(accelerator="cpu" if cpu or parse_flag_from_env("ACCELERATE_USE_CPU") else "auto")
+        _own_runtime.setup_environment()
+    return _own_runtime
