@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,6 +19,7 @@ from framework.accelerate.gradient_state import GradientState
 from framework.accelerate.prepared import AcceleratedOptimizer, AcceleratedScheduler
 from framework.accelerate.processes import ProcessControl
 from framework.accelerate.state import AcceleratorState
+from framework.accelerate.synchronization import GradientSync
 from framework.accelerate.tracking import TrackerMethods
 from framework.accelerate.utils.configuration import (
     DataLoaderConfiguration,
@@ -43,7 +43,7 @@ from framework.runtime.wrappers import RuntimeModule, forward_module, original_m
 from framework.strategies.sharded_tensors import whole
 
 
-class Accelerator(ProcessControl, TrackerMethods, FileMethods):
+class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
     """Accelerate's ``Accelerator`` on the framework's Runtime: change ``from accelerate import Accelerator`` to
     ``from framework.accelerate import Accelerator`` and the loop runs, on one process or on the ranks
     ``framework launch`` (or torchrun) started, CPU ranks included.
@@ -268,32 +268,6 @@ class Accelerator(ProcessControl, TrackerMethods, FileMethods):
         steps = self.gradient_state.num_steps
         self._runtime.backward(loss / steps if steps > 1 else loss, **kwargs)
 
-    @contextlib.contextmanager
-    def accumulate(self, *models: nn.Module) -> Iterator[None]:
-        """One batch of an accumulation window: ``sync_gradients`` is True on every
-        ``gradient_accumulation_steps``-th batch and on a prepared dataloader's last; on the others the gradients
-        are not all-reduced and the prepared optimizer and scheduler do not step."""
-        self._advance()
-        sync = self.sync_gradients or (self.use_distributed and self.gradient_state.sync_each_batch)
-        with contextlib.ExitStack() as stack:
-            if not sync:
-                for model in models:
-                    stack.enter_context(self._runtime.no_backward_sync(model))
-            yield
-
-    def _advance(self) -> None:
-        state = self.gradient_state
-        if state.sync_with_dataloader and state.end_of_dataloader:
-            self.step = 0
-            state.sync_gradients = True
-        else:
-            self.step += 1
-            state.sync_gradients = self.step % state.num_steps == 0
-
-    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
-        """Backward passes inside this block leave ``model``'s gradients unreduced (they accumulate locally)."""
-        return self._runtime.no_backward_sync(model)
-
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager:
         """The mixed-precision context for computation outside the prepared model's forward (a loss, say)."""
         handler = autocast_handler or self.autocast_handler
@@ -351,6 +325,29 @@ class Accelerator(ProcessControl, TrackerMethods, FileMethods):
         return [None] * len(objects)
 
     clear = free_memory
+
+    def verify_device_map(self, model: nn.Module) -> bool:
+        """Whether ``model`` was loaded split over several devices (a Transformers ``hf_device_map``)."""
+        for module in model.modules():
+            device_map = getattr(module, "hf_device_map", None)
+            if device_map is not None and len(device_map) > 1:
+                return True
+        return False
+
+    def maybe_context_parallel(self, buffers: Any = None, buffer_seq_dims: Any = None,
+                               no_restore_buffers: Any = None) -> contextlib.AbstractContextManager:
+        """The block as it is: context parallelism is not configured (the framework has no ParallelismConfig)."""
+        return contextlib.nullcontext()
+
+    def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
+        """Refused: the LOMO optimizers' fused backward is not supported; use ``backward`` and a torch optimizer."""
+        raise MisconfigurationError("Accelerator.lomo_backward() is not supported: the framework does not wrap the "
+                                    "LOMO optimizers; use accelerator.backward(loss) with a torch optimizer.")
+
+    def deepspeed_ulysses_dl_adapter(self, dl: Any, model: nn.Module) -> Any:
+        """Refused: DeepSpeed's Ulysses sequence parallelism is not run by the framework."""
+        raise MisconfigurationError("Accelerator.deepspeed_ulysses_dl_adapter() is not supported: the framework does "
+                                    "not run DeepSpeed.")
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """An iterable over ``dataloader``'s current pass from batch ``num_batches`` (resuming inside an epoch);

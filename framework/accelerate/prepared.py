@@ -49,6 +49,16 @@ class AcceleratedOptimizer(RuntimeOptimizer):
             self._stepped = self._runtime.strategy.optimizer_step(self._optimizer, closure, **kwargs)
         return None
 
+    def train(self) -> None:
+        """Put an optimizer that has a training mode (schedule-free ones) into it; others have nothing to do."""
+        if callable(getattr(self._optimizer, "train", None)):
+            self._optimizer.train()
+
+    def eval(self) -> None:
+        """Put an optimizer that has an evaluation mode (schedule-free ones) into it; others have nothing to do."""
+        if callable(getattr(self._optimizer, "eval", None)):
+            self._optimizer.eval()
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop the gradients when the gradients are synced; otherwise keep accumulating them."""
         if self.gradient_state.sync_gradients:

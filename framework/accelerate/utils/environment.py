@@ -98,8 +98,8 @@ def purge_accelerate_environment(func_or_cls: Any) -> Any:
 
 def _numa_refused(name: str) -> Callable[..., None]:
     def refuse(local_process_index: int, verbose: bool | None = None) -> None:
-        raise MisconfigurationError(f"{name}(): pinning processes to NUMA nodes is not supported by the framework "
-                                    "(it needs NVIDIA's management library); leave enable_cpu_affinity off.")
+        raise MisconfigurationError(f"{name}() is not supported: the framework does not pin processes to NUMA "
+                                    "nodes; leave enable_cpu_affinity off.")
 
     refuse.__name__ = refuse.__qualname__ = name
     refuse.__doc__ = "Refused when called: the framework does not pin processes to NUMA nodes."

@@ -94,7 +94,8 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | os.PathLike, de
                              strict: bool = False, full_state_dict: bool = True, broadcast_from_rank0: bool = False
                              ) -> None:
     """Load the weights in ``checkpoint`` (a weights file, a shards' ``.index.json``, or a folder holding either)
-    into ``model``, cast to ``dtype`` when given (submodules named in ``keep_in_fp32_modules`` stay float32)."""
+    into ``model`` (one built with ``init_empty_weights`` too), cast to ``dtype`` when given (submodules named in
+    ``keep_in_fp32_modules`` stay float32)."""
     if device_map is not None or offload_folder is not None:
         raise MisconfigurationError("load_checkpoint_in_model(device_map=..., offload_folder=...): placing a model on "
                                     "several devices or on disk is not supported; load it whole and move it.")
@@ -104,7 +105,9 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | os.PathLike, de
         keep = tuple(keep_in_fp32_modules or ())
         state = {key: value.to(torch.float32 if any(part in key for part in keep) else wanted)
                  if value.is_floating_point() else value for key, value in state.items()}
-    extract_model_from_parallel(model).load_state_dict(state, strict=strict)
+    model = extract_model_from_parallel(model)
+    empty = any(tensor.is_meta for tensor in model.state_dict().values())
+    model.load_state_dict(state, strict=strict, assign=empty or wanted is not None)  # new tensors: real or recast
 
 
 def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: int | str | torch.device,
