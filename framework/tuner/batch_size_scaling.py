@@ -30,7 +30,7 @@ def scale_batch_size(trainer: Any, model: Any, datamodule: Any = None, mode: str
                                     "attributes: the loaders must read the batch size from there for the search to "
                                     "change it.")
     search = _Search(trainer, model, datamodule, owner, batch_arg_name, steps_per_trial)
-    with model_kept(model):
+    with model_kept(model, trainer):
         found = search.power(init_val, max_trials)
         if mode == "binsearch" and search.failed_at is not None:
             found = search.bisect(found, search.failed_at)

@@ -133,7 +133,7 @@ def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloa
     search = trial_trainer(trainer, [_Recorder(finder, early_stop_threshold)], max_steps=num_training,
                            max_epochs=-1, max_time=None, limit_val_batches=0, num_sanity_val_steps=0,
                            val_check_interval=None, check_val_every_n_epoch=1)
-    with model_kept(model), _without_schedulers(model):
+    with model_kept(model, trainer), _without_schedulers(model):
         search.fit(model, train_dataloaders, val_dataloaders, datamodule=datamodule)
     if name is not None:
         suggested = finder.suggestion()

@@ -1,5 +1,6 @@
 """Trial runs of the Tuner: a Trainer like the user's, quiet, fitting the user's Module, whose weights are put
-back afterwards, so neither the Module nor the user's Trainer is changed by a search."""
+back afterwards, so a search changes neither the user's Trainer nor the Module's weights; the Module ends attached
+to the user's Trainer, as after Lightning's searches."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ def trial_trainer(trainer: Any, callbacks: list[Any], **settings: Any) -> Any:
 
 
 @contextlib.contextmanager
-def model_kept(model: torch.nn.Module) -> Iterator[None]:
-    """Put ``model``'s weights, buffers and Trainer back as they were once the block ends. Inside, the model
-    belongs to the trial runs: a search started from a hook of a running fit (whose hook state refuses
-    ``self.log``) trains and logs as any run does."""
+def model_kept(model: torch.nn.Module, trainer: Any) -> Iterator[None]:
+    """Put ``model``'s weights and buffers back as they were once the block ends, and attach it to the user's
+    ``trainer`` (``model.trainer``, ``model.logger`` are the user's, as after Lightning's searches, which run on
+    that Trainer). Inside, the model belongs to the trial runs: a search started from a hook of a running fit
+    (whose hook state refuses ``self.log``) trains and logs as any run does."""
     saved = copy.deepcopy(model.state_dict())
     state = model.__dict__
-    attached, refused = state.get("_trainer"), state.get("_logging_refused_in")
+    refused = state.get("_logging_refused_in")
     state["_logging_refused_in"] = None
     level = console.LOGGER.level
     console.LOGGER.setLevel(logging.WARNING)  # the trials' "`Trainer.fit` stopped" notes are not the user's run
@@ -41,4 +43,4 @@ def model_kept(model: torch.nn.Module) -> Iterator[None]:
     finally:
         console.LOGGER.setLevel(level)
         model.load_state_dict(saved)
-        state["_trainer"], state["_logging_refused_in"] = attached, refused
+        state["_trainer"], state["_logging_refused_in"] = trainer, refused

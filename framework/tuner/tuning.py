@@ -10,7 +10,8 @@ from framework.tuner.lr_finder import LRFinder, lr_find
 
 
 class Tuner:
-    """Runs searches with trial runs made like ``trainer`` (which stays as it was), on the Module to train.
+    """Runs searches with trial runs made like ``trainer`` (which stays as it was), on the Module to train; the
+    Module ends attached to ``trainer`` (``model.trainer``, ``model.logger``), as after Lightning's searches.
 
     Example::
 

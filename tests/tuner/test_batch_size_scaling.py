@@ -105,3 +105,11 @@ def test_on_two_ranks_an_out_of_memory_on_one_rank_ends_the_trial_on_both():
     assert Tuner(trainer).scale_batch_size(model, mode="binsearch") == 40 and model.batch_size == 40
     assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
     assert trainer.global_step == 0
+
+
+def test_after_the_search_the_model_is_attached_to_the_users_trainer_and_its_logger():
+    from framework.loggers import CSVLogger
+
+    model, trainer = Fits(), quiet_trainer(max_epochs=1, logger=CSVLogger("logs"))
+    Tuner(trainer).scale_batch_size(model, max_trials=2)
+    assert model.trainer is trainer and model.logger is trainer.logger is not None  # as after Lightning's

@@ -104,3 +104,11 @@ def test_on_two_ranks_rank_zeros_record_comes_back_and_a_divergence_stops_both()
     assert 2 < len(diverged.results["lr"]) < 60  # stopped together: no rank waits for the other
     trainer.fit(Regressor(), loader())
     assert trainer.global_step == 4 and trainer.strategy.world_size == 2
+
+
+def test_after_the_search_the_model_is_attached_to_the_users_trainer_and_its_logger():
+    from framework.loggers import CSVLogger
+
+    model, trainer = Regressor(), quiet_trainer(max_epochs=1, logger=CSVLogger("logs"))
+    Tuner(trainer).lr_find(model, loader(n=256), num_training=5, early_stop_threshold=None)
+    assert model.trainer is trainer and model.logger is trainer.logger is not None  # as after Lightning's
