@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
+
+from framework.utilities.rank_zero import rank_zero_only
 
 
 class Logger:
@@ -75,6 +79,31 @@ def with_prefix(metrics: dict[str, Any], prefix: str, separator: str = "-") -> d
     if not prefix:
         return metrics
     return {f"{prefix}{separator}{key}": value for key, value in metrics.items()}
+
+
+def rank_zero_experiment(getter: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Wrap a logger's ``experiment`` getter so that global ranks other than 0 get a ``NoOpExperiment``.
+
+    Code run on every rank (``self.logger.experiment.add_image(...)`` in a step) then writes
+    from rank 0 only, and the other ranks never open the experiment (Lightning's decorator of
+    the same name).
+
+    Example::
+
+        class MyLogger(Logger):
+            @property
+            @rank_zero_experiment
+            def experiment(self):
+                return self._open_run()
+    """
+
+    @functools.wraps(getter)
+    def experiment(self: Any) -> Any:
+        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return NoOpExperiment()
+        return getter(self)
+
+    return experiment
 
 
 class DummyLogger(Logger):

@@ -50,8 +50,12 @@ class DirectoryLogger(Logger):
 
     @property
     def root_dir(self) -> str:
-        """``<save_dir>/<name>``: where the versions of this experiment are."""
-        return os.path.join(self._save_dir, self._name) if self._name else self._save_dir
+        """``<save_dir>/<name>`` (``save_dir`` alone without a name): where the versions of this experiment are.
+
+        Built from the ``save_dir`` and ``name`` properties, so a subclass overriding them moves the run.
+        """
+        name = self.name
+        return os.path.join(self.save_dir, name) if name else self.save_dir
 
     @property
     def version(self) -> int | str:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from argparse import Namespace
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
+from framework.loggers.base import rank_zero_experiment
 from framework.loggers.directory import DirectoryLogger, as_dict, plain
+from framework.nested import map_tensors
+from framework.utilities.rank_zero import rank_zero_only
 
 
 class TensorBoardLogger(DirectoryLogger):
@@ -39,22 +44,44 @@ class TensorBoardLogger(DirectoryLogger):
         self._experiment: Any = None
 
     @property
-    def log_dir(self) -> str:
-        """This run's folder (with ``sub_dir`` below it when one was given)."""
-        directory = super().log_dir
-        return os.path.join(directory, self._sub_dir) if self._sub_dir else directory
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``, with ``~`` and ``$VARIABLES`` expanded (versions are counted there)."""
+        return os.path.expanduser(os.path.expandvars(super().root_dir))
 
     @property
+    def log_dir(self) -> str:
+        """This run's folder, ``<save_dir>/<name>/<version>`` (with ``sub_dir`` below it when one was given),
+        from the ``save_dir``, ``name`` and ``version`` properties, with ``~`` and ``$VARIABLES`` expanded."""
+        directory = super().log_dir
+        if self._sub_dir:
+            directory = os.path.join(directory, self._sub_dir)
+        return os.path.expanduser(os.path.expandvars(directory))
+
+    @property
+    def sub_dir(self) -> str | None:
+        """The folder under the run's version folder the event files go to, or None."""
+        return self._sub_dir
+
+    @property
+    @rank_zero_experiment
     def experiment(self) -> Any:
-        """The ``torch.utils.tensorboard.SummaryWriter``, made on first use (``logger.experiment.add_image``)."""
+        """The ``torch.utils.tensorboard.SummaryWriter``, made on first use (``logger.experiment.add_image``); a
+        ``NoOpExperiment`` on global ranks other than 0."""
         if self._experiment is None:
             from torch.utils.tensorboard import SummaryWriter
 
             self._experiment = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
         return self._experiment
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (pickled into another process, or a pickled Trainer) makes a writer of its own when it writes:
+        a writer holds a thread and an open file."""
+        return {**self.__dict__, "_experiment": None}
+
+    @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        """One scalar per metric at ``step`` (a dict value becomes a group of scalars)."""
+        """One scalar per metric at ``step`` (a dict value becomes a group of scalars); nothing on global ranks
+        other than 0."""
         writer = self.experiment
         for key, value in self.with_prefix(metrics).items():
             if isinstance(value, dict):
@@ -68,10 +95,13 @@ class TensorBoardLogger(DirectoryLogger):
 
         ``metrics`` may be one number (``hp_metric``); with none, ``hp_metric`` = -1 stands in
         unless ``default_hp_metric=False``, in which case the HPARAMS tab gets nothing (as Lightning).
+        Nothing is written on global ranks other than 0.
         """
+        params = as_dict(params)  # checked on every rank, so a mistake fails everywhere alike
+        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return
         from torch.utils.tensorboard.summary import hparams
 
-        params = as_dict(params)
         super().log_hyperparams(params)
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else {}
@@ -84,29 +114,66 @@ class TensorBoardLogger(DirectoryLogger):
         for summary in hparams(_flatten(plain(params)), dict(metrics)):
             writer.add_summary(summary, step)
 
+    @rank_zero_only
     def log_graph(self, model: nn.Module, input_array: Any = None) -> None:
-        """Add the model's graph, traced on ``input_array`` (else ``model.example_input_array``)."""
+        """With ``log_graph=True``, add the model's graph, traced on ``input_array`` (else
+        ``model.example_input_array``): a tensor, or a tuple of ``forward``'s positional arguments. The input
+        goes through the Module's batch-transfer hooks to the model's device first; the model needs no Trainer.
+        Warns, logging nothing, when there is no input or it cannot be traced (a dict)."""
         if not self._log_graph:
             return
         example = getattr(model, "example_input_array", None) if input_array is None else input_array
         if example is None:
-            warnings.warn("TensorBoardLogger(log_graph=True) needs model.example_input_array (or input_array=...) "
-                          "to trace the graph; no graph was logged.", stacklevel=2)
-            return
-        self.experiment.add_graph(model, example)
+            warnings.warn("Could not log computational graph to TensorBoard: The `model.example_input_array` is "
+                          "None and an `input_array` was not given either; set one to have the graph traced.",
+                          UserWarning, stacklevel=3)
+        elif not isinstance(example, (torch.Tensor, tuple)):
+            warnings.warn(f"Could not log computational graph to TensorBoard: the input (`input_array` or "
+                          f"`model.example_input_array`) has type {type(example)}, which can't be traced by "
+                          "TensorBoard. Give a tensor, or a tuple of the positional arguments of forward().",
+                          UserWarning, stacklevel=3)
+        else:
+            with _traced(model):
+                self.experiment.add_graph(model, _on_model_device(model, example))
 
+    @rank_zero_only
     def save(self) -> None:
         """Flush the event file and write ``hparams.yaml``."""
         if self._experiment is not None:
             self._experiment.flush()
         self.write_hparams()
 
+    @rank_zero_only
     def finalize(self, status: str) -> None:
         """Flush and close the event file."""
         self.save()
         if self._experiment is not None:
             self._experiment.close()
             self._experiment = None
+
+
+def _on_model_device(model: nn.Module, example: Any) -> Any:
+    """``example`` as a batch reaches the model: through a Module's transfer hooks, onto its device."""
+    device = next((tensor.device for tensor in (*model.parameters(), *model.buffers())), torch.device("cpu"))
+    transfer = getattr(model, "transfer_batch_to_device", None)
+    if transfer is None:  # a plain torch module
+        return map_tensors(example, lambda tensor: tensor.to(device))
+    example = model.on_before_batch_transfer(example, 0)
+    return model.on_after_batch_transfer(transfer(example, device, 0), 0)
+
+
+@contextlib.contextmanager
+def _traced(model: nn.Module) -> Iterator[None]:
+    """While tracing, a Module's ``trainer`` answers None instead of raising (tracing reads every attribute)."""
+    scripting = getattr(model, "_jit_is_scripting", None)
+    if scripting is None:
+        yield
+        return
+    model._jit_is_scripting = True
+    try:
+        yield
+    finally:
+        model._jit_is_scripting = scripting
 
 
 def _flatten(params: Any, prefix: str = "") -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import uuid
 
 import fsspec
@@ -11,7 +12,9 @@ import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from framework.callbacks import Callback
 from framework.loggers import TensorBoardLogger
+from framework.testing import spawn
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
 from tests.loggers.test_csv import EveryKind, Plain
 
@@ -112,3 +115,77 @@ def test_event_files_and_hparams_go_through_fsspec_to_memory():
     with memory.open(f"{logger.log_dir.replace('memory://', '/')}/hparams.yaml") as handle:
         assert yaml.safe_load(handle) == {"lr": 0.25, "features": 4}
     memory.rm(root.replace("memory://", "/"), recursive=True)
+
+
+def test_log_dir_is_built_from_the_name_and_version_properties_with_user_and_variables_expanded(tmp_path, monkeypatch):
+    class Renamed(TensorBoardLogger):
+        @property
+        def name(self):
+            return "name"
+
+        @property
+        def version(self):
+            return "version"
+
+    assert Renamed(tmp_path / "logs").log_dir == os.path.join(tmp_path, "logs", "name", "version")
+    assert Renamed(tmp_path, sub_dir="sub").log_dir == os.path.join(tmp_path, "name", "version", "sub")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LOGS_ROOT", str(tmp_path / "var"))
+    assert Renamed("~/tb", sub_dir="sub").log_dir == os.path.join(tmp_path, "home", "tb", "name", "version", "sub")
+    (tmp_path / "var" / "tb" / "lightning_logs" / "version_4").mkdir(parents=True)
+    logger = TensorBoardLogger("$LOGS_ROOT/tb")
+    assert logger.save_dir == "$LOGS_ROOT/tb"  # as given, as Lightning keeps it
+    assert logger.version == 5  # the versions are counted where the runs really are
+    assert quiet_trainer(logger=logger).log_dir == os.path.join(tmp_path, "var", "tb", "lightning_logs", "version_5")
+
+
+def test_log_graph_traces_a_model_no_trainer_runs_and_warns_where_it_cannot(tmp_path):
+    model = Regressor()
+    logger = TensorBoardLogger(tmp_path, log_graph=True)
+    logger.log_graph(model, torch.randn(2, 4))
+    logger.save()
+    assert events(logger.log_dir).Graph() is not None
+    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+        _ = model.trainer  # only while tracing does it answer None
+    with pytest.warns(UserWarning, match=r"Could not log computational graph to TensorBoard: .*was not given"):
+        logger.log_graph(model)
+    model.example_input_array = {"x": torch.randn(2, 4)}
+    with pytest.warns(UserWarning, match=r"type <class 'dict'>.* can't be traced by TensorBoard"):
+        logger.log_graph(model)
+    TensorBoardLogger(tmp_path / "off").log_graph(model)  # log_graph=False: nothing, no warning
+    assert not os.path.exists(tmp_path / "off")
+
+
+def test_a_logger_whose_writer_exists_pickles_alone_and_inside_a_trainer(tmp_path):
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_metrics({"a": 1.0}, 0)
+    logger.save()
+    copy = pickle.loads(pickle.dumps(logger))
+    copy.log_metrics({"b": 2.0}, 1)  # a writer of its own is made in the same folder
+    copy.finalize("success")
+    assert copy.log_dir == logger.log_dir and [e.value for e in events(logger.log_dir).Scalars("b")] == [2.0]
+    trainer = pickle.loads(pickle.dumps(quiet_trainer(logger=logger)))
+    assert trainer.logger.log_dir == logger.log_dir
+    trainer.logger.log_metrics({"acc": 1.0}, 2)
+
+
+class CheckExperiment(Callback):
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        experiment = trainer.logger.experiment
+        self.seen = (type(experiment).__name__, experiment.add_text("note", f"rank {trainer.global_rank}"))
+        trainer.logger.log_metrics({f"from_rank{trainer.global_rank}": 1.0}, step=0)
+
+
+def _tensorboard_on_rank(rank: int, directory: str):
+    check = CheckExperiment()
+    quiet_trainer(devices=2, strategy="ddp", max_steps=1, logger=TensorBoardLogger(directory),
+                  callbacks=[check]).fit(Regressor(), loader())
+    return check.seen
+
+
+def test_on_other_ranks_the_experiment_does_nothing_and_only_rank_zero_writes_events(tmp_path):
+    assert spawn(2, _tensorboard_on_rank, str(tmp_path)) == [("SummaryWriter", None), ("NoOpExperiment", None)]
+    log_dir = os.path.join(tmp_path, "lightning_logs", "version_0")
+    assert len([name for name in os.listdir(log_dir) if name.startswith("events.out.tfevents")]) == 1
+    scalars = events(log_dir).Tags()["scalars"]
+    assert "from_rank0" in scalars and "from_rank1" not in scalars
