@@ -6,10 +6,14 @@ import csv
 import io
 import os
 import warnings
+from argparse import Namespace
+from collections.abc import Mapping
 from typing import Any
 
-from framework.io.fs import append_text, is_dir, names_in, read_bytes, write_bytes_atomic
-from framework.loggers.directory import DirectoryLogger
+from framework.io.fs import append_text, filesystem, make_dirs, names_in, read_bytes, remove, write_bytes_atomic
+from framework.loggers.base import rank_zero_experiment
+from framework.loggers.directory import DirectoryLogger, as_dict
+from framework.utilities.rank_zero import rank_zero_only
 
 
 class CSVLogger(DirectoryLogger):
@@ -18,7 +22,15 @@ class CSVLogger(DirectoryLogger):
     Columns are ``epoch``, ``step`` and every metric name seen so far, in alphabetical order
     (as Lightning writes them); when a new name appears the file is rewritten with the wider
     header, atomically, so no row is lost and a crash leaves a readable file. Rows are
-    buffered and written every ``flush_logs_every_n_steps`` steps and when the run ends.
+    buffered and written every ``flush_logs_every_n_steps`` steps and when the run ends;
+    ``log_hyperparams`` writes ``hparams.yaml`` at once. Files are written on global rank 0
+    only; elsewhere ``experiment`` is a ``NoOpExperiment``.
+
+    A version folder that already holds files (``version=`` naming an earlier run's) is
+    warned about when the logger first writes (or ``experiment`` is first read), and that
+    run's ``metrics.csv`` and ``hparams.yaml`` are moved aside to ``<file>.previous`` (then
+    ``.previous-1`` ...) at once: this run's files start afresh, yet a run that fails loses no
+    earlier log. The files moved aside are deleted once this run ends with ``"success"``.
 
     Example::
 
@@ -27,6 +39,7 @@ class CSVLogger(DirectoryLogger):
     """
 
     NAME_METRICS_FILE = "metrics.csv"
+    _REPLACED = ("metrics.csv", "hparams.yaml")  # what a new run writes afresh in a reused folder
 
     def __init__(self, save_dir: str | os.PathLike, name: str | None = "lightning_logs",
                  version: int | str | None = None, prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
@@ -35,11 +48,16 @@ class CSVLogger(DirectoryLogger):
         self._pending: list[dict[str, Any]] = []
         self._columns: list[str] = []
         self._written = False  # whether this logger wrote metrics.csv yet
-        self._checked_dir = False  # whether the run's folder was looked at for an earlier run's files
+        self._claimed = False  # whether the run's folder was taken (an earlier run's files moved aside)
+        self._moved_aside: list[str] = []  # an earlier run's files, to delete once this run succeeds
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> CSVLogger:
-        """The writer itself (Lightning's ``logger.experiment.log_metrics(...)`` works on it)."""
+        """The writer itself (Lightning's ``logger.experiment.log_metrics(...)`` works on it); a
+        ``NoOpExperiment`` on global ranks other than 0. The first read takes the run's folder (see above)."""
+        if not self._claimed:
+            self._claim_folder()
         return self
 
     @property
@@ -63,16 +81,31 @@ class CSVLogger(DirectoryLogger):
         return self.metrics_file
 
     def run_state(self) -> dict[str, Any]:
-        """Also whether ``metrics.csv`` was written and with which columns, so later rows are added to it."""
-        return {**super().run_state(), "written": self._written, "columns": self._columns}
+        """Also whether ``metrics.csv`` was written and with which columns, so later rows are added to it, and
+        whether the folder was taken, so this run's own files are not taken for an earlier run's."""
+        return {**super().run_state(), "written": self._written, "columns": self._columns,
+                "claimed": self._claimed, "moved_aside": self._moved_aside}
 
     def load_run_state(self, state: dict[str, Any]) -> None:
         """Take in what ``run_state`` returned in another process."""
         super().load_run_state(state)
         self._written, self._columns = state["written"], state["columns"]
+        self._claimed, self._moved_aside = state["claimed"], state["moved_aside"]
 
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any) -> None:
+        """Add ``params`` (a dict or an ``argparse.Namespace``) to ``hparams.yaml`` and write it now (``{}`` with
+        none), as Lightning's; nothing on global ranks other than 0."""
+        params = as_dict(params)  # checked on every rank, so a mistake fails everywhere alike
+        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return
+        _ = self.experiment
+        super().log_hyperparams(params)
+        self.write_hparams()
+
+    @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        """Buffer one row: ``metrics`` at ``step``."""
+        """Buffer one row: ``metrics`` at ``step`` (nothing on global ranks other than 0)."""
+        _ = self.experiment
         if step is None:
             step = len(self._pending)
         row = {key: _number(value) for key, value in self.with_prefix(metrics).items()}
@@ -81,15 +114,10 @@ class CSVLogger(DirectoryLogger):
         if (step + 1) % self._flush_every == 0:
             self.save()
 
+    @rank_zero_only
     def save(self) -> None:
         """Write the buffered rows, and ``hparams.yaml`` once hyperparameters were logged (as Lightning)."""
-        if not self._checked_dir:
-            self._checked_dir = True
-            if not self._written and is_dir(self.log_dir) and names_in(self.log_dir):
-                warnings.warn(f"Experiment logs directory {self.log_dir} exists and is not empty: it holds an "
-                              f"earlier run's files (version={self.version!r}), and this run's metrics.csv and "
-                              "hparams.yaml replace theirs. Pass another version, or none for a new version folder.",
-                              stacklevel=2)
+        _ = self.experiment
         if self.hparams_logged:
             self.write_hparams()
         if not self._pending:
@@ -104,6 +132,45 @@ class CSVLogger(DirectoryLogger):
             self._written = True
         else:
             append_text(path, _csv_text(self._columns, rows, header=False))
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """Write what is buffered; after ``"success"`` delete the earlier run's files this run moved aside."""
+        if not self._claimed:
+            return  # nothing was logged: the folder stays as it is
+        self.save()
+        if status == "success":
+            for path in self._moved_aside:
+                remove(path)
+            self._moved_aside = []
+
+    def _claim_folder(self) -> None:
+        self._claimed = True
+        log_dir = self.log_dir
+        names = names_in(log_dir)
+        if names:
+            moved = [(name, _free_name(name, names)) for name in self._REPLACED if name in names]
+            what = (" and ".join(f"its {old} is moved to {new}" for old, new in moved)
+                    + ", to be deleted once this run ends successfully") if moved else "nothing in it is replaced"
+            warnings.warn(f"Experiment logs directory {log_dir} exists and is not empty (an earlier run's, "
+                          f"version={self.version!r}): {what}; this run writes its own metrics.csv and "
+                          "hparams.yaml. Pass another version, or none, for a folder of its own.",
+                          UserWarning, stacklevel=4)
+            fs, inner = filesystem(log_dir)
+            for old, new in moved:
+                fs.mv(f"{inner}/{old}", f"{inner}/{new}")
+                self._moved_aside.append(os.path.join(log_dir, new))
+        make_dirs(log_dir)
+
+
+def _free_name(name: str, taken: list[str]) -> str:
+    """``<name>.previous``, or ``<name>.previous-<n>`` with the first ``n`` not in ``taken``."""
+    candidate, number = f"{name}.previous", 0
+    while candidate in taken:
+        number += 1
+        candidate = f"{name}.previous-{number}"
+    taken.append(candidate)
+    return candidate
 
 
 def _number(value: Any) -> Any:

@@ -16,6 +16,7 @@ import yaml
 from framework import DataModule
 from framework.errors import MisconfigurationError
 from framework.loggers import CSVLogger
+from framework.testing import spawn
 from tests.helpers import Regressor, loader, quiet_trainer
 
 
@@ -215,3 +216,71 @@ def test_enable_autolog_hparams_false_logs_no_hyperparameters_but_metrics_still(
     assert "train_loss" in logger.metrics_keys
     with pytest.raises(MisconfigurationError, match="enable_autolog_hparams"):
         quiet_trainer(enable_autolog_hparams="no")
+
+
+def test_reusing_a_version_folder_warns_and_moves_its_metrics_aside_until_the_run_succeeds(tmp_path):
+    # Lightning deletes the earlier metrics.csv when logger.experiment is first read; we move it aside instead, so
+    # a run that fails loses no earlier log, and delete it once the new run ends well.
+    folder = tmp_path / "exp" / "version_0"
+    folder.mkdir(parents=True)
+    (folder / "metrics.csv").write_text("step,x\n0,1.0\n")
+    (folder / "hparams.yaml").write_text("lr: 0.1\n")
+    logger = CSVLogger(tmp_path, name="exp", version=0)
+    with pytest.warns(UserWarning, match=r"Experiment logs directory .*version_0 exists and is not empty"):
+        assert logger.experiment is logger
+    assert sorted(os.listdir(folder)) == ["hparams.yaml.previous", "metrics.csv.previous"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _ = logger.experiment  # the folder is claimed once
+    logger.log_metrics({"y": 2.0}, 0)
+    logger.finalize("failed")
+    assert sorted(os.listdir(folder)) == ["hparams.yaml.previous", "metrics.csv", "metrics.csv.previous"]
+    assert (folder / "metrics.csv.previous").read_text() == "step,x\n0,1.0\n"
+
+    again = CSVLogger(tmp_path, name="exp", version=0)
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        again.log_hyperparams({"lr": 0.2})
+    assert (folder / "metrics.csv.previous-1").read_text() == "step,y\n0,2.0\n"  # the failed run's, kept too
+    again.log_metrics({"z": 3.0}, 0)
+    again.finalize("success")
+    assert sorted(os.listdir(folder)) == ["hparams.yaml", "hparams.yaml.previous", "metrics.csv",
+                                          "metrics.csv.previous"]  # only what this run moved aside is deleted
+    assert rows(again.metrics_file) == [{"step": "0", "z": "3.0"}]
+
+
+def test_log_hyperparams_writes_hparams_yaml_at_once_in_the_named_or_nameless_folder(tmp_path):
+    named = CSVLogger(tmp_path, name="exp", version="2020-02-05-162402")
+    named.log_hyperparams({"a": 1, "b": 2})
+    assert os.listdir(tmp_path / "exp") == ["2020-02-05-162402"]
+    with open(tmp_path / "exp" / "2020-02-05-162402" / "hparams.yaml") as handle:
+        assert yaml.safe_load(handle) == {"a": 1, "b": 2}
+    for name in (None, ""):
+        nameless = CSVLogger(tmp_path / f"nameless-{name}", name=name)
+        nameless.log_hyperparams()  # with nothing: an empty file, as Lightning's
+        assert nameless.root_dir == str(tmp_path / f"nameless-{name}")
+        assert os.listdir(tmp_path / f"nameless-{name}" / "version_0") == ["hparams.yaml"]
+        assert (tmp_path / f"nameless-{name}" / "version_0" / "hparams.yaml").read_text().strip() == "{}"
+    assert CSVLogger(tmp_path, name="exp").version == 0  # a string version is no version_<n>
+
+
+class LogsFromEveryRank(Regressor):
+    def on_train_start(self):
+        experiment = self.logger.experiment
+        self.seen = (type(experiment).__name__, experiment.something(foo="bar") if self.global_rank else None)
+        self.logger.log_hyperparams({f"rank{self.global_rank}": 1})
+        self.logger.log_metrics({f"from_rank{self.global_rank}": 1.0}, step=0)
+        self.logger.save()
+
+
+def _csv_on_rank(rank: int, directory: str):
+    model = LogsFromEveryRank()
+    quiet_trainer(devices=2, strategy="ddp", max_steps=1, logger=CSVLogger(directory)).fit(model, loader())
+    return model.seen
+
+
+def test_on_other_ranks_the_experiment_does_nothing_and_only_rank_zero_writes(tmp_path):
+    assert spawn(2, _csv_on_rank, str(tmp_path)) == [("CSVLogger", None), ("NoOpExperiment", None)]
+    folder = tmp_path / "lightning_logs" / "version_0"
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0"]
+    assert yaml.safe_load((folder / "hparams.yaml").read_text()) == {"rank0": 1, "lr": 0.05, "features": 4}
+    assert "from_rank0" in rows(folder / "metrics.csv")[0] and "from_rank1" not in rows(folder / "metrics.csv")[0]
