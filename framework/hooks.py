@@ -27,16 +27,13 @@ the ``Module``'s); ``on_load_checkpoint`` is the exception, Module first, as in 
             on_train_batch_start              # returning -1 ends the epoch here
             optimizer_step                    # Module only, when overridden: it gets the closure below
               training_step                   #   (the closure: training_step ... clipping)
+              on_before_zero_grad             #   on the first batch of each accumulation window
+              optimizer_zero_grad             #   Module only; optimizer.zero_grad()
               on_before_backward
               backward                        #   Module only
               on_after_backward
               on_before_optimizer_step        #   once per optimizer step, not per micro-batch
               configure_gradient_clipping     #   Module only; clips when gradient_clip_val is set
-            on_before_zero_grad
-            optimizer_zero_grad               # Module only; zero_grad(set_to_none=True) right after the
-                                              # step. Lightning zeroes before backward instead, so its
-                                              # gradients are still set in on_train_batch_end; ours are
-                                              # freed as soon as the step no longer needs them
             lr_scheduler_step                 # Module only; "step" schedulers when due, "epoch" ones
                                               # after the epoch's last batch
             on_train_batch_end
@@ -69,6 +66,7 @@ Any exception: ``on_exception`` (callbacks, then Module), then it propagates, ex
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 
 
@@ -154,6 +152,25 @@ class Hook(str, Enum):
     ON_SAVE_CHECKPOINT = "on_save_checkpoint"
     ON_LOAD_CHECKPOINT = "on_load_checkpoint"
     ON_EXCEPTION = "on_exception"
+
+
+def defines(obj: object, base: type, name: str) -> bool:
+    """Whether ``obj`` has its own ``name``, not ``base``'s: like ``overrides``, but an instance attribute that
+    only wraps ``base``'s method (``functools.wraps``, ``partial``, ``Mock(wraps=...)``) does not count, as in
+    Lightning's choice between a DataModule's batch hooks and the Module's."""
+    found = getattr(obj, name, None)
+    for _ in range(8):  # a few layers of wrapping at most
+        if hasattr(found, "__wrapped__"):  # what functools.wraps (or update_wrapper on a partial) wrapped
+            found = found.__wrapped__
+        elif type(found).__module__ == "unittest.mock":
+            found = found._mock_wraps
+        elif isinstance(found, functools.partial):
+            found = found.func
+        else:
+            break
+    if found is None:
+        return False
+    return getattr(found, "__func__", found) is not getattr(base, name, None)
 
 
 def overrides(obj: object, base: type, name: str) -> bool:

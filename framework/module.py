@@ -272,7 +272,8 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
     def configure_gradient_clipping(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
         """Clip before each optimizer step; by default with the Trainer's settings."""
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
+                            gradient_clip_algorithm=gradient_clip_algorithm)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer,
                        optimizer_closure: Callable[[], Any] | None = None) -> None:
@@ -280,7 +281,8 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
         optimizer.step(closure=optimizer_closure)
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Optimizer) -> None:
-        """Clear ``optimizer``'s gradients right after its step (Lightning does it before the backward instead)."""
+        """Clear ``optimizer``'s gradients: on the first batch of each accumulation window, after its
+        ``training_step`` and before its backward, as in Lightning."""
         optimizer.zero_grad()
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:

@@ -36,12 +36,10 @@ class ModuleHooks:
     def on_before_zero_grad(self, optimizer: Optimizer) -> None: ...
 
     def on_validation_model_zero_grad(self) -> None:
-        """Before each validation inside ``fit``; override to release gradients.
-
-        Nothing by default: gradients are already freed right after each optimizer step, and
-        one validation in the middle of an accumulation window must not drop the gradients
-        gathered so far (Lightning's default zeroes them).
-        """
+        """Before each validation inside ``fit`` that follows an optimizer step: drop the gradients, so they hold
+        no memory while validating (``self.zero_grad()``, as in Lightning). Not called inside an accumulation
+        window, whose gradients are still needed."""
+        self.zero_grad()
 
     def on_validation_model_eval(self) -> None:
         """Put the module in eval mode before validation (``self.eval()``)."""

@@ -221,6 +221,35 @@ def test_datamodule_batch_transfer_hooks_replace_the_modules_with_a_warning():
         torch.testing.assert_close(seen, expected)
 
 
+def test_a_datamodule_whose_batch_hooks_only_wrap_the_base_ones_leaves_the_modules_in_use():
+    """As Lightning decides: a wrapper of the base method (functools.wraps, partial) is no hook of the DataModule's
+    own, so the Module's batch hooks run (the way Lightning's hook tests record calls)."""
+    import functools
+
+    class Wrapping(framework.DataModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.called: list[str] = []
+            for name in ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"):
+                method = getattr(self, name)
+                recording = functools.partial(self._record, name, method)
+                functools.update_wrapper(recording, method)
+                setattr(self, name, recording)
+
+        def _record(self, name, method, *args, **kwargs):
+            self.called.append(name)
+            return method(*args, **kwargs)
+
+        def train_dataloader(self):
+            return DataLoader(_data("train"), batch_size=8)
+
+    events: list = []
+    dm, model = Wrapping(), RecordingModule(events, transform=True)
+    quiet_trainer(max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0).fit(model, datamodule=dm)
+    assert dm.called == []
+    assert [e for e in events if e.endswith(("before", "after"))] == ["module.before", "module.after"] * 4
+
+
 # -- checkpoint state ------------------------------------------------------------------------------------------------
 
 class SaveAfterFirstEpoch(framework.Callback):

@@ -60,10 +60,9 @@ def _eval_loop(stage: str, step: str, batches: int, train_hook: bool = True) -> 
 def _train_batch() -> list[str]:
     return [
         *_transfer(), *_both("on_train_batch_start"),
-        "m:optimizer_step", "m:training_step", *_both("on_before_backward"), "m:backward",
-        *_both("on_after_backward"), *_both("on_before_optimizer_step"), "m:configure_gradient_clipping",
-        *_both("on_before_zero_grad"), "m:optimizer_zero_grad",
-        *_both("on_train_batch_end"),
+        "m:optimizer_step", "m:training_step", *_both("on_before_zero_grad"), "m:optimizer_zero_grad",
+        *_both("on_before_backward"), "m:backward", *_both("on_after_backward"), *_both("on_before_optimizer_step"),
+        "m:configure_gradient_clipping", *_both("on_train_batch_end"),
     ]
 
 

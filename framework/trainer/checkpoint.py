@@ -150,11 +150,9 @@ def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
     loops = checkpoint.get("loops", {})
     if "fit" in loops:
         state.load_state_dict(loops["fit"])
-        if state.epoch_finished:  # saved in the epoch-end hooks: resume with the next epoch...
-            if state.order_epoch < 0:  # ...after the rest of this one's data, if it ended early
-                state.order_epoch = state.current_epoch
+        if state.epoch_finished:  # saved in the epoch-end hooks of a whole epoch: resume with the next one
             state.current_epoch += 1
-            state.epoch_finished = False
+            state.batch_idx, state.order_epoch, state.epoch_finished = 0, -1, False
     else:  # a checkpoint assembled by hand: its epoch and step are all there is
         state.load_state_dict(lightning_progress(checkpoint))
     _check_epochs_left(trainer)

@@ -13,15 +13,15 @@ from typing import Any
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
-from framework.hooks import Hook, Target, overrides
+from framework.hooks import Hook, Target, defines, overrides
 from framework.module import Module
 from framework.profilers.base import profiled
 
-# Module hooks whose base implementation does work (eval/train mode, moving the batch),
+# Module hooks whose base implementation does work (zeroing gradients, eval/train mode, moving the batch),
 # so they run even when the user did not override them.
 _ACTING_DEFAULTS = frozenset({
-    Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN, Hook.ON_TEST_MODEL_EVAL,
-    Hook.ON_TEST_MODEL_TRAIN, Hook.ON_PREDICT_MODEL_EVAL, Hook.TRANSFER_BATCH_TO_DEVICE,
+    Hook.ON_VALIDATION_MODEL_ZERO_GRAD, Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN,
+    Hook.ON_TEST_MODEL_EVAL, Hook.ON_TEST_MODEL_TRAIN, Hook.ON_PREDICT_MODEL_EVAL, Hook.TRANSFER_BATCH_TO_DEVICE,
 })
 # Hooks a DataModule also has; its version runs before the Module's.
 _DATAMODULE_HOOKS = frozenset({
@@ -84,12 +84,19 @@ class HookRunner:
         """A DataModule's batch hook is used instead of the Module's, as in Lightning."""
         if datamodule_fn is None:
             return module_fn
-        if overrides(self.module, Module, name):
+        if defines(self.module, Module, name):
             warnings.warn(
                 f"{name} is overridden in both the Module and the DataModule; the DataModule's is used.",
                 stacklevel=2,
             )
         return datamodule_fn
+
+    def _datamodule_has(self, hook: Hook) -> bool:
+        # A batch hook is taken from the DataModule only when it defines its own, as Lightning decides (a wrapper
+        # of the base method is not one); its other hooks run whenever they are set
+        if hook in _BATCH_HOOKS:
+            return defines(self.datamodule, DataModule, hook.value)
+        return overrides(self.datamodule, DataModule, hook.value)
 
     def _overriding(self, hook: Hook) -> list[Callback]:
         return [cb for cb in self.callbacks if overrides(cb, Callback, hook.value)]
@@ -118,7 +125,7 @@ class HookRunner:
         if hook.target != Target.CALLBACK and (hook in _ACTING_DEFAULTS or overrides(module, Module, name)):
             module_fn = getattr(module, name)
         datamodule_fn = None
-        if self.datamodule is not None and hook in _DATAMODULE_HOOKS and overrides(self.datamodule, DataModule, name):
+        if self.datamodule is not None and hook in _DATAMODULE_HOOKS and self._datamodule_has(hook):
             datamodule_fn = getattr(self.datamodule, name)
         if hook in _BATCH_HOOKS:
             return self._batch_hook(name, datamodule_fn, module_fn)

@@ -65,8 +65,11 @@ def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[di
     if not overrides(module, Module, step_name):
         raise MisconfigurationError(f"trainer.{fn.value}() needs {type(module).__qualname__}.{step_name}.")
     restore_for_evaluation(trainer, ckpt_path)  # first, so a restored DataModule builds the loaders
-    module.zero_grad(set_to_none=True)  # as Lightning at a run's start: no earlier gradient holds memory
-    loaders, limits = eval_data(trainer, stage, getattr(trainer, f"limit_{stage}_batches"))
+    module.zero_grad()  # as Lightning at a run's start: no earlier gradient holds memory
+    limit = getattr(trainer, f"limit_{stage}_batches")
+    if limit == 0:  # as in Lightning: the loop is skipped without asking for its loaders
+        return []
+    loaders, limits = eval_data(trainer, stage, limit)
     trainer.eval_loaders[stage], trainer.eval_batches[stage] = loaders, limits
     if not any_rank_has_batches(trainer, limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
         return []
@@ -81,7 +84,9 @@ def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
         raise MisconfigurationError(f"trainer.predict() needs {type(module).__qualname__}.predict_step, which is "
                                     "None: define it, or delete the attribute to use the default (self(batch)).")
     restore_for_evaluation(trainer, ckpt_path)
-    module.zero_grad(set_to_none=True)
+    module.zero_grad()
+    if trainer.limit_predict_batches == 0:  # as in Lightning: the loop is skipped without asking for its loaders
+        return [] if trainer._keep_predictions else None
     loaders, limits = eval_data(trainer, "predict", trainer.limit_predict_batches)
     state = trainer.predict_loop = PredictionState(len(loaders))
     writers = [callback for callback in trainer.callbacks if isinstance(callback, BasePredictionWriter)]

@@ -96,7 +96,7 @@ class FitLoop:
         trainer.hooks.call(Hook.ON_FIT_START)
         if checkpoint is not None:
             restore_optimizer_states(trainer, checkpoint)
-        module.zero_grad(set_to_none=True)  # as Lightning at a run's start: no earlier gradient holds memory
+        module.zero_grad()  # as Lightning at a run's start: no earlier gradient holds memory
         if trainer.max_epochs is None and trainer.epoch_limit != -1 and trainer.is_global_zero:
             console.warn_user(f"`max_epochs` was not set. Setting it to {trainer.epoch_limit} epochs. To train "
                               "without an epoch limit, set `max_epochs=-1`.", PossibleUserWarning)
@@ -244,11 +244,8 @@ class FitLoop:
             return
         if not first:
             self._put_back_resumed_rng()  # saved at an epoch's end: the next epoch starts from that state
-        hooks.call(Hook.ON_TRAIN_EPOCH_START)
-        # Gradients are zeroed after each step; this clears what an unfinished accumulation window
-        # (an epoch ended early) or the caller left behind, so it cannot leak into the next step.
-        for optimizer in trainer.optimizers:
-            optimizer.zero_grad(set_to_none=True)
+        if not first or state.order_epoch >= 0:  # as in Lightning: not for an epoch resumed from inside it
+            hooks.call(Hook.ON_TRAIN_EPOCH_START)
 
         if trainer.module.automatic_optimization:
             step, self._closure = self._automatic_step, StepClosure(trainer, trainer.optimizers[0])
@@ -369,7 +366,9 @@ class FitLoop:
         trainer, state = self.trainer, self.trainer.state
         if vote is not None and vote.finish():
             state.should_stop = True
-        state.epoch_finished = True
+        # An epoch cut short is not finished: a checkpoint saved in its epoch-end hooks resumes inside it, under
+        # its own number and without its start hooks, as in Lightning
+        state.epoch_finished = not ended_early
         trainer.train_results.in_batch = False  # also when the epoch ended by a break mid-batch
         last_step = step_views(trainer.train_results)
         trainer.metrics.store(last_step)
@@ -421,12 +420,6 @@ class FitLoop:
             stepped = self._user_optimizer_step(optimizer, closure, batch_idx)
         if hooks.update_scale is not None:
             hooks.update_scale()
-        if hooks.before_zero_grad is not None:
-            hooks.before_zero_grad(optimizer)
-        if hooks.zero_grad is not None:
-            hooks.zero_grad(state.current_epoch, batch_idx, optimizer)
-        else:
-            optimizer.zero_grad(set_to_none=True)
         # A step skipped for inf/nan gradients (fp16) still counts, as in Lightning; only the
         # schedulers wait for a step that really changed the weights.
         state.global_step += 1

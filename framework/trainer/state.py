@@ -42,7 +42,8 @@ class TrainerState:
     ``global_step`` counts optimizer steps (every ``optimizer.step()`` in manual
     optimization), ``current_epoch`` counts finished training epochs, ``batch_idx`` is the
     index of the next training batch inside the current epoch, ``epoch_finished`` says
-    every batch of ``current_epoch`` has run (its epoch-end hooks are running), and
+    every batch of ``current_epoch`` has run (its epoch-end hooks are running; not for an
+    epoch cut short, which a checkpoint saved then resumes inside), and
     ``batches_stepped`` counts training batches that ended with an optimizer step (manual
     optimization: every batch); step-level logs are numbered with it, as in Lightning.
     ``is_last_batch`` says the running training batch is its epoch's last, ``validated`` that

@@ -24,7 +24,8 @@ class StepClosure:
     One instance serves a whole epoch (``prepare`` points it at the next batch), so a step allocates no closure.
     """
 
-    __slots__ = ("trainer", "batch", "batch_idx", "optimizer", "stepping", "output", "loss", "ran", "record_logs")
+    __slots__ = ("trainer", "batch", "batch_idx", "optimizer", "stepping", "zeroing", "output", "loss", "ran",
+                 "record_logs")
 
     def __init__(self, trainer: Any, optimizer: Any) -> None:
         self.trainer = trainer
@@ -37,17 +38,16 @@ class StepClosure:
         self.batch = batch
         self.batch_idx = batch_idx
         self.stepping = stepping
+        # As in Lightning: the first batch of each accumulation window zeroes the gradients, between its
+        # training_step and its backward (every evaluation of the closure, for optimizers such as LBFGS).
+        self.zeroing = batch_idx % self.trainer.accumulate_grad_batches == 0
         self.output = None  # what training_step returned
         self.loss = None  # the loss backward saw
-        self.ran = False
+        self.ran = False  # an optimizer_step override must run the closure
 
     def __call__(self) -> torch.Tensor | None:
         trainer = self.trainer
         hooks = trainer.step_hooks
-        if self.ran:
-            # Optimizers such as LBFGS evaluate the closure several times per step; gradients are
-            # otherwise zeroed only after the step, so clear the previous evaluation's here.
-            self.optimizer.zero_grad(set_to_none=True)
         self.ran = True
         with trainer.runtime.autocast():
             output = trainer.training_step(self.batch, self.batch_idx)
@@ -56,6 +56,13 @@ class StepClosure:
         if loss is not None and trainer.accumulate_grad_batches > 1:
             loss = loss / trainer.accumulate_grad_batches
         self.output, self.loss = output, loss
+        if self.zeroing:
+            if hooks.before_zero_grad is not None:
+                hooks.before_zero_grad(self.optimizer)
+            if hooks.zero_grad is not None:
+                hooks.zero_grad(trainer.state.current_epoch, self.batch_idx, self.optimizer)
+            else:
+                self.optimizer.zero_grad()
         if loss is None:
             return None
         if hooks.before_backward is not None:
@@ -69,7 +76,8 @@ class StepClosure:
             if hooks.before_optimizer_step is not None:
                 hooks.before_optimizer_step(self.optimizer)
             if hooks.clip is not None:
-                hooks.clip(self.optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+                hooks.clip(self.optimizer, gradient_clip_val=trainer.gradient_clip_val,
+                           gradient_clip_algorithm=trainer.gradient_clip_algorithm)
         return loss
 
 

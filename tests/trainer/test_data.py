@@ -90,6 +90,8 @@ def test_a_zero_evaluation_limit_skips_the_loop():
 
     assert quiet_trainer(limit_test_batches=0).test(Watches(), loader(), verbose=False) == []
     assert calls == []
+    model = CountsLoads()  # as in Lightning: the loop's loaders are not even asked for
+    assert quiet_trainer(limit_val_batches=0).validate(model, verbose=False) == [] and model.loads == []
 
 
 def test_nothing_to_train_asks_for_no_training_loader_and_calls_no_training_hooks():
@@ -116,6 +118,16 @@ def test_a_zero_predict_limit_skips_the_loop():
 
     assert quiet_trainer(limit_predict_batches=0).predict(Watches(), loader()) == []
     assert calls == []
+
+    class CountsPredictLoads(Regressor):
+        loads = 0
+
+        def predict_dataloader(self):
+            CountsPredictLoads.loads += 1
+            return loader()
+
+    assert quiet_trainer(limit_predict_batches=0).predict(CountsPredictLoads()) == []
+    assert CountsPredictLoads.loads == 0
 
 
 def test_lightnings_warnings_about_the_training_data(tmp_path):

@@ -172,8 +172,10 @@ def test_a_run_stopped_by_max_steps_and_extended_trains_the_rest_of_the_cut_epoc
     extended = Positions()
     trainer = quiet_trainer(max_steps=4 + 6 + 3)
     trainer.fit(extended, loaders()[0], ckpt_path=path)
-    # Lightning's numbering: the rest of the cut epoch runs as epoch 1, from batch 4 on
-    assert extended.batches == [(1, i) for i in range(4, 10)] + [(2, i) for i in range(3)]
+    # Lightning's numbering: saved after fit, the counter had moved on, so the rest of the cut epoch runs as epoch 1;
+    # saved in the cut epoch's end hooks, the run resumes inside epoch 0 (checked against Lightning 2.6.6)
+    cut = 1 if saved_by.startswith("save_checkpoint") else 0
+    assert extended.batches == [(cut, i) for i in range(4, 10)] + [(cut + 1, i) for i in range(3)]
     # and it is the rest of the cut epoch's own order: with the first run, every sample exactly once
     x = loaders()[0].dataset.tensors[0][:, 0].tolist()
     assert sorted(first.samples + extended.samples[:24]) == sorted(x)
