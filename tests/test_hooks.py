@@ -305,3 +305,33 @@ def test_each_run_starts_without_the_gradients_left_before_it_as_in_lightning():
     assert all(p.grad is not None for p in model.parameters())
     quiet_trainer().validate(model, loader(), verbose=False)
     assert all(p.grad is None for p in model.parameters())  # freed, as Lightning's zero_grad at a run's start
+
+
+def test_hooks_get_lightnings_arguments_and_validation_inside_fit_frees_the_gradients():
+    seen = []
+
+    class Watches(Regressor):
+        def zero_grad(self, *args, **kwargs):
+            seen.append(("zero_grad", args, kwargs))
+            super().zero_grad(*args, **kwargs)
+
+        def configure_gradient_clipping(self, optimizer, *args, **kwargs):
+            seen.append(("configure_gradient_clipping", args, sorted(kwargs)))
+            super().configure_gradient_clipping(optimizer, *args, **kwargs)
+
+        def clip_gradients(self, optimizer, *args, **kwargs):
+            seen.append(("clip_gradients", args, sorted(kwargs)))
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            seen.append(("grads at batch end", all(p.grad is not None for p in self.parameters())))
+
+        def on_validation_start(self):
+            seen.append(("grads at validation", [p.grad for p in self.parameters()]))
+
+    quiet_trainer(max_steps=1, limit_val_batches=1, num_sanity_val_steps=0, val_check_interval=1).fit(
+        Watches(), loader(), loader())
+    assert seen[0] == ("zero_grad", (), {})  # as Lightning, model.zero_grad() without set_to_none
+    keywords = ["gradient_clip_algorithm", "gradient_clip_val"]
+    assert ("configure_gradient_clipping", (), keywords) in seen and ("clip_gradients", (), keywords) in seen
+    assert ("grads at batch end", True) in seen  # zeroed at the next window's start, as in Lightning
+    assert ("grads at validation", [None, None]) in seen  # on_validation_model_zero_grad's default
