@@ -85,7 +85,8 @@ def agree_on_runs(loggers: list[Any], broadcast: Callable[[Any], Any]) -> None:
 
 def _run_state(logger: Any) -> dict[str, Any] | None:
     run_state = getattr(logger, "run_state", None)  # a logger of the user's own may not have one
-    return run_state() if callable(run_state) else None
+    state = run_state() if callable(run_state) else None
+    return state if isinstance(state, dict) else None  # a duck-typed logger's (a Mock's) is no run of ours
 
 
 def finalize(loggers: list[Any], status: str) -> None:

@@ -13,6 +13,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from framework.loggers.base import Logger
 from framework.nested import map_tensors
 from framework.trainer.dispatch import merge_module_callbacks
 from framework.trainer.state import TrainerFn
@@ -47,7 +48,7 @@ def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodu
             state=trainer.state,
             metrics=_on_cpu((metrics.callback, metrics.logged, metrics.progress_bar)),
             callbacks={callback.state_key: _on_cpu(callback.state_dict()) for callback in trainer.callbacks},
-            loggers=[logger.run_state() for logger in trainer.loggers],
+            loggers=[logger.run_state() if isinstance(logger, Logger) else None for logger in trainer.loggers],
             ckpt_path=trainer.ckpt_path,
         )
     return report
@@ -68,7 +69,8 @@ def _adopt(trainer: Any, report: dict[str, Any]) -> None:
             callback.dirpath = state["dirpath"]  # ModelCheckpoint resolves it in setup, which ran on the ranks
         callback.load_state_dict(state)
     for logger, state in zip(trainer.loggers, report["loggers"], strict=True):
-        logger.load_run_state(state)
+        if state is not None:  # a duck-typed logger keeps no run of ours
+            logger.load_run_state(state)
     trainer.ckpt_path = report["ckpt_path"]
 
 

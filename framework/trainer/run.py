@@ -136,6 +136,9 @@ class TrainerRun(TrainerProperties):
         if self._prepares_data():
             self.hooks.call(Hook.PREPARE_DATA)
         self.runtime.barrier("prepare_data")
+        for logger in self.loggers:  # as in Lightning: each logger's run exists (its folder, its writer) at setup
+            getattr(logger, "experiment", None)
+        self.runtime.barrier("pre_setup")
         self.hooks.call(Hook.SETUP, stage=stage)  # by keyword, as Lightning passes it
         self.hooks.call(Hook.CONFIGURE_MODEL)  # every run, as in Lightning: it must be idempotent
         if not self._module_setup:

@@ -222,7 +222,12 @@ class Trainer(TrainerRun):
             return default_loggers(self._default_root_dir)
         if logger is False:
             return []
-        return check.check_list_of("logger", logger, Logger, "Logger")
+        loggers = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+        for item in loggers:  # as Lightning: any object that logs like a Logger is taken
+            if not isinstance(item, Logger) and not callable(getattr(item, "log_metrics", None)):
+                raise MisconfigurationError(f"Trainer(logger={describe(item)}): accepted True, False, a Logger (or "
+                                            "an object with log_metrics) or a list of them.")
+        return loggers
 
     # -- entry points ---
     def fit(self, model: Module, train_dataloaders: Any = None, val_dataloaders: Any = None,

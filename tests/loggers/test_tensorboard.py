@@ -170,6 +170,9 @@ def test_a_logger_whose_writer_exists_pickles_alone_and_inside_a_trainer(tmp_pat
 
 
 class CheckExperiment(Callback):
+    def setup(self, trainer, pl_module, stage):  # as in Lightning: rank 0's writer exists (its folder too) by now
+        self.folder_at_setup = os.path.isdir(trainer.logger.log_dir)
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         experiment = trainer.logger.experiment
         self.seen = (type(experiment).__name__, experiment.add_text("note", f"rank {trainer.global_rank}"))
@@ -180,11 +183,12 @@ def _tensorboard_on_rank(rank: int, directory: str):
     check = CheckExperiment()
     quiet_trainer(devices=2, strategy="ddp", max_steps=1, logger=TensorBoardLogger(directory),
                   callbacks=[check]).fit(Regressor(), loader())
-    return check.seen
+    return check.seen, check.folder_at_setup
 
 
 def test_on_other_ranks_the_experiment_does_nothing_and_only_rank_zero_writes_events(tmp_path):
-    assert spawn(2, _tensorboard_on_rank, str(tmp_path)) == [("SummaryWriter", None), ("NoOpExperiment", None)]
+    assert spawn(2, _tensorboard_on_rank, str(tmp_path)) == [(("SummaryWriter", None), True),
+                                                             (("NoOpExperiment", None), True)]
     log_dir = os.path.join(tmp_path, "lightning_logs", "version_0")
     assert len([name for name in os.listdir(log_dir) if name.startswith("events.out.tfevents")]) == 1
     scalars = events(log_dir).Tags()["scalars"]

@@ -58,7 +58,7 @@ BAD_ARGUMENTS = [
     ("precision", "17", r"'32-true'"),
     ("strategy", "nonsense", r"'single'"),
     ("callbacks", [_NOT_A_CALLBACK], r"Callback instance"),
-    ("logger", "yes", r"Logger instance"),
+    ("logger", "yes", r"a Logger \(or an object with log_metrics\)"),
     ("default_root_dir", 3, r"a path"),
     ("inference_mode", "yes", r"True or False"),
     ("deterministic", "maybe", r"'warn'"),
@@ -485,3 +485,31 @@ def test_default_limits_say_nothing(caplog):
     with caplog.at_level("INFO", logger="framework"):
         framework.Trainer(accelerator="cpu", limit_train_batches=2, limit_val_batches=0.5)
     assert not [m for m in caplog.messages if "was configured so" in m]
+
+
+def test_any_object_that_logs_like_a_logger_is_taken_as_in_lightning():
+    class Recording:  # no framework Logger: only what the Trainer calls on one
+        name, version, save_dir, log_dir = "duck", 0, None, None
+
+        def __init__(self):
+            self.metrics: list = []
+
+        def log_metrics(self, metrics, step):
+            self.metrics.append((step, sorted(metrics)))
+
+        def log_hyperparams(self, params, *args, **kwargs): ...
+
+        def log_graph(self, model, input_array=None): ...
+
+        def save(self): ...
+
+        def after_save_checkpoint(self, checkpoint_callback): ...
+
+        def finalize(self, status): ...
+
+    duck = Recording()
+    trainer = quiet_trainer(max_steps=2, logger=duck, log_every_n_steps=1)
+    trainer.fit(Regressor(), loader())
+    assert trainer.logger is duck and duck.metrics and duck.metrics[0][0] == 0
+    with pytest.raises(MisconfigurationError, match="Trainer\\(logger='csv'.*accepted True, False, a Logger"):
+        framework.Trainer(logger="csv")
