@@ -32,8 +32,13 @@ def require_package(module: str, feature: str, extra: str | None = None) -> None
         require_package("mlflow", "MLFlowLogger", extra="mlflow")
     """
     import importlib.util
+    import sys
 
-    if importlib.util.find_spec(module) is None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ValueError:  # imported already without a spec (a stand-in module a test put in sys.modules)
+        found = module in sys.modules
+    if not found:
         command = f'pip install "framework[{extra}]"' if extra else f"pip install {module}"
         raise MissingPackageError(f"{feature} needs {module}, which is not installed: {command}.")
 

@@ -101,3 +101,15 @@ def test_lightnings_type_aliases_and_names_are_there():
     assert training_step(torch.ones(2)) == 2 and configure_optimizers() is None
     assert MisconfigurationException is framework.MisconfigurationError
     assert AttributeDict(a=1).a == 1
+
+
+def test_a_wrapped_package_counts_as_installed_when_a_stand_in_without_a_spec_was_imported(monkeypatch):
+    import types
+
+    from framework.errors import MissingPackageError, require_package
+
+    with pytest.raises(MissingPackageError, match='needs no_such_package_here.*pip install "framework\\[x\\]"'):
+        require_package("no_such_package_here", "SomeLogger", extra="x")
+    stand_in = types.ModuleType("no_such_package_here")  # what tests that replace mlflow or wandb put there
+    monkeypatch.setitem(sys.modules, "no_such_package_here", stand_in)
+    require_package("no_such_package_here", "SomeLogger", extra="x")
