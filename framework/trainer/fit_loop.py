@@ -100,6 +100,7 @@ class FitLoop:
         if trainer.max_epochs is None and trainer.epoch_limit != -1 and trainer.is_global_zero:
             console.warn_user(f"`max_epochs` was not set. Setting it to {trainer.epoch_limit} epochs. To train "
                               "without an epoch limit, set `max_epochs=-1`.", PossibleUserWarning)
+        trainer.settle_epoch_limits()
         if not module.training:
             console.warn_user(
                 f"{type(module).__qualname__} is in eval mode at the start of fit, so dropout and batch norm behave "

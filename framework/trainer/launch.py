@@ -72,6 +72,8 @@ def _adopt(trainer: Any, report: dict[str, Any]) -> None:
         if state is not None:  # a duck-typed logger keeps no run of ours
             logger.load_run_state(state)
     trainer.ckpt_path = report["ckpt_path"]
+    if trainer.state.fn == TrainerFn.FITTING:
+        trainer.settle_epoch_limits()  # as the ranks did
 
 
 def adopt_weights(trainer: Any, module: Any, weights: dict[str, Any]) -> None:

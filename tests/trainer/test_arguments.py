@@ -149,7 +149,7 @@ def test_defaults():
 
 @pytest.mark.parametrize(("bound", "limit"), [({}, 1000), ({"max_steps": 5}, -1), ({"max_time": "00:00:01:00"}, -1),
                                              ({"callbacks": [framework.callbacks.Timer(duration="00:00:01:00")]}, -1)])
-def test_max_epochs_none_stays_none_and_training_applies_lightnings_rule(bound, limit):
+def test_max_epochs_none_applies_lightnings_rule_and_reads_as_applied_after_fit(bound, limit):
     trainer = quiet_trainer(max_epochs=None, **bound)
     assert trainer.max_epochs is None and trainer.epoch_limit == limit
     data = loader(n=16, batch_size=8)  # 2 batches
@@ -157,13 +157,19 @@ def test_max_epochs_none_stays_none_and_training_applies_lightnings_rule(bound, 
         trainer = quiet_trainer(max_epochs=None, limit_train_batches=1)
         with pytest.warns(PossibleUserWarning, match=r"`max_epochs` was not set\. Setting it to 1000 epochs"):
             trainer.fit(Regressor(), data)
-        assert trainer.current_epoch == 1000 and trainer.max_epochs is None
+        assert trainer.current_epoch == 1000 and (trainer.max_epochs, trainer.min_epochs) == (1000, 0)
         assert trainer.estimated_stepping_batches == 1000
     elif "max_steps" in bound:  # bounded otherwise: no warning
         with warnings.catch_warnings():
             warnings.filterwarnings("error", message="`max_epochs` was not set")
             trainer.fit(Regressor(), data)
-        assert trainer.global_step == 5
+        assert trainer.global_step == 5 and trainer.max_epochs == -1  # as Lightning's trainer reads after fit
+
+
+def test_min_epochs_reads_one_after_fit_with_min_steps_as_in_lightning():
+    trainer = quiet_trainer(max_epochs=2, min_steps=1)
+    trainer.fit(Regressor(), loader(n=16, batch_size=8))
+    assert (trainer.max_epochs, trainer.min_epochs) == (2, 1)
 
 
 @pytest.mark.parametrize(("limit", "steps"), [(3, 3), (0.5, 4), (1.0, 8), (100, 8), (0, 0)])
