@@ -104,14 +104,15 @@ def limited(loader: Iterable, count: float) -> Iterator[Any]:
     return itertools.islice(loader, int(count))
 
 
-def with_sequential_order(loader: Iterable) -> Iterable:
-    """``loader`` rebuilt without shuffling (used by ``overfit_batches``); other iterables as they are."""
+def with_sequential_order(loader: Iterable, stage: str) -> Iterable:
+    """``loader`` of ``stage`` ("train", "val") rebuilt with a ``SequentialSampler`` (used by ``overfit_batches``,
+    as in Lightning, warning once per loader); other iterables as they are."""
     if not isinstance(loader, DataLoader) or isinstance(loader.sampler, SequentialSampler):
         return loader
     if loader.batch_sampler is not None and type(loader.batch_sampler).__name__ != "BatchSampler":
         return loader
-    console.warn_user("You requested to overfit but enabled train dataloader shuffling. We are turning off the train "
-                      "dataloader shuffling for you.")
+    console.warn_user(f"You requested to overfit but enabled {stage} dataloader shuffling. We are turning off the "
+                      f"{stage} dataloader shuffling for you.")
     return rebuilt(loader, SequentialSampler(loader.dataset))
 
 
@@ -137,9 +138,13 @@ def load_train_data(trainer: Any) -> None:
     if len(loaders) != 1:
         raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
     given = seed_workers_if_asked(loaders[0])
-    loader = with_sequential_order(given) if trainer.overfit_batches else given
     replicas, rank = sampler_ranks(trainer)
-    loader = with_resumable_sampler(loader, lambda: shuffle_seed(trainer.state, trainer.runtime), replicas, rank)
+    if trainer.overfit_batches:  # the same first batches every epoch, from a SequentialSampler as in Lightning
+        loader = with_sequential_order(given, "train")
+        if replicas > 1:
+            loader = with_resumable_sampler(loader, lambda: (0, False), replicas, rank)
+    else:
+        loader = with_resumable_sampler(given, lambda: shuffle_seed(trainer.state, trainer.runtime), replicas, rank)
     available = batch_count(loader)
     if available == 0:
         raise MisconfigurationError(
@@ -231,6 +236,8 @@ def defines_loader(owner: Any, method: str) -> bool:
 def load_val_data(trainer: Any) -> None:
     """Ask for fit's validation loaders and count their batches (sets ``val_loaders``, ``val_batch_counts``)."""
     loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
+    if trainer.overfit_batches:
+        loaders = [with_sequential_order(loader, "val") for loader in loaders]
     name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
     trainer.val_loaders, trainer.val_batch_counts = rank_parts(trainer, loaders, name, getattr(trainer, name))
     trainer.loaded_at["val"] = trainer.state.current_epoch

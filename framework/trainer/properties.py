@@ -203,11 +203,9 @@ class TrainerProperties:
         return DEFAULT_MAX_EPOCHS
 
     def settle_epoch_limits(self) -> None:
-        """Keep the epoch limits as fit applies them, as Lightning's Trainer does at fit's start: ``max_epochs``
-        becomes ``epoch_limit`` (1000 or -1 where None was given), ``min_epochs`` 0 (1 with ``min_steps``)."""
+        """Keep the epoch limit as fit applies it, as Lightning's Trainer does at fit's start: ``max_epochs``
+        becomes ``epoch_limit`` (1000 or -1 where None was given)."""
         self.max_epochs = self.epoch_limit
-        if self.min_epochs is None:
-            self.min_epochs = 0 if self.min_steps is None else 1
 
     @property
     def estimated_stepping_batches(self) -> float:

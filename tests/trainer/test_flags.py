@@ -132,7 +132,7 @@ def test_max_time_stops_training():
 
     trainer, model = fit(Slow(), max_time={"seconds": 0.3}, limit_val_batches=0)
     assert 3 <= trainer.global_step < 40
-    assert trainer.max_epochs is None and trainer.epoch_limit == -1  # no epoch limit: the time bounds the run
+    assert trainer.max_epochs == trainer.epoch_limit == -1  # no epoch limit: the time bounds the run
 
 
 def test_max_time_is_a_timer_in_the_callbacks_that_a_resumed_run_counts_on_from(tmp_path, caplog):
