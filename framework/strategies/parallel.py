@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from framework.errors import MisconfigurationError, describe
+from framework.io import pickling
 from framework.strategies.base import Strategy
 
 # How the ranks no launcher started may be started (framework.runtime.start_method holds the rule for "auto").
@@ -174,17 +175,17 @@ class ParallelStrategy(Strategy):
         """``obj`` as rank ``src`` has it (any picklable object), on every rank."""
         if not self._in_group():
             return obj
-        holder = [obj]
+        holder = [pickling.dumps(obj) if self.global_rank == src else None]  # tensors without torch.save: io.pickling
         dist.broadcast_object_list(holder, src=src)
-        return holder[0]
+        return obj if self.global_rank == src else pickling.loads(holder[0])
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (any picklable object), in rank order."""
         if not self._in_group():
             return [obj]
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj)
-        return gathered
+        dist.all_gather_object(gathered, pickling.dumps(obj))
+        return [pickling.loads(data) for data in gathered]
 
     def barrier(self, name: str | None = None) -> None:
         """Wait until every rank reaches this point."""
