@@ -13,8 +13,9 @@ from framework.io.async_writer import AsyncCheckpointIO
 
 
 class BackgroundSaves:
-    """The callback's side of an ``AsyncCheckpointIO``: the Trainer's (``plugins=[AsyncCheckpointIO()]``), else its
-    own when asked for (``own_writer``), else none, and then everything happens at once as before.
+    """The callback's side of an ``AsyncCheckpointIO`` during one run: ``writer`` is the Trainer's
+    (``plugins=[AsyncCheckpointIO()]``) or the callback's own (``async_save=True``), or None, and then everything
+    happens at once.
 
     Each save point first finishes the previous one's writes (every rank raises if one rank's
     failed, so none waits for the others in a collective), then collects its own. Whatever must
@@ -23,8 +24,7 @@ class BackgroundSaves:
 
     Example::
 
-        saves = BackgroundSaves(own_writer=True)
-        saves.setup(trainer)
+        saves = BackgroundSaves(callback, trainer.checkpoint_io or AsyncCheckpointIO())
         with saves.save_point(trainer):
             trainer.save_checkpoint(path)                       # copied now, written in the background
             saves.after_writes(lambda: remove(old), f"deleting {old!r}")
@@ -32,16 +32,11 @@ class BackgroundSaves:
         saves.end(trainer)                                      # at the end of fit: every file complete
     """
 
-    def __init__(self, callback: Any, own_writer: bool) -> None:
+    def __init__(self, callback: Any, writer: AsyncCheckpointIO | None) -> None:
         self._callback = callback
-        self._own = AsyncCheckpointIO() if own_writer else None
-        self.writer: AsyncCheckpointIO | None = self._own
+        self.writer = writer
         self._collecting = False
         self._loggers_to_tell = False
-
-    def setup(self, trainer: Any) -> None:
-        """Use the Trainer's writer where it has one (then one save is in flight for all callbacks)."""
-        self.writer = trainer.checkpoint_io or self._own
 
     @contextlib.contextmanager
     def save_point(self, trainer: Any) -> Iterator[None]:

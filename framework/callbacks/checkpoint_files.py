@@ -12,7 +12,15 @@ from typing import Any
 import torch
 
 from framework import console
-from framework.io.fs import is_dir, leftover_temporaries, make_dirs, names_in, remove, write_bytes_atomic
+from framework.io.fs import (
+    filesystem,
+    is_dir,
+    leftover_temporaries,
+    make_dirs,
+    names_in,
+    remove,
+    write_bytes_atomic,
+)
 
 
 def resolved_dirpath(dirpath: str | os.PathLike) -> str:
@@ -36,7 +44,18 @@ def default_dirpath(trainer: Any) -> str:
 
 
 def write_problem(dirpath: str) -> str | None:
-    """Why checkpoints cannot be written to ``dirpath`` (found at set-up, not after an hour of training), or None."""
+    """Why checkpoints cannot be written to ``dirpath`` (found at set-up, not after an hour of training), or None.
+
+    The directories the probe had to create are removed again: they appear with the first checkpoint,
+    so a run that saves nothing (or only sets up) leaves no empty folders behind, as in Lightning.
+    """
+    fs, inner = filesystem(dirpath)
+    missing = []  # deepest first
+    path = inner.rstrip("/")
+    while path and not fs.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        path = parent if parent != path else ""
     probe = os.path.join(dirpath, f".write-test-{uuid.uuid4().hex[:8]}")
     try:
         make_dirs(dirpath)
@@ -44,7 +63,18 @@ def write_problem(dirpath: str) -> str | None:
         remove(probe)
     except OSError as error:
         return str(error)
+    finally:
+        _remove_empty(fs, missing)
     return None
+
+
+def _remove_empty(fs: Any, directories: list[str]) -> None:
+    for directory in directories:
+        try:
+            if fs.exists(directory) and not fs.ls(directory, detail=False):
+                fs.rmdir(directory)
+        except (OSError, NotImplementedError):  # in use by another process by now, or no directories here
+            return
 
 
 def holds_checkpoints(dirpath: str, extension: str) -> bool:

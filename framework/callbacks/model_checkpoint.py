@@ -1,12 +1,10 @@
 """``ModelCheckpoint``: save checkpoints when due, keep the best k by a monitored metric."""
 
-from __future__ import annotations
-
 import os
 import time
 import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -15,20 +13,20 @@ from framework.callbacks.background_saves import BackgroundSaves
 from framework.callbacks.checkpoint import Checkpoint
 from framework.callbacks.checkpoint_files import (
     default_dirpath,
-    fill_template,
     holds_checkpoints,
     link,
     remove_unfinished_writes,
     resolved_dirpath,
-    versions_of,
     write_problem,
 )
-from framework.callbacks.model_checkpoint_checks import MODES, check_arguments, check_save_last
+from framework.callbacks.checkpoint_names import CheckpointNames
+from framework.callbacks.model_checkpoint_checks import MODES, check_arguments, check_link_target, check_save_last
 from framework.errors import MisconfigurationError
-from framework.io.fs import exists, remove, write_bytes_atomic
+from framework.io.async_writer import AsyncCheckpointIO
+from framework.io.fs import remove, write_bytes_atomic
 
 
-class ModelCheckpoint(Checkpoint):
+class ModelCheckpoint(CheckpointNames, Checkpoint):
     """Save a checkpoint every epoch (or every ``every_n_train_steps`` / ``train_time_interval``) and keep the best.
 
     With ``monitor`` the ``save_top_k`` best files by that logged metric are kept (``mode``
@@ -64,19 +62,13 @@ class ModelCheckpoint(Checkpoint):
 
     reads_epoch_metrics = True
 
-    CHECKPOINT_JOIN_CHAR = "-"
-    CHECKPOINT_EQUALS_CHAR = "="
-    CHECKPOINT_NAME_LAST = "last"
-    FILE_EXTENSION = ".ckpt"
-    STARTING_VERSION = 1
-
     def __init__(
         self,
         dirpath: str | os.PathLike | None = None,
         filename: str | None = None,
         monitor: str | None = None,
         verbose: bool = False,
-        save_last: bool | str | None = None,
+        save_last: bool | Literal["link"] | None = None,
         save_top_k: int = 1,
         save_on_exception: bool = False,
         save_weights_only: bool = False,
@@ -91,9 +83,11 @@ class ModelCheckpoint(Checkpoint):
     ) -> None:
         check_arguments(monitor, save_top_k, mode, every_n_train_steps, every_n_epochs, train_time_interval,
                         async_save)
-        check_save_last(save_last, dirpath)
+        check_save_last(save_last)
         self.async_save = async_save
-        self._saves = BackgroundSaves(self, own_writer=async_save)
+        # Made by setup for a run: the callback itself holds only settings and bookkeeping, so a copy or a
+        # pickle of it equals it.
+        self._saves: BackgroundSaves | None = None
         self.dirpath = resolved_dirpath(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
@@ -139,10 +133,12 @@ class ModelCheckpoint(Checkpoint):
 
     # -- when to save ---
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """Decide the directory (rank 0's choice for every rank) and check it can be written to, when fitting."""
+        """Decide the directory (rank 0's choice for every rank), refuse ``save_last="link"`` outside this machine's
+        file system, pick this run's background writer, and when fitting check the directory can be written to."""
         dirpath = self.dirpath if self.dirpath is not None else default_dirpath(trainer)
         self.dirpath = trainer.runtime.broadcast(dirpath)
-        self._saves.setup(trainer)
+        check_link_target(self.save_last, self.dirpath)
+        self._saves = BackgroundSaves(self, trainer.checkpoint_io or (AsyncCheckpointIO() if self.async_save else None))
         if stage != "fit" or trainer.fast_dev_run or (self.save_top_k == 0 and not self.save_last):
             return
         problem = write_problem(self.dirpath) if trainer.is_global_zero else None
@@ -196,6 +192,8 @@ class ModelCheckpoint(Checkpoint):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Wait for a save in flight; with ``save_on_exception``, save the state fit had reached when it raised."""
+        if self._saves is None:  # fit failed before this callback was set up: there is no training state to save
+            return
         self._saves.abandon()
         if (not self.save_on_exception or trainer.fast_dev_run or trainer.sanity_checking
                 or self._last_global_step_saved == trainer.global_step or self.dirpath is None):
@@ -363,45 +361,6 @@ class ModelCheckpoint(Checkpoint):
         directory = self.dirpath.rstrip("/") + "/"
         return previous.startswith(directory) or os.path.abspath(previous).startswith(os.path.abspath(directory))
 
-    # -- file names ---
-    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
-                               ver: int | None = None) -> str:
-        """The path for ``metrics``: ``filename`` (the template by default) filled in, ``-v<ver>`` on clashes.
-
-        Example::
-
-            ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}").format_checkpoint_name(
-                {"epoch": 3, "val_loss": torch.tensor(0.1234)})     # '<cwd>/ckpts/epoch=3-val_loss=0.12.ckpt'
-        """
-        template = filename or self.filename or "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
-        name = fill_template(template, metrics, self.CHECKPOINT_EQUALS_CHAR, self.auto_insert_metric_name)
-        if ver is not None:
-            name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
-        name += self.FILE_EXTENSION
-        return os.path.join(self.dirpath, name) if self.dirpath else name
-
-    def _free_filepath(self, trainer: Any, candidates: dict[str, torch.Tensor], being_replaced: str,
-                       filename: str | None = None) -> str:
-        """The template's path, with ``-v1``, ``-v2`` ... while it names an existing file (other than the one
-        about to be replaced)."""
-        filepath = self.format_checkpoint_name(candidates, filename)
-        version = self.STARTING_VERSION
-        while self._enable_version_counter and filepath != being_replaced and self._file_exists(trainer, filepath):
-            filepath = self.format_checkpoint_name(candidates, filename, ver=version)
-            version += 1
-        return filepath
-
-    def _file_exists(self, trainer: Any, filepath: str) -> bool:
-        return trainer.runtime.broadcast(exists(filepath))
-
-    def find_last_checkpoints(self) -> list[str]:
-        """The files that may be the latest "last" checkpoint: ``last_model_path`` and ``last.ckpt``,
-        ``last-v1.ckpt`` ... in ``dirpath`` (a new run can resume from an earlier run's file this way)."""
-        found = {self.last_model_path} if self.last_model_path and exists(self.last_model_path) else set()
-        if self.dirpath is not None:
-            found |= set(versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION))
-        return sorted(found)
-
     # -- state ---
     def state_dict(self) -> dict[str, Any]:
         """The top-k bookkeeping, so a resumed run keeps ranking against the same files."""
@@ -420,16 +379,19 @@ class ModelCheckpoint(Checkpoint):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the bookkeeping; if the directory changed since, only ``best_model_path`` (with a warning)."""
         saved_dir = state_dict.get("dirpath", self.dirpath)
-        if self.dirpath is None or saved_dir == self.dirpath:
+        if saved_dir == self.dirpath:
             self.best_model_score = state_dict["best_model_score"]
-            self.kth_best_model_path = state_dict["kth_best_model_path"]
-            self.kth_value = state_dict["kth_value"]
-            self.best_k_models = dict(state_dict["best_k_models"])
-            self.last_model_path = state_dict["last_model_path"]
-            self.current_score = state_dict.get("current_score")
+            self.kth_best_model_path = state_dict.get("kth_best_model_path", self.kth_best_model_path)
+            self.kth_value = state_dict.get("kth_value", self.kth_value)
+            self.best_k_models = dict(state_dict.get("best_k_models", self.best_k_models))
+            self.last_model_path = state_dict.get("last_model_path", self.last_model_path)
+            self.current_score = state_dict.get("current_score", self.current_score)
         else:
-            console.info(f"ModelCheckpoint's directory changed from {saved_dir} to {self.dirpath}: only "
-                         "best_model_path is restored; the top-k ranking starts afresh.")
+            # The top k of another directory: kept, this run's files would be ranked against files it does not
+            # manage (and last_model_path would name one of them).
+            warnings.warn(f"The dirpath has changed from {saved_dir!r} to {self.dirpath!r}: only best_model_path is "
+                          "restored; best_model_score, best_k_models, kth_best_model_path, kth_value and "
+                          "last_model_path start afresh.", UserWarning, stacklevel=2)
         self.best_model_path = state_dict["best_model_path"]
 
     def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:

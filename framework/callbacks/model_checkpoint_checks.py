@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
 import torch
 
 from framework.errors import MisconfigurationError, describe
+from framework.io.fs import filesystem, is_local
 
 MODES = {"min": torch.lt, "max": torch.gt}
 
 
-def check_save_last(save_last: Any, dirpath: Any) -> None:
-    """Refuse a ``save_last`` other than True, False, None or "link", and "link" outside a local directory."""
+def check_save_last(save_last: Any) -> None:
+    """Refuse a ``save_last`` other than True, False, None or "link"."""
     if save_last not in (None, True, False, "link"):
         raise MisconfigurationError(
             f"ModelCheckpoint(save_last={describe(save_last)}): accepted True, False, None or 'link'."
         )
-    if save_last == "link" and dirpath is not None and "://" in os.fspath(dirpath) \
-            and not os.fspath(dirpath).startswith("file://"):
+
+
+def check_link_target(save_last: Any, dirpath: str) -> None:
+    """Refuse ``save_last="link"`` where ``dirpath`` (known once set up: it may be the logger's) is not local."""
+    if save_last == "link" and not is_local(filesystem(dirpath)[0]):
         raise MisconfigurationError(
-            f"ModelCheckpoint(save_last='link') needs a local directory for the link, got dirpath={dirpath!r}; "
-            "use save_last=True there."
+            f"ModelCheckpoint(save_last='link') is only supported for local file paths, got dirpath={dirpath!r}: a "
+            "symbolic link needs this machine's file system. Use save_last=True there (a copy)."
         )
 
 

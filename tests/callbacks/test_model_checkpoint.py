@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import os
+import pickle
 from datetime import timedelta
 
 import fsspec
@@ -12,6 +15,7 @@ import torch
 import framework
 from framework.callbacks import ModelCheckpoint
 from framework.errors import MisconfigurationError
+from framework.testing import spawn
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
 
 
@@ -127,10 +131,6 @@ def test_save_last_link_points_at_the_newest_file():
     last = os.path.join("sparse", "last.ckpt")
     assert not os.path.islink(last) and torch.load(last, weights_only=True)["global_step"] == 6
     assert after_epoch[-1] == ["epoch=1.ckpt", "last.ckpt"]
-    with pytest.raises(MisconfigurationError, match=r"save_last='link'\) needs a local directory"):
-        ModelCheckpoint(dirpath="memory://x", save_last="link")
-    with pytest.raises(MisconfigurationError, match=r"save_last='yes' \(type str\)\): accepted True, False"):
-        ModelCheckpoint(save_last="yes")
 
 
 def test_save_on_exception_keeps_the_state_reached():
@@ -182,39 +182,6 @@ def test_validation_inside_the_epoch_saves_after_each_validation():
     assert names(os.listdir("val")) == ["step=4.ckpt", "step=8.ckpt"]
 
 
-def test_file_names_from_templates():
-    d = os.path.realpath("d")  # a local dirpath is reported absolute, as Lightning does
-    checkpoint = ModelCheckpoint(dirpath="d", filename="{epoch}-{val_metric:.2f}")
-    assert checkpoint.dirpath == d
-    assert checkpoint.format_checkpoint_name({"epoch": 3, "val_metric": torch.tensor(0.999)}) == os.path.join(
-        d, "epoch=3-val_metric=1.00.ckpt")  # the name COMPAT.md records from Lightning
-    plain = ModelCheckpoint(dirpath="d", filename="run-{epoch:02d}", auto_insert_metric_name=False)
-    assert plain.format_checkpoint_name({"epoch": torch.tensor(7)}) == os.path.join(d, "run-07.ckpt")
-    default = ModelCheckpoint(dirpath="d")
-    assert default.format_checkpoint_name({"epoch": 1, "step": 20}) == os.path.join(d, "epoch=1-step=20.ckpt")
-    assert default.format_checkpoint_name({"epoch": 1, "step": 20}, ver=2) == os.path.join(
-        d, "epoch=1-step=20-v2.ckpt")
-    assert ModelCheckpoint(dirpath="memory://ckpts").dirpath == "memory://ckpts"
-
-
-def test_a_name_clash_gets_a_version_suffix():
-    for _ in range(2):
-        checkpoint = ModelCheckpoint(dirpath="clash", filename="same", save_last=True)
-        with pytest.warns(UserWarning, match="exists and holds checkpoints") if os.path.exists("clash") else \
-                _no_warning():
-            quiet_trainer(max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True).fit(Regressor(), loader())
-    assert names(os.listdir("clash")) == ["last-v1.ckpt", "last.ckpt", "same-v1.ckpt", "same.ckpt"]
-    assert checkpoint.best_model_path.endswith("same-v1.ckpt") and checkpoint.last_model_path.endswith("last-v1.ckpt")
-
-
-class _no_warning:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def test_default_directory_is_the_loggers_checkpoints_folder_or_the_root():
     trainer = quiet_trainer(max_epochs=1, enable_checkpointing=True, logger=framework.loggers.CSVLogger("logs"))
     trainer.fit(Regressor(), loader())
@@ -258,19 +225,6 @@ def test_a_monitor_not_logged_yet_before_validation_only_warns():
     assert names(checkpoint.best_k_models) == ["step=3.ckpt", "step=4.ckpt"]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"save_top_k": -2}, r"save_top_k=-2 \(type int\)\): accepted is an int >= -1"),
-    ({"mode": "avg"}, r"mode='avg' \(type str\)\): accepted 'min' or 'max'"),
-    ({"save_top_k": 3}, r"save_top_k=3, monitor=None\): without a monitored metric"),
-    ({"every_n_epochs": -1}, r"every_n_epochs=-1"),
-    ({"every_n_train_steps": 2, "every_n_epochs": 1}, r"alternatives; give one of them"),
-    ({"train_time_interval": 5}, r"train_time_interval=5 \(type int\)\): accepted is a datetime.timedelta"),
-])
-def test_bad_arguments_name_the_argument(kwargs, message):
-    with pytest.raises(MisconfigurationError, match=message):
-        ModelCheckpoint(**kwargs)
-
-
 def test_an_unwritable_directory_fails_before_training():
     open("a_file", "w").close()
     trained = []
@@ -284,6 +238,13 @@ def test_an_unwritable_directory_fails_before_training():
     with pytest.raises(MisconfigurationError, match=r"cannot write to dirpath='.*a_file.checkpoints'"):
         quiet_trainer(max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True).fit(Watches(), loader())
     assert trained == []
+
+
+def test_the_directory_appears_with_the_first_checkpoint_not_at_setup():
+    ModelCheckpoint(dirpath=os.path.join("a", "b", "checkpoints")).setup(quiet_trainer(), Regressor(), "fit")
+    os.makedirs("kept")
+    ModelCheckpoint(dirpath=os.path.join("kept", "checkpoints")).setup(quiet_trainer(), Regressor(), "fit")
+    assert sorted(os.listdir()) == ["kept"] and os.listdir("kept") == []  # checked writable, then left as it was
 
 
 def test_a_crash_leaves_the_saved_files_intact_and_loadable():
@@ -320,6 +281,73 @@ def test_state_dict_round_trip_and_resume_keep_the_ranking():
         trainer.fit(Scripted([5, 3, 4, 1]), loader(), loader(n=8), ckpt_path=os.path.join("resume", "epoch=2.ckpt"))
     assert names(os.listdir("resume")) == ["epoch=1.ckpt", "epoch=2.ckpt", "epoch=3.ckpt"]  # resumed-from file stays
     assert names(resumed.best_k_models) == ["epoch=1.ckpt", "epoch=3.ckpt"]
+
+
+def test_a_changed_dirpath_restores_only_best_model_path_with_a_warning():
+    saved = ModelCheckpoint(dirpath="old", monitor="score", save_top_k=2, save_last=True, filename="{epoch}")
+    fit([5, 3, 4], saved)
+    state = saved.state_dict()
+    explicit = ModelCheckpoint(dirpath="new", monitor="score", save_top_k=2)
+    by_setup = ModelCheckpoint(monitor="score", save_top_k=2)  # its dirpath is the default, decided by setup
+    by_setup.setup(quiet_trainer(default_root_dir="root"), Regressor(), "fit")
+    for moved in (explicit, by_setup):
+        with pytest.warns(UserWarning, match=r"The dirpath has changed from '.*old' to '.*(new|checkpoints)': only "
+                                             r"best_model_path is restored"):
+            moved.load_state_dict(state)
+        assert moved.best_model_path == state["best_model_path"]
+        assert (moved.best_k_models, moved.kth_best_model_path, moved.last_model_path) == ({}, "", "")
+        assert moved.best_model_score is None and moved.kth_value == float("inf")
+    # Resumed into another directory, the run saves its own top k and deletes none of the old files.
+    resumed = ModelCheckpoint(dirpath="new", monitor="score", save_top_k=1, filename="{epoch}")
+    trainer = quiet_trainer(max_epochs=4, callbacks=[resumed], enable_checkpointing=True, limit_train_batches=2,
+                            limit_val_batches=1, num_sanity_val_steps=0)
+    with pytest.warns(UserWarning, match="The dirpath has changed"):
+        trainer.fit(Scripted([5, 3, 4, 9]), loader(), loader(n=8), ckpt_path=saved.last_model_path)
+    assert names(os.listdir("old")) == ["epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"]
+    assert names(os.listdir("new")) == ["epoch=3.ckpt"]
+
+
+def test_a_pickle_or_copy_of_the_callback_equals_it_and_still_saves_in_the_background():
+    serialisers = [pickle] + ([importlib.import_module("cloudpickle")] if importlib.util.find_spec("cloudpickle")
+                              else [])
+    for checkpoint in (ModelCheckpoint(dirpath="d"), ModelCheckpoint(dirpath="a", async_save=True, save_last=True)):
+        for serialiser in serialisers:
+            assert vars(serialiser.loads(serialiser.dumps(checkpoint))) == vars(checkpoint)
+        assert vars(copy.deepcopy(checkpoint)) == vars(checkpoint)
+    copied = pickle.loads(pickle.dumps(checkpoint))  # as each rank gets it from a spawning Trainer
+    fit([0, 0], copied)
+    assert names(os.listdir("a")) == ["epoch=1-step=4.ckpt", "last.ckpt"]
+    assert torch.load(copied.last_model_path, weights_only=True)["global_step"] == 4
+
+
+class CountsTorchSave(ModelCheckpoint):
+    """Counts the calls of torch.save on its rank from the start of training (Lightning's
+    test_model_checkpoint_no_extraneous_invocations)."""
+
+    def on_train_start(self, trainer, pl_module):
+        super().on_train_start(trainer, pl_module)
+        self.calls, original = 0, torch.save
+
+        def counting(*args, **kwargs):
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        torch.save = counting
+
+
+def _count_torch_saves(rank: int, directory: str) -> tuple[int, int]:
+    checkpoint = CountsTorchSave(dirpath=directory, monitor="score", save_top_k=-1)
+    trainer = quiet_trainer(devices=2, strategy="ddp", max_epochs=3, callbacks=[checkpoint], enable_checkpointing=True,
+                            limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0)
+    trainer.fit(Scripted([3, 2, 1]), loader(), loader(n=8))
+    return checkpoint.calls, len(checkpoint.best_k_models)
+
+
+def test_on_two_ranks_torch_save_writes_the_checkpoints_on_rank_zero_only(tmp_path):
+    # The ranks exchange metrics and random states holding tensors; pickled as pickle does it, each tensor would
+    # go through torch.save too (see framework.io.pickling).
+    assert spawn(2, _count_torch_saves, str(tmp_path / "ckpts")) == [(3, 3), (0, 3)]
+    assert len(os.listdir(tmp_path / "ckpts")) == 3
 
 
 def test_two_checkpoint_callbacks_with_different_monitors_keep_separate_state():

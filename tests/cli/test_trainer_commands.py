@@ -515,8 +515,9 @@ def test_yaml_aliases_that_never_end_are_refused(tmp_path, text, message):
         run(args=["fit", "--config", write(tmp_path, "c.yaml", text), "--print_config"])
 
 
-@pytest.mark.parametrize(("given", "expected"), [("link", "link"), ("true", True), ("yes", True), ("no", False)])
-def test_an_argument_annotated_bool_or_str_takes_either(tmp_path, capsys, given, expected):
+@pytest.mark.parametrize(("given", "expected"), [("link", "link"), ("true", True), ("True", True), ("yes", True),
+                                                 ("no", False), ("false", False), ("False", False)])
+def test_an_argument_annotated_bool_or_a_literal_takes_either(tmp_path, capsys, given, expected):
     config = write(tmp_path, "c.yaml", BASE)
     printed = printed_config(capsys, "--config", config, "--trainer.callbacks=framework.callbacks.ModelCheckpoint",
                              f"--trainer.callbacks.save_last={given}")
@@ -525,6 +526,13 @@ def test_an_argument_annotated_bool_or_str_takes_either(tmp_path, capsys, given,
                               f"framework.callbacks.ModelCheckpoint\n      init_args:\n        save_last: {given}\n")
     printed = printed_config(capsys, "--config", write(tmp_path, "d.yaml", yaml_given))
     assert printed["trainer"]["callbacks"][0]["init_args"]["save_last"] == expected
+
+
+def test_a_value_neither_bool_nor_the_literal_is_refused_naming_what_is_accepted(tmp_path, capsys):
+    flags = ["--config", write(tmp_path, "c.yaml", BASE), "--trainer.callbacks=ModelCheckpoint"]
+    with pytest.raises(ConfigError, match=r"trainer.callbacks.init_args.save_last .*expected bool \| one of 'link' "
+                                          r"\| None, got 'lnk'"):
+        printed_config(capsys, *flags, "--trainer.callbacks.save_last=lnk")
 
 
 def test_trainer_defaults_from_the_environment_sit_under_the_config_and_flags(tmp_path, capsys, monkeypatch):

@@ -1,0 +1,70 @@
+"""The file names of ``ModelCheckpoint``: its template filled in, ``-v1`` ... on clashes, the "last" files."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from framework.callbacks.checkpoint_files import fill_template, versions_of
+from framework.io.fs import exists
+
+
+class CheckpointNames:
+    """How ``ModelCheckpoint`` names its files (its base; the names and characters are class attributes, so a
+    subclass or an instance may change them).
+
+    It reads the callback's ``dirpath``, ``filename``, ``auto_insert_metric_name``,
+    ``last_model_path`` and ``_enable_version_counter``.
+    """
+
+    CHECKPOINT_JOIN_CHAR = "-"
+    CHECKPOINT_EQUALS_CHAR = "="
+    CHECKPOINT_NAME_LAST = "last"
+    FILE_EXTENSION = ".ckpt"
+    STARTING_VERSION = 1
+
+    dirpath: str | None
+    filename: str | None
+    auto_insert_metric_name: bool
+    last_model_path: str
+    _enable_version_counter: bool
+
+    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
+                               ver: int | None = None) -> str:
+        """The path for ``metrics``: ``filename`` (the template by default) filled in, ``-v<ver>`` on clashes.
+
+        Example::
+
+            ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}").format_checkpoint_name(
+                {"epoch": 3, "val_loss": torch.tensor(0.1234)})     # '<cwd>/ckpts/epoch=3-val_loss=0.12.ckpt'
+        """
+        template = filename or self.filename or "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
+        name = fill_template(template, metrics, self.CHECKPOINT_EQUALS_CHAR, self.auto_insert_metric_name)
+        if ver is not None:
+            name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
+        name += self.FILE_EXTENSION
+        return os.path.join(self.dirpath, name) if self.dirpath else name
+
+    def _free_filepath(self, trainer: Any, candidates: dict[str, torch.Tensor], being_replaced: str,
+                       filename: str | None = None) -> str:
+        """The template's path, with ``-v1``, ``-v2`` ... while it names an existing file (other than the one
+        about to be replaced)."""
+        filepath = self.format_checkpoint_name(candidates, filename)
+        version = self.STARTING_VERSION
+        while self._enable_version_counter and filepath != being_replaced and self._file_exists(trainer, filepath):
+            filepath = self.format_checkpoint_name(candidates, filename, ver=version)
+            version += 1
+        return filepath
+
+    def _file_exists(self, trainer: Any, filepath: str) -> bool:
+        return trainer.runtime.broadcast(exists(filepath))
+
+    def find_last_checkpoints(self) -> list[str]:
+        """The files that may be the latest "last" checkpoint: ``last_model_path`` and ``last.ckpt``,
+        ``last-v1.ckpt`` ... in ``dirpath`` (a new run can resume from an earlier run's file this way)."""
+        found = {self.last_model_path} if self.last_model_path and exists(self.last_model_path) else set()
+        if self.dirpath is not None:
+            found |= set(versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION))
+        return sorted(found)
