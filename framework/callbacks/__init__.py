@@ -1,4 +1,10 @@
-"""Callbacks: the base class and the built-in ones (checkpointing, early stopping, progress, monitors)."""
+"""Callbacks: the base class and the built-in ones (checkpointing, early stopping, progress, monitors).
+
+The modules defining these classes do not postpone annotations (no ``from __future__ import
+annotations``): tools that build a command line or a config from a constructor (jsonargparse,
+LightningCLI-style scripts, ``framework fit --config``) read ``inspect.signature(cls)`` and need each
+annotation as a type, not as its source text.
+"""
 
 from framework.callbacks.base import Callback
 from framework.callbacks.batch_size_finder import BatchSizeFinder

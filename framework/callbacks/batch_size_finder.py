@@ -1,7 +1,5 @@
 """``BatchSizeFinder``: find the largest batch size that fits when fit starts, and train with it."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from framework.callbacks.base import Callback

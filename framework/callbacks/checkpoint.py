@@ -1,7 +1,5 @@
 """``Checkpoint``, the base of the callbacks that save checkpoints, and ``OnExceptionCheckpoint``."""
 
-from __future__ import annotations
-
 import os
 from typing import Any
 

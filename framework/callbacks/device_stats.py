@@ -1,7 +1,5 @@
 """``DeviceStatsMonitor``: log the accelerator's memory statistics (and the CPU's) around each batch."""
 
-from __future__ import annotations
-
 import importlib.util
 from typing import Any
 

@@ -1,7 +1,5 @@
 """``EarlyStopping``: stop training when a monitored metric stops improving (or crosses a threshold)."""
 
-from __future__ import annotations
-
 import logging
 import math
 import warnings

@@ -5,8 +5,6 @@ the parameter groups it adds in checkpoints, so a resumed run has them again; ``
 usual schedule for a Module with a ``backbone``.
 """
 
-from __future__ import annotations
-
 import logging
 from collections.abc import Callable, Generator, Iterable
 from typing import Any

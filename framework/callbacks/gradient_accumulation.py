@@ -1,7 +1,5 @@
 """``GradientAccumulationScheduler``: change ``accumulate_grad_batches`` from given epochs on."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from framework.callbacks.base import Callback

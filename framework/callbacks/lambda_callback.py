@@ -1,7 +1,5 @@
 """``LambdaCallback``: a callback made of plain functions, one per hook."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 

@@ -1,7 +1,5 @@
 """``LearningRateFinder``: the learning-rate range test when fit starts, its suggestion applied to the run."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from framework.callbacks.base import Callback

@@ -1,7 +1,5 @@
 """``LearningRateMonitor``: log each optimizer's learning rate (and momentum, weight decay) as it changes."""
 
-from __future__ import annotations
-
 from collections import defaultdict
 from typing import Any
 

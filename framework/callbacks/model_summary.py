@@ -1,7 +1,5 @@
 """``ModelSummary``: a table of the model's layers and parameter counts, printed when fit starts."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass

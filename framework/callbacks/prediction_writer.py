@@ -1,7 +1,5 @@
 """``BasePredictionWriter``: write predictions to disk as ``predict`` makes them, or all at its end."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any

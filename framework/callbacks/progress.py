@@ -1,8 +1,6 @@
 """Progress bars: the base every bar derives from, and ``TQDMProgressBar`` (bars on a terminal, one line per
 epoch or per run everywhere else)."""
 
-from __future__ import annotations
-
 import math
 import sys
 import time

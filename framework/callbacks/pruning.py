@@ -1,7 +1,5 @@
 """``ModelPruning``: prune weights during training with ``torch.nn.utils.prune``."""
 
-from __future__ import annotations
-
 import copy
 import inspect
 from collections.abc import Callable, Sequence

@@ -1,7 +1,5 @@
 """``RichModelSummary``: the model summary as a rich table (``pip install rich``)."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from framework.callbacks.model_summary import ModelSummary, Summary

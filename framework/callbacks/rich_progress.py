@@ -1,7 +1,5 @@
 """``RichProgressBar``: the progress bars drawn with rich (``pip install "framework[rich]"``)."""
 
-from __future__ import annotations
-
 import math
 import time
 from dataclasses import dataclass

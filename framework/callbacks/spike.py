@@ -1,7 +1,5 @@
 """``SpikeDetection``: stop training at a loss spike, noting the batches to skip when it is resumed."""
 
-from __future__ import annotations
-
 import json
 import math
 import os

@@ -1,8 +1,6 @@
 """``StochasticWeightAveraging``: from a given epoch on, train with the SWA learning rate and average the weights
 of each epoch's end; end with the average (batch norm statistics recomputed for it)."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 import torch

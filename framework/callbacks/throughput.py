@@ -1,7 +1,5 @@
 """``ThroughputMonitor``: training batches, samples and items per second, logged with the other metrics."""
 
-from __future__ import annotations
-
 import time
 from collections.abc import Callable
 from typing import Any

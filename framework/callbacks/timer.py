@@ -1,7 +1,5 @@
 """``Timer``: time each stage, and stop training once a duration has passed."""
 
-from __future__ import annotations
-
 import time
 from datetime import timedelta
 from typing import Any

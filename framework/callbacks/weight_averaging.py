@@ -1,8 +1,6 @@
 """Weight averaging: keep an average of the weights seen during training (``WeightAveraging``), or an exponential
 moving average of them (``EMAWeightAveraging``); validate, checkpoint and end with the average."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import torch
