@@ -105,6 +105,10 @@ class LearningRateMonitor(Callback):
             raise MisconfigurationError(
                 f"LearningRateMonitor: {name}'s parameter groups share a 'name' ({group_names}); give each its own."
             )
+        if len(groups) > 1 and f"{name}/pg1" not in self.lrs and name in self.lrs:
+            # A group was added (BaseFinetuning): the one logged as `name` so far is now pg1, and keeps its history
+            # (moved to the end of the dict, as Lightning moves it).
+            self.lrs[f"{name}/pg1"] = self.lrs.pop(name)
         stats: dict[str, float] = {}
         for group, group_name in zip(groups, group_names, strict=True):
             key = f"{name}/{group_name}" if len(groups) > 1 or "name" in group else name

@@ -7,7 +7,8 @@ import warnings
 import pytest
 import torch
 
-from framework.callbacks import LearningRateMonitor
+import framework
+from framework.callbacks import BaseFinetuning, LearningRateMonitor
 from framework.errors import MisconfigurationError
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
 
@@ -128,3 +129,54 @@ def test_a_parameter_group_added_mid_run_renames_the_key_as_lightning_does():
     assert names == [(0, one), (3, one), (7, one), (8, two), (11, two), (15, two)]
     last = [metrics for _, metrics in logger.calls if "lr-SGD/pg2" in metrics][-1]
     assert last["lr-SGD/pg2"] == pytest.approx(0.005)  # the backbone's: a tenth, as Lightning
+
+
+class SGDAndAdam(Regressor):
+    """Two optimizers over the head (manual optimization), SGD's learning rate halved every epoch; three frozen
+    layers for finetuning to add as parameter groups."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.extra = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def training_step(self, batch, batch_idx):
+        for optimizer in self.optimizers():
+            optimizer.zero_grad()
+        self.manual_backward(self.loss(batch))
+        for optimizer in self.optimizers():
+            optimizer.step()
+
+    def on_train_epoch_end(self):
+        self.lr_schedulers().step()
+
+    def configure_optimizers(self):
+        sgd, adam = torch.optim.SGD(self.net.parameters(), lr=0.1), torch.optim.Adam(self.net.parameters(), lr=0.1)
+        return [sgd, adam], [torch.optim.lr_scheduler.StepLR(sgd, step_size=1, gamma=0.5)]
+
+
+def test_groups_added_to_several_optimizers_keep_each_history_under_its_new_name():
+    class AddsGroups(BaseFinetuning):
+        def freeze_before_training(self, pl_module):
+            self.freeze(pl_module.extra)
+
+        def finetune_function(self, pl_module, epoch, optimizer):
+            if (epoch, type(optimizer)) in ((1, torch.optim.SGD), (2, torch.optim.Adam), (3, torch.optim.Adam)):
+                self.unfreeze_and_add_param_group(pl_module.extra[epoch - 1], optimizer, lr=0.1)
+
+    class KeysAtEpochStart(framework.Callback):
+        def __init__(self):
+            self.keys: list[list[str]] = []
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.keys.append(list(monitor.lrs))
+
+    monitor, keys = LearningRateMonitor(), KeysAtEpochStart()
+    quiet_trainer(max_epochs=4, limit_train_batches=2, logger=RecordingLogger(),
+                  callbacks=[AddsGroups(), monitor, keys]).fit(SGDAndAdam(), loader())
+    # a one-group optimizer that gets a second: its key gains /pg1, keeps its history and moves to the end
+    assert keys.keys == [["lr-SGD", "lr-Adam"], ["lr-Adam", "lr-SGD/pg1", "lr-SGD/pg2"],
+                         ["lr-SGD/pg1", "lr-SGD/pg2", "lr-Adam/pg1", "lr-Adam/pg2"],
+                         ["lr-SGD/pg1", "lr-SGD/pg2", "lr-Adam/pg1", "lr-Adam/pg2", "lr-Adam/pg3"]]
+    assert dict(monitor.lrs) == {"lr-SGD/pg1": [0.1, 0.05, 0.025, 0.0125], "lr-SGD/pg2": [0.1, 0.05, 0.025],
+                                 "lr-Adam/pg1": [0.1] * 4, "lr-Adam/pg2": [0.1, 0.1], "lr-Adam/pg3": [0.1]}
