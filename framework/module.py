@@ -187,6 +187,9 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
         ("sum", "max", "min" or a callable). ``value`` may be a number, a one-element tensor
         or a torchmetrics ``Metric`` (computed and reset at the epoch's end).
         """
+        if on_step is False and on_epoch is False:
+            raise MisconfigurationError(f"self.log({name!r}, ..., on_step=False, on_epoch=False) is not useful: "
+                                        "nothing would be recorded. Set on_step=True or on_epoch=True.")
         results = self._results
         refused_in = self._logging_refused_in
         if refused_in is not None or (results is None and self._trainer is not None):
@@ -201,6 +204,10 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
             warnings.warn(f"self.log({name!r}, ...) was called outside a Trainer loop; the value is dropped.",
                           stacklevel=2)
             return
+        if logger and not self._trainer.loggers:
+            warnings.warn(f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured. You can "
+                          "enable one by doing `Trainer(logger=ALogger(...))`. Remove `logger=True` to remove this "
+                          "warning.", stacklevel=2)
         logged = (name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx,
                   batch_size)
         if torch.compiler.is_compiling():

@@ -260,6 +260,33 @@ def test_self_log_is_refused_in_the_hooks_lightning_refuses_it_in(hook):
         run(LogsIn(hook), loader())
 
 
+def test_self_log_is_refused_where_checkpoints_are_assembled_and_schedulers_step_as_in_lightning(tmp_path):
+    class LogsWhileSaving(Regressor):
+        def on_save_checkpoint(self, checkpoint):
+            self.log("x", 1.0)
+
+    class CallbackLogsWhileSaving(framework.Callback):
+        def on_save_checkpoint(self, trainer, module, checkpoint):
+            module.log("x", 1.0)
+
+    class LogsWhileStepping(Regressor):
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, 1)]
+
+        def lr_scheduler_step(self, scheduler, metric):
+            self.log("x", 1.0)
+
+    for model, callbacks, hook in ((LogsWhileSaving(), [], "on_save_checkpoint"),
+                                   (Regressor(), [CallbackLogsWhileSaving()], "Callback.on_save_checkpoint")):
+        trainer = quiet_trainer(max_steps=1, callbacks=callbacks)
+        trainer.fit(model, loader())
+        with pytest.raises(MisconfigurationError, match=rf"self.log\('x', ...\) inside {hook}"):
+            trainer.save_checkpoint(tmp_path / "a.ckpt")
+    with pytest.raises(MisconfigurationError, match=r"self.log\('x', ...\) inside lr_scheduler_step"):
+        quiet_trainer(max_epochs=1).fit(LogsWhileStepping(), loader())
+
+
 class LogsFromACallback(framework.Callback):
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         module.log("from_callback", 2.0)
@@ -335,3 +362,42 @@ def test_hooks_get_lightnings_arguments_and_validation_inside_fit_frees_the_grad
     assert ("configure_gradient_clipping", (), keywords) in seen and ("clip_gradients", (), keywords) in seen
     assert ("grads at batch end", True) in seen  # zeroed at the next window's start, as in Lightning
     assert ("grads at validation", [None, None]) in seen  # on_validation_model_zero_grad's default
+
+
+class LogsWithItsOwnLog(framework.Callback):
+    def on_train_start(self, trainer, module):
+        self.log("on_train_start", 1.0)
+
+    def on_train_epoch_start(self, trainer, module):
+        self.log("on_train_epoch_start", 2.0)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.log_dict({"on_train_batch_end": 3.0})
+
+    def on_train_epoch_end(self, trainer, module):
+        self.log("on_train_epoch_end", 5.0)
+
+
+def test_a_callback_logs_with_self_log_in_its_hooks_as_in_lightning():
+    trainer = quiet_trainer(max_epochs=1, callbacks=[LogsWithItsOwnLog()])
+    trainer.fit(Regressor(), loader())
+    assert {name: value.item() for name, value in trainer.callback_metrics.items() if name.startswith("on_")} == {
+        "on_train_start": 1.0, "on_train_epoch_start": 2.0, "on_train_batch_end": 3.0, "on_train_epoch_end": 5.0}
+
+    class KeepsItsOwn(framework.Callback):
+        def log(self, message):
+            return f"own {message}"
+
+    own = KeepsItsOwn()
+    quiet_trainer(max_steps=1, callbacks=[own]).fit(Regressor(), loader())
+    assert own.log("x") == "own x"
+
+
+def test_logging_with_neither_step_nor_epoch_is_refused_as_not_useful():
+    class LogsNowhere(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log("nowhere", 1.0, on_step=False, on_epoch=False)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(MisconfigurationError, match=r"on_step=False, on_epoch=False\) is not useful"):
+        quiet_trainer(max_steps=1).fit(LogsNowhere(), loader())

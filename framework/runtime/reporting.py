@@ -83,6 +83,15 @@ def agree_on_runs(loggers: list[Any], broadcast: Callable[[Any], Any]) -> None:
             logger.load_run_state(state)
 
 
+def logs_on_every_rank(logger: Any) -> bool:
+    """Whether ``logger`` gets every rank's values, as Lightning gives them: a logger of the user's own whose
+    ``log_metrics`` is not ``rank_zero_only``; the framework's own loggers write on global rank 0 only."""
+    method = getattr(type(logger), "log_metrics", None)
+    if method is None or getattr(method, "__module__", "").startswith("framework."):
+        return False
+    return not getattr(method, "runs_on_rank_zero_only", False)
+
+
 def _run_state(logger: Any) -> dict[str, Any] | None:
     run_state = getattr(logger, "run_state", None)  # a logger of the user's own may not have one
     state = run_state() if callable(run_state) else None

@@ -12,6 +12,7 @@ from framework.hparams import checkpoint_safe
 from framework.io.checkpoint import FORMAT_VERSION
 from framework.io.fs import exists, modified_time
 from framework.seed import rng_states
+from framework.trainer.dispatch import call_refusing_logs
 from framework.trainer.lightning_checkpoint import from_lightning, is_lightning_checkpoint, lightning_progress
 from framework.trainer.state import TrainerFn
 
@@ -48,9 +49,10 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
         checkpoint["hparams_name"] = module._hparams_name
     if trainer.datamodule is not None and trainer.datamodule.hparams:
         checkpoint["datamodule_hyper_parameters"] = checkpoint_safe(dict(trainer.datamodule.hparams))
-    for callback in trainer.callbacks:
-        callback.on_save_checkpoint(trainer, module, checkpoint)
-    module.on_save_checkpoint(checkpoint)
+    for callback in trainer.callbacks:  # as in Lightning, neither may self.log here
+        call_refusing_logs(module, "Callback.on_save_checkpoint", callback.on_save_checkpoint, trainer, module,
+                           checkpoint)
+    call_refusing_logs(module, "on_save_checkpoint", module.on_save_checkpoint, checkpoint)
     return checkpoint
 
 

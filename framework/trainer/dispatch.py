@@ -106,14 +106,9 @@ class HookRunner:
         if caller is None or hook not in NO_LOGGING:
             return caller
         module, name = self.module, hook.value
-        state = module.__dict__  # set directly: nn.Module's __setattr__ costs a microsecond, and batch hooks are here
 
         def forbidding_logs(*args: Any, **kwargs: Any) -> Any:
-            earlier, state["_logging_refused_in"] = state.get("_logging_refused_in"), name
-            try:
-                return caller(*args, **kwargs)
-            finally:
-                state["_logging_refused_in"] = earlier
+            return call_refusing_logs(module, name, caller, *args, **kwargs)
 
         return forbidding_logs
 
@@ -145,6 +140,16 @@ class HookRunner:
 
 
 
+def call_refusing_logs(module: Module, hook_name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)``, during which ``self.log`` refuses to log, naming ``hook_name``."""
+    state = module.__dict__  # set directly: nn.Module's __setattr__ costs a microsecond, and batch hooks are here
+    earlier, state["_logging_refused_in"] = state.get("_logging_refused_in"), hook_name
+    try:
+        return function(*args, **kwargs)
+    finally:
+        state["_logging_refused_in"] = earlier
+
+
 # The hooks in which Lightning refuses self.log (its loops keep no results there), and so do we.
 NO_LOGGING = frozenset({
     Hook.CONFIGURE_CALLBACKS, Hook.PREPARE_DATA, Hook.SETUP, Hook.CONFIGURE_MODEL, Hook.CONFIGURE_OPTIMIZERS,
@@ -172,6 +177,17 @@ def merge_module_callbacks(callbacks: list[Callback], returned: Any) -> list[Cal
     merged = sorted(kept + extra, key=lambda cb: cb.runs_last)
     check_state_keys(merged)
     return merged
+
+
+def lend_logging(callbacks: list[Callback], module: Module) -> None:
+    """Give each callback the Module's ``log`` and ``log_dict``, so ``self.log(...)`` in a callback hook logs as
+    the Module would there (as Lightning does at every run's start); a callback class with a ``log`` of its own
+    keeps it."""
+    for callback in callbacks:
+        if not callable(getattr(type(callback), "log", None)):
+            callback.log = module.log
+        if not callable(getattr(type(callback), "log_dict", None)):
+            callback.log_dict = module.log_dict
 
 
 def check_state_keys(callbacks: list[Callback]) -> None:

@@ -240,10 +240,17 @@ def _finish(trainer: Any, results: Results, num_loaders: int) -> list[dict[str, 
     # Inside fit, validation logs at the step of the training batch it followed, as in Lightning.
     step = max(state.batches_stepped - 1, 0) if state.fn == TrainerFn.FITTING else state.batches_stepped
     metrics = to_floats(trainer.metrics.log_epoch(results, step, state.current_epoch))
-    return [
-        {k: v for k, v in metrics.items() if k.endswith(f"/dataloader_idx_{idx}") or "/dataloader_idx_" not in k}
-        for idx in range(num_loaders)
-    ]
+    return [{key: value for key, value in metrics.items() if _of_loader(results, key, idx)}
+            for idx in range(num_loaders)]
+
+
+def _of_loader(results: Results, key: str, idx: int) -> bool:
+    """Whether ``key`` belongs in loader ``idx``'s results: its suffix says so, or, logged without one, it was
+    logged while that loader ran (or at an epoch's end, for every loader), as in Lightning."""
+    if "/dataloader_idx_" in key:
+        return key.endswith(f"/dataloader_idx_{idx}")
+    loaders = results.logged_from(key)
+    return not loaders or idx in loaders
 
 
 def _log_step(trainer: Any, results: Results) -> None:

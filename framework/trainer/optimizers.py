@@ -11,6 +11,7 @@ from torch.optim import Optimizer
 
 from framework import console
 from framework.errors import MisconfigurationError, describe
+from framework.trainer.dispatch import call_refusing_logs
 
 ACCEPTED_FORMS = """configure_optimizers may return:
   - an optimizer
@@ -177,7 +178,8 @@ def step_schedulers(trainer: Any, interval: str, plateau: bool | None) -> None:
                         f"{available}. Log it with self.log({config.monitor!r}, ...) or set 'strict': False."
                     )
                 continue
-        trainer.module.lr_scheduler_step(config.scheduler, metric)
+        call_refusing_logs(trainer.module, "lr_scheduler_step", trainer.module.lr_scheduler_step, config.scheduler,
+                           metric)  # as in Lightning, no self.log there
 
 
 class OptimizerProxy:

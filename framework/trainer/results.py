@@ -34,7 +34,7 @@ class LoggedValue:
     __slots__ = (
         "name", "suffix", "key", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "reduce_fx", "sync_dist",
         "step_value", "step_stamp", "pending", "weights", "folded", "folded_weight", "metric", "given", "empty_dtype",
-        "standing_in",
+        "standing_in", "loaders",
     )
 
     def __init__(self, name: str, suffix: str, on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool,
@@ -59,6 +59,7 @@ class LoggedValue:
         self.given: tuple = ()  # the last self.log arguments checked: a call repeating them skips the check
         self.empty_dtype = torch.float32  # the dtype the other ranks' values have, where this rank logged none
         self.standing_in = False  # this rank logged nothing under the name: the entry joins the others' sync
+        self.loaders: set[int] = set()  # the loaders it was logged from without a suffix (add_dataloader_idx=False)
 
     def add(self, value: Any, weight: float) -> None:
         """Accumulate one batch's ``value`` for the epoch, with ``weight`` (the batch size for means)."""
@@ -160,6 +161,11 @@ class Results:
         # the batches every rank runs).
         self.step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None
 
+    def logged_from(self, key: str) -> set[int]:
+        """The loaders ``key`` was logged from without a suffix (empty: from none in particular)."""
+        entry = self.batch_entries.get(key) or self.epoch_entries.get(key)
+        return entry.loaders if entry is not None else set()
+
     def start_batch(self, batch: Any, dataloader_idx: int | None = None) -> None:
         """A new batch begins: what is logged next belongs to it (and to loader ``dataloader_idx``)."""
         self.batch = batch
@@ -181,9 +187,15 @@ class Results:
         entry = entries.get(key)
         given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
         if entry is None:
+            if add_dataloader_idx and "/dataloader_idx_" in name:  # the suffix is the loop's to add, as Lightning says
+                raise MisconfigurationError(
+                    f"self.log({name!r}, ...): the name holds a '/dataloader_idx_' suffix, which is added for you "
+                    "with several loaders. Drop it from the name, or pass add_dataloader_idx=False.")
             entry = entries[key] = self._new_entry(name, suffix, value, given)
         elif entry.given != given:  # spelled differently: compare what the settings resolve to
             self._check_same_settings(key, entry, given)
+        if not suffix and self.dataloader_idx is not None:  # results list it only for the loaders it came from
+            entry.loaders.add(self.dataloader_idx)
         if entry.metric is not None:
             # A Metric's epoch value is its compute(); its step value is the batch value of forward().
             if entry.on_step:

@@ -15,10 +15,10 @@ from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.precision import Precision
 from framework.profilers.base import profiled
-from framework.runtime.reporting import agree_on_runs, finalize
+from framework.runtime.reporting import agree_on_runs, finalize, logs_on_every_rank
 from framework.runtime.transfer import move_to_device
 from framework.trainer.data import forget_fit_data
-from framework.trainer.dispatch import HookRunner, merge_module_callbacks
+from framework.trainer.dispatch import HookRunner, lend_logging, merge_module_callbacks
 from framework.trainer.eval_loop import run_predict, run_validate_or_test
 from framework.trainer.fit_loop import FitLoop
 from framework.trainer.launch import predictions_of_every_rank, run_launched
@@ -122,6 +122,7 @@ class TrainerRun(TrainerProperties):
         if self.profiler is not None:  # a file per rank in a distributed run
             self.profiler.setup(stage, self.local_rank if self.world_size > 1 else None, self.log_dir)
         self.callbacks = merge_module_callbacks(self.callbacks, module.configure_callbacks())
+        lend_logging(self.callbacks, module)
         self.hooks = HookRunner(self, module, self.callbacks, self.datamodule)
         self._transfer_hooks = tuple(self.hooks.get(hook) for hook in (
             Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER))
@@ -152,8 +153,10 @@ class TrainerRun(TrainerProperties):
                                                 method=self._compiled_steps.method("training_step")),
             module.training_step,
         ))
-        # Loggers write on global rank 0 only; every rank checks the hyperparameters (so all fail alike).
-        self.metrics.loggers = self.loggers if self.is_global_zero else []
+        # Loggers write on global rank 0 only, except a user's own that is not rank-zero-only (as in Lightning);
+        # every rank checks the hyperparameters (so all fail alike).
+        self.metrics.loggers = self.loggers if self.is_global_zero else [
+            logger for logger in self.loggers if logs_on_every_rank(logger)]
         self.metrics.module = module
         if self.enable_autolog_hparams:
             log_hyperparams(self.metrics.loggers, module, self.datamodule)

@@ -42,6 +42,7 @@ def rank_zero_only(fn: Callable[..., T], default: T | None = None) -> Callable[.
     def on_rank_zero(*args: Any, **kwargs: Any) -> T | None:
         return fn(*args, **kwargs) if rank_zero_only.rank == 0 else default
 
+    on_rank_zero.runs_on_rank_zero_only = True  # type: ignore[attr-defined]  # what the Trainer asks of loggers
     return on_rank_zero
 
 

@@ -147,3 +147,26 @@ def test_a_training_step_set_to_none_is_refused_by_fit():
     model.training_step = None
     with pytest.raises(MisconfigurationError, match="Regressor must define training_step to fit"):
         quiet_trainer(max_epochs=1).fit(model, loader())
+
+
+def test_with_several_loaders_each_result_holds_what_was_logged_while_it_ran_as_in_lightning():
+    class LogsPerLoader(Regressor):
+        def test_step(self, batch, batch_idx, dataloader_idx):
+            self.log("common", 789.0)
+            self.log(f"no_suffix_{dataloader_idx}", 321.0 * (dataloader_idx + 1), add_dataloader_idx=False)
+            self.log_dict({"a_class" if dataloader_idx == 0 else "b_class": 1.0}, add_dataloader_idx=False)
+
+        def on_test_epoch_end(self):
+            self.log("at_epoch_end", 5.0)  # no loader in particular: every result has it
+
+    results = quiet_trainer().test(LogsPerLoader(), [loader(n=8), loader(n=8)], verbose=False)
+    assert results == [
+        {"common/dataloader_idx_0": 789.0, "no_suffix_0": 321.0, "a_class": 1.0, "at_epoch_end": 5.0},
+        {"common/dataloader_idx_1": 789.0, "no_suffix_1": 642.0, "b_class": 1.0, "at_epoch_end": 5.0},
+    ]
+    with pytest.raises(MisconfigurationError, match=r"'x/dataloader_idx_0'.*holds a '/dataloader_idx_' suffix"):
+        class NamesTheSuffix(Regressor):
+            def test_step(self, batch, batch_idx):
+                self.log("x/dataloader_idx_0", 1.0)
+
+        quiet_trainer().test(NamesTheSuffix(), loader(n=8), verbose=False)

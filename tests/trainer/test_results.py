@@ -8,6 +8,8 @@ import torchmetrics
 from torch.utils.data import DataLoader, TensorDataset
 
 import framework
+from framework.testing import spawn
+from framework.utilities import rank_zero_only
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
 
 
@@ -472,3 +474,43 @@ def test_log_dict_takes_a_metric_collection_and_logs_each_metric_by_its_name():
                                      "val_mae": float((predicted - y).abs().mean())})
     with pytest.raises(framework.MisconfigurationError, match="needs a mapping or a torchmetrics MetricCollection"):
         model.log_dict([("a", 1.0)])
+
+
+class _EveryRankLogger(RecordingLogger):
+    """A logger of the user's own whose log_metrics is not rank_zero_only: every rank's values reach it."""
+
+
+class _RankZeroLogger(RecordingLogger):
+    @rank_zero_only
+    def log_metrics(self, metrics, step):
+        super().log_metrics(metrics, step)
+
+
+class _LogsItsRank(Regressor):
+    def on_train_start(self):
+        self.log(f"rank-{self.global_rank}", 1.0)
+
+
+def _log_on_rank(rank: int) -> tuple[list, list]:
+    every, zero = _EveryRankLogger(), _RankZeroLogger()
+    quiet_trainer(devices=2, strategy="ddp", max_steps=1, logger=[every, zero], log_every_n_steps=1).fit(
+        _LogsItsRank(), loader())
+    return sorted({key for _, metrics in every.calls for key in metrics}), zero.calls
+
+
+def test_a_logger_that_is_not_rank_zero_only_hears_every_rank_as_in_lightning():
+    (zero_keys, zero_calls), (one_keys, one_calls) = spawn(2, _log_on_rank)
+    assert "rank-0" in zero_keys and "rank-1" in one_keys and "rank-1" not in zero_keys
+    assert zero_calls and one_calls == []  # rank_zero_only: rank 0 alone
+
+
+def test_logging_to_a_logger_with_none_configured_warns_as_in_lightning():
+    class AsksForALogger(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log("epoch", -1.0, logger=True)
+            return super().training_step(batch, batch_idx)
+
+    trainer = quiet_trainer(max_steps=1)
+    with pytest.warns(UserWarning, match=r"self.log\('epoch', ..., logger=True\)` but have no logger configured"):
+        trainer.fit(AsksForALogger(), loader())
+    assert trainer.logged_metrics["epoch"] == -1.0  # still logged, as in Lightning
