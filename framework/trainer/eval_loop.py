@@ -16,7 +16,7 @@ from framework.profilers.base import profiled, profiled_batches
 from framework.runtime.transfer import move_to_device
 from framework.trainer.checkpoint import restore_for_evaluation
 from framework.trainer.data import INFINITE, any_rank_has_batches, eval_data, limited
-from framework.trainer.metrics import to_floats
+from framework.trainer.metrics import step_views, to_floats
 from framework.trainer.prediction_state import PredictionState, recording_indices
 from framework.trainer.results import Results
 from framework.trainer.signatures import check_dataloader_idx, without_unaccepted_batch_idx
@@ -120,6 +120,8 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float],
     results = Results(training=False, distributed=trainer.world_size > 1)
     module._results = results
     training_results, metrics.live = metrics.live, results
+    if training_results is not None:  # training's step values stay in callback_metrics through validation
+        metrics.store(step_views(training_results))
     outputs: list[Any] = []
     # Inside fit, validation runs under no_grad, as in Lightning: tensors it creates may be reused by
     # training, which inference-mode tensors cannot be.

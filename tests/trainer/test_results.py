@@ -514,3 +514,20 @@ def test_logging_to_a_logger_with_none_configured_warns_as_in_lightning():
     with pytest.warns(UserWarning, match=r"self.log\('epoch', ..., logger=True\)` but have no logger configured"):
         trainer.fit(AsksForALogger(), loader())
     assert trainer.logged_metrics["epoch"] == -1.0  # still logged, as in Lightning
+
+
+def test_values_logged_in_training_step_stay_in_callback_metrics_through_validation(tmp_path):
+    seen = []
+
+    class Watches(framework.Callback):
+        def on_validation_start(self, trainer, module):
+            seen.append("train_loss" in trainer.callback_metrics)
+
+        def on_validation_end(self, trainer, module):
+            seen.append("train_loss" in trainer.callback_metrics)
+
+    checkpoint = framework.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="train_loss", save_top_k=2)
+    trainer = quiet_trainer(max_epochs=1, val_check_interval=0.25, num_sanity_val_steps=0,
+                            callbacks=[Watches(), checkpoint], enable_checkpointing=True)
+    trainer.fit(Regressor(), loader(n=64), loader(n=16))  # 8 batches: validation after 2, 4, 6 and 8
+    assert seen == [True] * 8 and checkpoint.best_model_path  # monitored mid-epoch, as in Lightning
