@@ -1,7 +1,5 @@
 """``DataModule``: the data of a run — download, split, and the loaders for every stage."""
 
-from __future__ import annotations
-
 import inspect
 import os
 from collections.abc import Mapping, Sequence
@@ -88,7 +86,7 @@ class DataModule(LoaderHooks):
     @classmethod
     def from_datasets(cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None,
                       predict_dataset: Any = None, batch_size: int = 1, num_workers: int = 0,
-                      **datamodule_kwargs: Any) -> DataModule:
+                      **datamodule_kwargs: Any) -> "DataModule":
         """A DataModule whose loaders wrap the given datasets (each a Dataset, or a list or dict of them).
 
         Training data is shuffled (unless it is an IterableDataset); the other stages keep their order.
@@ -120,7 +118,7 @@ class DataModule(LoaderHooks):
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, hparams_file: str | os.PathLike | None = None,
-                             weights_only: bool | None = None, **overrides: Any) -> DataModule:
+                             weights_only: bool | None = None, **overrides: Any) -> "DataModule":
         """Rebuild the DataModule from the hyperparameters (and state) a Trainer checkpoint saved for it."""
         from framework.io.checkpoint import load_checkpoint
 

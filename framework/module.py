@@ -1,7 +1,5 @@
 """``Module``: the user's model, its step functions and its hooks."""
 
-from __future__ import annotations
-
 import inspect
 import os
 import warnings
@@ -388,7 +386,7 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None,
                              hparams_file: str | os.PathLike | None = None, strict: bool | None = None,
-                             weights_only: bool | None = None, **overrides: Any) -> Module:
+                             weights_only: bool | None = None, **overrides: Any) -> "Module":
         """Rebuild the module from a checkpoint: ``cls(**saved hparams, **overrides)``, then its weights.
 
         ``hparams_file`` (a YAML file) replaces the hyperparameters saved in the checkpoint;

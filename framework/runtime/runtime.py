@@ -1,7 +1,5 @@
 """The Runtime: device, Strategy and Precision in one object, usable without the Trainer."""
 
-from __future__ import annotations
-
 import atexit
 import contextlib
 import os

@@ -1,8 +1,6 @@
 """``Trainer``: its arguments, and ``fit`` / ``validate`` / ``test`` / ``predict`` (what one run does is in
 ``run.py``)."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 from collections.abc import Iterable
