@@ -1,7 +1,5 @@
 """The Logger base: where logged metrics and hyperparameters go."""
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -114,7 +112,7 @@ class DummyLogger(Logger):
     """
 
     @property
-    def experiment(self) -> NoOpExperiment:
+    def experiment(self) -> "NoOpExperiment":
         """An object on which every method call does nothing."""
         return NoOpExperiment()
 
@@ -135,7 +133,7 @@ class NoOpExperiment:
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
 
-    def __getitem__(self, index: Any) -> NoOpExperiment:
+    def __getitem__(self, index: Any) -> "NoOpExperiment":
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:

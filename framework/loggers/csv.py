@@ -1,7 +1,5 @@
 """``CSVLogger``: metrics in ``metrics.csv`` and hyperparameters in ``hparams.yaml``."""
 
-from __future__ import annotations
-
 import csv
 import io
 import os
@@ -53,7 +51,7 @@ class CSVLogger(DirectoryLogger):
 
     @property
     @rank_zero_experiment
-    def experiment(self) -> CSVLogger:
+    def experiment(self) -> "CSVLogger":
         """The writer itself (Lightning's ``logger.experiment.log_metrics(...)`` works on it); a
         ``NoOpExperiment`` on global ranks other than 0. The first read takes the run's folder (see above)."""
         if not self._claimed:

@@ -1,7 +1,5 @@
 """``MLFlowLogger``: metrics, hyperparameters and checkpoints in an MLflow run (``pip install "framework[mlflow]"``)."""
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import re

@@ -1,7 +1,5 @@
 """``TensorBoardLogger``: scalars, hyperparameters and the model graph as TensorBoard event files."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import warnings

@@ -1,8 +1,6 @@
 """``WandbLogger``: metrics, hyperparameters, media and checkpoints in a Weights & Biases run
 (``pip install "framework[wandb]"``)."""
 
-from __future__ import annotations
-
 import json
 import os
 import warnings

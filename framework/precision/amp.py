@@ -1,7 +1,5 @@
 """Mixed precision: forward passes under ``torch.autocast``, parameters and optimizer state in fp32."""
 
-from __future__ import annotations
-
 import contextlib
 import weakref
 from collections.abc import Callable

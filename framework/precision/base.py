@@ -1,7 +1,5 @@
 """The Precision contract and its 32-bit base, which changes nothing."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Callable
 from typing import Any

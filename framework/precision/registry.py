@@ -1,7 +1,5 @@
 """Turns what users type for ``precision=`` into a Precision object."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 from framework.errors import MisconfigurationError, describe

@@ -1,7 +1,5 @@
 """True low- or high-precision: the whole module, its inputs and its optimizer state in one dtype."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Iterator
 from typing import Any

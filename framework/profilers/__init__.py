@@ -5,8 +5,6 @@ Example::
     Trainer(profiler="simple")                 # or "advanced", or a Profiler instance
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from framework.errors import MisconfigurationError, describe

@@ -1,7 +1,5 @@
 """``AdvancedProfiler``: Python's cProfile statistics of each action."""
 
-from __future__ import annotations
-
 import cProfile
 import io
 import os

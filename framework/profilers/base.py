@@ -4,8 +4,6 @@ A Trainer given ``profiler=`` wraps its hooks, steps and batch fetching in ``pro
 one nothing is wrapped, so an unprofiled run pays nothing.
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 from abc import ABC, abstractmethod

@@ -1,7 +1,5 @@
 """``PyTorchProfiler``: ``torch.profiler`` over the run, each action a ``record_function`` range."""
 
-from __future__ import annotations
-
 import os
 from typing import Any
 

@@ -1,7 +1,5 @@
 """``SimpleProfiler``: how long each action took, on average and in total."""
 
-from __future__ import annotations
-
 import os
 import time
 from collections import defaultdict

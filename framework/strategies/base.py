@@ -1,7 +1,5 @@
 """The Strategy contract: how a module is placed, wrapped, synchronised and saved."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """Distributed data parallel: a full copy of the model per process, gradients averaged in backward."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Callable
 from datetime import timedelta

@@ -1,8 +1,6 @@
 """ZeRO-2 and ZeRO-3 on PyTorch's FSDP2 (``fully_shard``): parameters, gradients and optimizer state split
 over the ranks, with CPU offload."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta

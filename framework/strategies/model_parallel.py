@@ -1,7 +1,5 @@
 """Tensor parallelism with FSDP2 on a 2-D device mesh: the Module splits its own layers, the strategy runs them."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any

@@ -1,7 +1,5 @@
 """What every strategy with one process per device shares: the process group and the collectives over it."""
 
-from __future__ import annotations
-
 import atexit
 import contextlib
 import os

@@ -1,7 +1,5 @@
 """ZeRO-1: DDP with the optimizer state split over the ranks (``ZeroRedundancyOptimizer``)."""
 
-from __future__ import annotations
-
 import inspect
 from typing import Any
 

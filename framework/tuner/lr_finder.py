@@ -1,8 +1,6 @@
 """The learning-rate range test: train a few steps while the learning rate grows, and suggest the one where the
 loss falls fastest."""
 
-from __future__ import annotations
-
 import contextlib
 import math
 import warnings

@@ -1,7 +1,5 @@
 """``Tuner``: search a Trainer's hyperparameters before training, as Lightning's ``Tuner``."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from framework.errors import MisconfigurationError
