@@ -1,8 +1,6 @@
 """Local SGD: each process steps on its own gradients, without all-reducing them, and the processes average
 their weights every few steps: less communication, for slow links between machines."""
 
-from __future__ import annotations
-
 from types import TracebackType
 from typing import Any
 
@@ -44,7 +42,7 @@ class LocalSGD:
         self.num_steps = 0
         self._unsynced: Any = None
 
-    def __enter__(self) -> LocalSGD:
+    def __enter__(self) -> "LocalSGD":
         if self.enabled:
             self._unsynced = self.model.no_sync()
             self._unsynced.__enter__()

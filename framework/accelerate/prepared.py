@@ -1,8 +1,6 @@
 """The prepared optimizer and LR scheduler: they step only when the gradients are synced (the end of an
 accumulation window), as Accelerate's do."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 

@@ -7,8 +7,6 @@ Accelerate keeps these as process-wide singletons. Here they are views of this p
 so a script that only splits work between processes needs no Accelerator.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from framework.accelerate.gradient_state import GradientState as _GradientState

@@ -1,8 +1,6 @@
 """Experiment trackers for ``Accelerator(log_with=...)``: Accelerate's tracker classes, each over the framework's
 logger of its kind (TensorBoard, W&B, MLflow), and ``GeneralTracker`` for trackers of one's own."""
 
-from __future__ import annotations
-
 import os
 from typing import Any
 

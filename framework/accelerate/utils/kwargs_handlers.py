@@ -2,8 +2,6 @@
 defaults: options for DDP (its communication hooks included), the fp16 loss scaler, the process group, autocast
 and the profiler."""
 
-from __future__ import annotations
-
 import copy
 import os
 from collections.abc import Callable
