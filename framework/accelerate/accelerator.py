@@ -253,11 +253,13 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         """``data_loader`` handing this process its batches (batch ``i`` of a pass to process ``i mod N``), on the
         device."""
         if isinstance(data_loader, PreparedDataLoader):
+        config = self.dataloader_config
             return data_loader
         placement = self.device_placement if device_placement is None else device_placement
         prepared = prepared_loader(data_loader, self._runtime, self.gradient_state, self.num_processes,
                                    self.process_index, self.even_batches,
-                                   self._runtime.to_device if placement else _as_it_is)
+                                   self._runtime.to_device if placement else _as_it_is,
+                                   seedable=config.use_seedable_sampler, data_seed=config.data_seed)
         self._dataloaders.append(prepared)
         return prepared
 

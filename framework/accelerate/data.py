@@ -20,15 +20,17 @@ class RankBatches(BatchSamplerShard):
 
     A pass's order is the one the loader's own sampler would give: unshuffled, or shuffled as
     ``RandomSampler`` shuffles (one process: from a seed drawn from torch's generator, so the
-    order is a plain loop's; several: from a seed all ranks share plus the pass number, as
-    ``DistributedSampler`` does). The pass's randomness is recorded (``order_record``), so
-    ``replay`` can rebuild that order after a restart. Other batch samplers are dealt out as
-    they batch, without a record.
+    order is a plain loop's; several: from ``shared_generator``, which every rank holds in the
+    same state and each pass moves on, as Accelerate's synchronized generator). The pass's
+    randomness is recorded (``order_record``), so ``replay`` can rebuild that order after a
+    restart. Other batch samplers are dealt out as they batch, without a record.
     """
 
-    def __init__(self, batch_sampler: Any, num_replicas: int, rank: int, even_batches: bool, shared_seed: int) -> None:
+    def __init__(self, batch_sampler: Any, num_replicas: int, rank: int, even_batches: bool,
+                 shared_generator: torch.Generator | None, data_seed: int | None = None) -> None:
         super().__init__(batch_sampler, num_replicas, rank, even_batches=even_batches)
-        self.shared_seed = shared_seed
+        self.shared_generator = shared_generator
+        self.data_seed = data_seed  # set: each pass's order is seeded with it plus the pass number
         sampler = getattr(batch_sampler, "sampler", None)
         self.plain = type(batch_sampler) is BatchSampler and (type(sampler) is SequentialSampler or _plainly_shuffles(
             sampler))
@@ -64,19 +66,23 @@ class RankBatches(BatchSamplerShard):
         if type(sampler) is SequentialSampler:
             self.order_record = {}
             return list(range(length))
-        if self.num_processes > 1:  # every rank the same order, a new one each pass, as DistributedSampler
-            generator = torch.Generator().manual_seed(self.shared_seed + self.pass_index)
+        if self.data_seed is not None:  # Accelerate's seedable sampler: set_epoch chooses the pass's order
             self.order_record = {}
-        elif sampler.generator is not None:  # the user's generator decides, and moves on as RandomSampler moves it
-            generator = sampler.generator
+            return torch.randperm(length, generator=torch.Generator().manual_seed(self.data_seed + self.pass_index)
+                                  ).tolist()
+        if self.num_processes > 1 or sampler.generator is not None:
+            # Several ranks: every rank's copy of the shared generator draws the same order, a new one each pass.
+            # One process with the user's generator: it decides, and moves on as RandomSampler moves it.
+            generator = self.shared_generator if self.num_processes > 1 else sampler.generator
             if replay is not None:
                 generator.set_state(replay["generator_state"])
             self.order_record = {"generator_state": generator.get_state()}
-        else:
-            seed = replay["seed"] if replay is not None else int(torch.empty((), dtype=torch.int64).random_().item())
-            generator = torch.Generator().manual_seed(seed)
-            self.order_record = {"seed": seed}
-        return torch.randperm(length, generator=generator).tolist()
+            order = torch.randperm(length, generator=generator).tolist()
+            torch.randperm(length, generator=generator)  # RandomSampler draws once more at its end: move on the same
+            return order
+        seed = replay["seed"] if replay is not None else int(torch.empty((), dtype=torch.int64).random_().item())
+        self.order_record = {"seed": seed}
+        return torch.randperm(length, generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 class PreparedDataLoader:
@@ -96,7 +102,7 @@ class PreparedDataLoader:
     """
 
     def __init__(self, loader: Any, gradient_state: GradientState, num_replicas: int, rank: int, even_batches: bool,
-                 shared_seed: int, place: Any) -> None:
+                 shared_generator: torch.Generator | None, place: Any, data_seed: int | None = None) -> None:
         self.base_dataloader = loader
         self.gradient_state = gradient_state
         self.num_replicas = num_replicas
@@ -107,7 +113,8 @@ class PreparedDataLoader:
         self._loader = loader
         if isinstance(loader, DataLoader) and loader.batch_sampler is not None and not isinstance(
                 loader.dataset, IterableDataset):
-            self._batches = RankBatches(loader.batch_sampler, num_replicas, rank, even_batches, shared_seed)
+            self._batches = RankBatches(loader.batch_sampler, num_replicas, rank, even_batches, shared_generator,
+                                        data_seed)
             self._loader = rebuilt_with_batch_sampler(loader, self._batches)
         self._passes = 0  # passes started (the next one's number when none runs)
         self._position = 0  # batches handed out in the current pass
@@ -218,9 +225,9 @@ class PreparedDataLoader:
         """Where this loader stands: passes started, whether one runs and how many of its batches were handed out,
         and the randomness of its order."""
         record = self._batches.order_record if self._batches is not None and self._in_pass else None
-        shared_seed = self._batches.shared_seed if self._batches is not None else 0
+        shared = self._batches.shared_generator if self._batches is not None else None
         return {"passes": self._passes, "in_pass": self._in_pass, "position": self._position, "order": record,
-                "shared_seed": shared_seed}
+                "shared_generator": shared.get_state() if shared is not None else None}
 
     def rank_state(self) -> dict[str, Any]:
         """What this rank alone knows of its position (saved with the rank's random state): torch's random state
@@ -234,8 +241,9 @@ class PreparedDataLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next iteration finishes the pass it was in, or starts the one after."""
         self._passes = state["passes"]
-        if self._batches is not None:  # the ranks' shuffled orders come from the seed they agreed on then
-            self._batches.shared_seed = state.get("shared_seed", self._batches.shared_seed)
+        shared = self._batches.shared_generator if self._batches is not None else None
+        if shared is not None and state.get("shared_generator") is not None:  # the next pass draws as it would have
+            shared.set_state(state["shared_generator"])
         self._resume = None
         if state["in_pass"]:
             self._resume = {"pass": state["passes"] - 1, "position": state["position"], "order": state["order"]}
@@ -245,13 +253,34 @@ class PreparedDataLoader:
 
 
 def prepared_loader(loader: Any, runtime: Any, gradient_state: GradientState, num_replicas: int, rank: int,
-                    even_batches: bool, place: Callable[[Any], Any]) -> PreparedDataLoader:
-    """``loader`` prepared for rank ``rank`` of ``num_replicas``, its batches put in place by ``place``; a shuffled
-    loader's ranks share the seed of their order (rank 0's draw, as the Runtime agrees on one)."""
+                    even_batches: bool, place: Callable[[Any], Any], seedable: bool = False,
+                    data_seed: int | None = None) -> PreparedDataLoader:
+    """``loader`` prepared for rank ``rank`` of ``num_replicas``, its batches put in place by ``place``.
+
+    A shuffled loader's order follows Accelerate's: with ``seedable`` (its ``use_seedable_sampler``),
+    seeded by ``data_seed`` (else torch's initial seed) plus the pass number, which ``set_epoch``
+    chooses; otherwise as a RandomSampler draws it on one process, and from a generator the
+    ranks share on several.
+    """
     sampler = getattr(loader, "sampler", None)
     shuffled = isinstance(loader, DataLoader) and type(sampler) is RandomSampler
-    seed = runtime.agreed_seed(sampler.generator) if num_replicas > 1 and shuffled else 0
-    return PreparedDataLoader(loader, gradient_state, num_replicas, rank, even_batches, seed, place)
+    seed = None
+    if shuffled and seedable:
+        seed = runtime.broadcast(data_seed if data_seed is not None else torch.initial_seed())
+    shared = shared_generator(runtime, sampler.generator) if shuffled and seed is None and num_replicas > 1 else None
+    return PreparedDataLoader(loader, gradient_state, num_replicas, rank, even_batches, shared, place, seed)
+
+
+def shared_generator(runtime: Any, given: torch.Generator | None) -> torch.Generator:
+    """The generator the ranks draw a shuffled loader's orders from, in rank 0's state on every rank: the one the
+    loader was given, else a new one seeded from torch's generator, drawn as Accelerate draws it, so several
+    processes shuffle as they do under Accelerate."""
+    generator = torch.Generator()
+    if given is not None:
+        generator.set_state(runtime.broadcast(given.get_state()))
+    else:
+        generator.manual_seed(runtime.broadcast(int(torch.empty((), dtype=torch.int64).random_().item())))
+    return generator
 
 
 class SkippedDataLoader:

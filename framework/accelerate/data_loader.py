@@ -49,7 +49,7 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
         place = functools.partial(send_to_device, device=device, non_blocking=non_blocking)
     return prepared_loader(dataloader, runtime, state, num_processes if num_processes is not None else
                            runtime.world_size, process_index if process_index is not None else runtime.global_rank,
-                           even_batches, place)
+                           even_batches, place, seedable=use_seedable_sampler, data_seed=data_seed)
 
 
 def _as_it_is(batch: Any) -> Any:

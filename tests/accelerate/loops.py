@@ -71,7 +71,28 @@ def runtime_loop(accumulate: int = 2, epochs: int = 2, shuffle: bool = True, cou
     return {"weights": weights(model.module)}
 
 
-# On several ranks the two loops put a pass's samples on other ranks (Accelerate deals whole batches, the Runtime
+def plain_loop_in_accelerates_order(accumulate: int = 2, epochs: int = 2, count: int = 64, batch_size: int = 4,
+                                    world_size: int = 2) -> dict:
+    """What ``world_size`` ranks of ``accelerate_loop`` (without dropout) compute, as one plain process: Accelerate
+    shuffles from a generator the ranks share, seeded when the loader is prepared, and deals batch ``i`` of a pass
+    to rank ``i mod world_size``, so each step averages the gradients of ``world_size`` consecutive batches."""
+    model, optimizer = model_and_optimizer(dropout=0.0)
+    generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+    x, y = data(count).tensors
+    for _ in range(epochs):
+        order = torch.randperm(count, generator=generator)
+        torch.randperm(count, generator=generator)  # RandomSampler draws once more at a pass's end
+        rounds = order.reshape(-1, world_size * batch_size)
+        for index, samples in enumerate(rounds, start=1):
+            loss = torch.nn.functional.mse_loss(model(x[samples]), y[samples])
+            (loss / accumulate).backward()
+            if index % accumulate == 0 or index == len(rounds):
+                optimizer.step()
+                optimizer.zero_grad()
+    return {"weights": weights(model)}
+
+
+# On several ranks the loops put a pass's samples on other ranks (Accelerate deals whole batches, the Runtime
 # every N-th sample): the same samples make each step, but each rank draws the same dropout masks for other rows.
 def accelerate_loop_on_rank(rank: int, accumulate: int, shuffle: bool) -> dict:
     return accelerate_loop(accumulate=accumulate, shuffle=shuffle, dropout=0.0)

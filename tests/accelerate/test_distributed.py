@@ -8,10 +8,16 @@ import os
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from framework.accelerate import Accelerator
+from framework.accelerate import Accelerator, DataLoaderConfiguration
 from framework.runtime.wrappers import forward_module
 from framework.testing import spawn
-from tests.accelerate.loops import accelerate_loop_on_rank, data, model_and_optimizer, runtime_loop_on_rank
+from tests.accelerate.loops import (
+    accelerate_loop_on_rank,
+    data,
+    model_and_optimizer,
+    plain_loop_in_accelerates_order,
+    runtime_loop_on_rank,
+)
 from tests.accelerate.resumable import train_on_rank
 
 
@@ -21,11 +27,14 @@ def _assert_same(weights: dict, reference: dict, exact: bool = False) -> None:
         torch.testing.assert_close(value, reference[name], **tolerance, msg=name)
 
 
-def test_two_ranks_train_as_the_runtime_does_with_accumulation_and_shuffling():
+def test_two_ranks_train_as_one_plain_process_in_accelerates_order_with_accumulation_and_shuffling():
     accelerated = spawn(2, accelerate_loop_on_rank, 2, True)
-    reference = spawn(2, runtime_loop_on_rank, 2, True)
+    reference = plain_loop_in_accelerates_order(accumulate=2)
+    unshuffled = spawn(2, accelerate_loop_on_rank, 2, False)
+    runtime = spawn(2, runtime_loop_on_rank, 2, False)  # unshuffled, the Runtime's ranks train the same
     for rank in (0, 1):
-        _assert_same(accelerated[rank]["weights"], reference[0]["weights"])
+        _assert_same(accelerated[rank]["weights"], reference["weights"])
+        _assert_same(unshuffled[rank]["weights"], runtime[0]["weights"])
         assert accelerated[rank]["batches"] == 8  # 16 batches a pass, dealt out in turn
         assert accelerated[rank]["syncs"] == [False, True] * 8
         assert accelerated[rank]["distributed_type"] == "MULTI_CPU"
@@ -112,8 +121,8 @@ def test_fsdp_from_the_launchers_settings_trains_saves_and_resumes_on_cpu_ranks(
     _assert_same(resumed[0]["weights"], whole[0]["weights"])
 
 
-def _passes(rank: int) -> dict:
-    accelerator = Accelerator(cpu=True)
+def _passes(rank: int, seedable: bool) -> dict:
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=seedable))
     dataset = TensorDataset(torch.arange(16))
     torch.manual_seed(0)
     loader = accelerator.prepare(DataLoader(dataset, batch_size=2, shuffle=True))
@@ -124,10 +133,31 @@ def _passes(rank: int) -> dict:
     return {"first": first, "second": second, "set_epoch_1": [batch.tolist() for (batch,) in later]}
 
 
-def test_each_pass_is_shuffled_anew_the_same_way_on_every_rank_and_set_epoch_chooses_it():
-    ranks = spawn(2, _passes)
-    for key in ("first", "second"):
-        seen = sorted(index for rank in ranks for batch in rank[key] for index in batch)
-        assert seen == list(range(16)), key  # each sample on one rank, once
-    assert ranks[0]["first"] != ranks[0]["second"]
-    assert all(rank["set_epoch_1"] == rank["second"] for rank in ranks)
+# Recorded from Accelerate 1.15 on two CPU ranks (ACCELERATE_USE_CPU=1 torchrun): set_seed(3), a Linear(3, 3) built,
+# DataLoader(TensorDataset(torch.arange(20)), batch_size=3, shuffle=True) prepared, two passes; rank 0's, rank 1's.
+_ACCELERATE_TWO_RANK_PASSES = [
+    [[[2, 5, 17], [13, 18, 14], [10, 12, 19], [9, 3, 2]], [[12, 9, 5], [8, 11, 6], [7, 0, 19], [15, 10, 12]]],
+    [[[7, 6, 8], [1, 16, 0], [15, 4, 11], [5, 17, 7]], [[2, 14, 4], [13, 18, 16], [1, 3, 17], [9, 5, 2]]],
+]
+
+
+def _two_passes_as_accelerate_draws_them(rank: int) -> list:
+    from framework.accelerate.utils import set_seed
+
+    set_seed(3)
+    accelerator = Accelerator(cpu=True)
+    torch.nn.Linear(3, 3)
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(20)), batch_size=3, shuffle=True))
+    return [[batch.tolist() for (batch,) in loader] for _ in range(2)]
+
+
+def test_each_pass_is_shuffled_anew_the_same_way_on_every_rank_as_accelerate_shuffles():
+    assert spawn(2, _two_passes_as_accelerate_draws_them) == _ACCELERATE_TWO_RANK_PASSES
+    for seedable in (False, True):
+        ranks = spawn(2, _passes, seedable)
+        for key in ("first", "second"):
+            seen = sorted(index for rank in ranks for batch in rank[key] for index in batch)
+            assert seen == list(range(16)), key  # each sample on one rank, once
+        assert ranks[0]["first"] != ranks[0]["second"]
+        # Accelerate's seedable sampler: set_epoch chooses the order; its default generator just moves on
+        assert all((rank["set_epoch_1"] == rank["second"]) == seedable for rank in ranks)

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.testing import spawn
-from tests.accelerate.loops import runtime_loop_on_rank
+from tests.accelerate.loops import plain_loop_in_accelerates_order
 from tests.cli.test_accelerate_launch import ACCELERATE_FSDP2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +44,7 @@ def _run(command: list[str], gpus_seen: bool = False) -> str:
 
 
 @pytest.mark.parametrize("launcher", ["torchrun on a GPU machine", "flags", "fsdp config file"])
-def test_launched_ranks_train_as_the_runtime_does(tmp_path, launcher):
+def test_launched_ranks_train_as_one_plain_process_in_accelerates_order(tmp_path, launcher):
     script = [str(ROOT / "tests" / "accelerate" / "launched_loop.py"), str(tmp_path)]
     if launcher == "torchrun on a GPU machine":
         _run([*TORCHRUN, *script], gpus_seen=True)  # Accelerator(cpu=True): no CUDA call on any rank
@@ -54,7 +53,7 @@ def test_launched_ranks_train_as_the_runtime_does(tmp_path, launcher):
     else:
         (tmp_path / "fsdp.yaml").write_text(FSDP_CONFIG)  # as `accelerate config` writes it, for GPUs
         _run([*LAUNCH, "--config_file", str(tmp_path / "fsdp.yaml"), *script])
-    reference = spawn(2, runtime_loop_on_rank, 2, True)[0]["weights"]
+    reference = plain_loop_in_accelerates_order(accumulate=2)["weights"]
     for rank in (0, 1):
         ran = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         assert ran["distributed_type"] == ("FSDP" if launcher == "fsdp config file" else "MULTI_CPU")

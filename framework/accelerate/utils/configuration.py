@@ -50,8 +50,10 @@ class GradientAccumulationPlugin:
 class DataLoaderConfiguration:
     """How prepared dataloaders share batches: ``even_batches`` (the last round completed from the first samples
     so every rank runs as many batches), ``split_batches`` (not supported: each rank takes whole batches),
-    ``non_blocking`` (copies to the GPU that do not wait). Seeding and position are always handled:
-    ``use_seedable_sampler``, ``use_stateful_dataloader`` and ``data_seed`` are accepted for Accelerate's sake."""
+    ``non_blocking`` (copies to the GPU that do not wait), ``use_seedable_sampler`` (a shuffled loader's pass
+    ``e`` is seeded with ``data_seed``, else torch's initial seed, plus ``e``, which ``set_epoch`` chooses, as
+    Accelerate's seedable sampler). The position in a pass is always saved: ``use_stateful_dataloader`` is
+    accepted for Accelerate's sake."""
 
     split_batches: bool = False
     dispatch_batches: bool | None = None
