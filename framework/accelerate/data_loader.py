@@ -1,8 +1,6 @@
 """Accelerate's data-loading names (``accelerate.data_loader``): preparing a DataLoader without an
 ``Accelerator`` call, and the pieces a prepared loader is made of."""
 
-from __future__ import annotations
-
 import abc
 import functools
 from typing import Any

@@ -3,8 +3,6 @@ writes (``ProjectConfiguration``), how loaders share batches (``DataLoaderConfig
 (``GradientAccumulationPlugin``), FSDP (``FullyShardedDataParallelPlugin``) and compilation
 (``TorchDynamoPlugin``)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
