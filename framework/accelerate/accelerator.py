@@ -1,7 +1,5 @@
 """``Accelerator``: Hugging Face Accelerate's way of writing a training loop, on the framework's Runtime."""
 
-from __future__ import annotations
-
 import contextlib
 import gc
 import os
@@ -253,9 +251,9 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         """``data_loader`` handing this process its batches (batch ``i`` of a pass to process ``i mod N``), on the
         device."""
         if isinstance(data_loader, PreparedDataLoader):
-        config = self.dataloader_config
             return data_loader
         placement = self.device_placement if device_placement is None else device_placement
+        config = self.dataloader_config
         prepared = prepared_loader(data_loader, self._runtime, self.gradient_state, self.num_processes,
                                    self.process_index, self.even_batches,
                                    self._runtime.to_device if placement else _as_it_is,
