@@ -1128,3 +1128,23 @@ def test_manual_optimization_syncs_gradients_like_one_process_with_the_doubled_b
     quiet_trainer(devices=2, strategy=strategy, max_epochs=2).fit(model, DataLoader(regression_data(), batch_size=4))
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _reducer_released_at_exit(rank: int) -> tuple[bool, bool]:
+    import atexit
+
+    from framework.strategies import ddp
+
+    runtime = framework.Runtime(accelerator="cpu", strategy="ddp")
+    model = runtime.setup_module(torch.nn.Linear(4, 2))
+    runtime.backward(model(torch.ones(2, 4)).sum())
+    wrapped = model._forward_module
+    before = "reducer" in wrapped.__dict__
+    atexit.unregister(ddp._release_reducers)  # run here what the exit runs
+    ddp._release_reducers()
+    return before, "reducer" in wrapped.__dict__ or "logger" in wrapped.__dict__
+
+
+def test_ddp_reducers_are_released_at_exit_before_interpreter_finalization():
+    """Left to finalization, a reducer can abort the process after the script finished (gloo, torch 2.14)."""
+    assert spawn(2, _reducer_released_at_exit) == [(True, False), (True, False)]
