@@ -7,7 +7,8 @@ import enum
 
 
 class AccelerateEnum(str, enum.Enum):
-    """A string enumeration whose members print as their values, as Accelerate's do."""
+    """A string enumeration whose members print as their values, as most of Accelerate's do (``DistributedType``,
+    ``ComputeEnvironment`` and ``SageMakerDistributedType`` print as ``Class.MEMBER``, as theirs do)."""
 
     def __str__(self) -> str:
         return self.value
@@ -18,7 +19,7 @@ class AccelerateEnum(str, enum.Enum):
         return [member.value for member in cls]
 
 
-class DistributedType(AccelerateEnum):
+class DistributedType(str, enum.Enum):
     """How the processes of a run share the work (``accelerator.distributed_type``). The framework runs ``NO``,
     ``MULTI_CPU``, ``MULTI_GPU`` and ``FSDP``; the other members exist so that scripts can compare against them."""
 
@@ -38,7 +39,7 @@ class DistributedType(AccelerateEnum):
     MULTI_NEURON = "MULTI_NEURON"
 
 
-class ComputeEnvironment(AccelerateEnum):
+class ComputeEnvironment(str, enum.Enum):
     """Where a run is set up (``compute_environment`` in a config file)."""
 
     LOCAL_MACHINE = "LOCAL_MACHINE"
@@ -107,7 +108,7 @@ class RNGType(AccelerateEnum):
     GENERATOR = "generator"
 
 
-class SageMakerDistributedType(AccelerateEnum):
+class SageMakerDistributedType(str, enum.Enum):
     """SageMaker's kinds of distribution (config files written for SageMaker)."""
 
     NO = "NO"
