@@ -37,11 +37,11 @@ class RecordingDataModule(framework.DataModule):
         self.events.append("dm.prepare_data")
 
     def setup(self, stage):
-        self.events.append(f"dm.setup:{stage}")
+        self.events.append(f"dm.setup:{stage.value}")  # a TrainerFn, as in Lightning
         self.datasets = {name: _data(name) for name in SEEDS}
 
     def teardown(self, stage):
-        self.events.append(f"dm.teardown:{stage}")
+        self.events.append(f"dm.teardown:{stage.value}")
 
     def train_dataloader(self):
         self.events.append("dm.train_dataloader")
@@ -91,10 +91,10 @@ class RecordingModule(Regressor):
         self.inputs: list[torch.Tensor] = []
 
     def setup(self, stage):
-        self.events.append(f"module.setup:{stage}")
+        self.events.append(f"module.setup:{stage.value}")
 
     def teardown(self, stage):
-        self.events.append(f"module.teardown:{stage}")
+        self.events.append(f"module.teardown:{stage.value}")
 
     def prepare_data(self):
         self.events.append("module.prepare_data")

@@ -401,3 +401,19 @@ def test_logging_with_neither_step_nor_epoch_is_refused_as_not_useful():
 
     with pytest.raises(MisconfigurationError, match=r"on_step=False, on_epoch=False\) is not useful"):
         quiet_trainer(max_steps=1).fit(LogsNowhere(), loader())
+
+
+def test_setup_and_teardown_get_the_trainer_fn_as_in_lightning():
+    stages = []
+
+    class Records(Regressor):
+        def setup(self, stage):
+            stages.append((stage, stage.value))
+
+        def teardown(self, stage):
+            stages.append((stage, stage.value))
+
+    trainer = quiet_trainer(max_steps=1)
+    trainer.fit(Records(), loader())
+    trainer.test(Records(), loader(), verbose=False)
+    assert stages == [("fit", "fit")] * 2 + [("test", "test")] * 2  # a str enum: == "fit", and has .value

@@ -54,7 +54,7 @@ class TrainerRun(TrainerProperties):
                 outcome = predictions_of_every_rank(self, run_predict(self, ckpt_path))
             else:
                 outcome = run_validate_or_test(self, fn, ckpt_path)
-            self._teardown(stage)
+            self._teardown()
             self.state.status = TrainerStatus.FINISHED
             self._finalize_loggers("success")
             return outcome
@@ -140,7 +140,7 @@ class TrainerRun(TrainerProperties):
         for logger in self.loggers:  # as in Lightning: each logger's run exists (its folder, its writer) at setup
             getattr(logger, "experiment", None)
         self.runtime.barrier("pre_setup")
-        self.hooks.call(Hook.SETUP, stage=stage)  # by keyword, as Lightning passes it
+        self.hooks.call(Hook.SETUP, stage=self.state.fn)  # by keyword, the TrainerFn (== "fit" ...), as Lightning
         self.hooks.call(Hook.CONFIGURE_MODEL)  # every run, as in Lightning: it must be idempotent
         if not self._module_setup:
             if self.sync_batchnorm and self.world_size > 1:
@@ -172,8 +172,8 @@ class TrainerRun(TrainerProperties):
             return self.runtime.local_rank == 0
         return self.is_global_zero
 
-    def _teardown(self, stage: str) -> None:
-        self.hooks.call(Hook.TEARDOWN, stage=stage)
+    def _teardown(self) -> None:
+        self.hooks.call(Hook.TEARDOWN, stage=self.state.fn)
 
     def _on_exception(self, error: BaseException) -> None:
         if self.hooks is None:
