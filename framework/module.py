@@ -424,4 +424,7 @@ def _collection_items(value: Any) -> Any:
         return None
     from torchmetrics import MetricCollection
 
-    return value.items(keep_base=False, copy_state=False) if isinstance(value, MetricCollection) else None
+    if not isinstance(value, MetricCollection):
+        return None
+    # as Lightning: the states are shared, not copied, only where the collection computes metrics in groups
+    return value.items(keep_base=False, copy_state=not getattr(value, "_enable_compute_groups", False))

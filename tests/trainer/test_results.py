@@ -531,3 +531,27 @@ def test_values_logged_in_training_step_stay_in_callback_metrics_through_validat
                             callbacks=[Watches(), checkpoint], enable_checkpointing=True)
     trainer.fit(Regressor(), loader(n=64), loader(n=16))  # 8 batches: validation after 2, 4, 6 and 8
     assert seen == [True] * 8 and checkpoint.best_model_path  # monitored mid-epoch, as in Lightning
+
+
+@pytest.mark.parametrize("compute_groups", [True, False])
+def test_a_metric_collection_shares_its_states_only_where_it_computes_in_groups_as_in_lightning(compute_groups):
+    asked = []
+
+    class Recording(torchmetrics.MetricCollection):
+        def items(self, keep_base=False, copy_state=True):
+            asked.append((keep_base, copy_state))
+            return super().items(keep_base=keep_base, copy_state=copy_state)
+
+    class LogsGroups(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.errors = Recording([torchmetrics.MeanSquaredError(), torchmetrics.MeanAbsoluteError()],
+                                    compute_groups=compute_groups)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.errors.update(self(x), y)
+            self.log_dict(self.errors)
+
+    quiet_trainer().validate(LogsGroups(), loader(n=16), verbose=False)
+    assert asked and all(call == (False, not compute_groups) for call in asked)
