@@ -15,6 +15,7 @@ from framework.errors import MisconfigurationError
 # DeepSpeed, FSDP, fp8 and Megatron-LM plugins, logging, trackers, torch wrappers, launchers, big modeling,
 # inference, utilities) and the imports of its example scripts.
 _REFERENCE = {
+    "accelerate.test_utils.training": "mocked_dataloaders",
     "accelerate": (
         "Accelerator AutocastKwargs cpu_offload cpu_offload_with_hook DataLoaderConfiguration debug_launcher "
         "DeepSpeedPlugin disk_offload dispatch_model DistributedDataParallelKwargs DistributedType "
@@ -111,6 +112,7 @@ def _model() -> torch.nn.Module:
     ("inference", lambda m: m.prepare_pippy(_model())),
     ("parallelism_config", lambda m: m.ParallelismConfig()),
     ("data_loader", lambda m: m.DataLoaderDispatcher([1, 2])),
+    ("test_utils.training", lambda m: m.mocked_dataloaders(None)),
     ("tracking", lambda m: m.AimTracker("run")),
     ("hooks", lambda m: m.AlignDevicesHook()),
 ])

@@ -1,0 +1,1 @@
+"""``accelerate.test_utils``' names that Accelerate's example scripts import."""
