@@ -117,7 +117,7 @@ def _model() -> torch.nn.Module:
     ("hooks", lambda m: m.AlignDevicesHook()),
 ])
 def test_what_the_framework_does_not_run_imports_and_refuses_when_used(module, call):
-    with pytest.raises(MisconfigurationError, match="is not supported: the"):
+    with pytest.raises(MisconfigurationError, match="is not supported: "):
         call(importlib.import_module(f"framework.accelerate.{module}"))
 
 
