@@ -80,9 +80,6 @@ class Record(Callback):
     def on_after_backward(self, trainer, module):
         self._take("gradients", module)
 
-    def on_before_zero_grad(self, trainer, module, optimizer):
-        self._take("optimizer", module, optimizer)
-
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         if batch_idx == 0:
             self.activations.start()
@@ -94,6 +91,7 @@ class Record(Callback):
             layer.register_forward_pre_hook(lambda layer, args: self.computed_in.add(layer.weight.dtype))
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self._take("optimizer", module, trainer.optimizers[0])  # after the first step: the state exists from then on
         if batch_idx == 0:
             self.activations.stop()
         self.losses.append(outputs["loss"].item())
