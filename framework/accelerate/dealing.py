@@ -154,7 +154,8 @@ class IterableDatasetShard(IterableDataset):
                  process_index: int = 0, split_batches: bool = False) -> None:
         if split_batches:
             raise MisconfigurationError("IterableDatasetShard(split_batches=True) is not supported: each process "
-                                        "takes whole batches.")
+                                        "takes whole batches. Divide the batch size by the number of processes "
+                                        "instead.")
         self.dataset = dataset
         self.batch_size = batch_size
         self.drop_last = drop_last
