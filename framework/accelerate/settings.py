@@ -76,11 +76,6 @@ def strategy(fsdp_plugin: FullyShardedDataParallelPlugin | None, ddp_kwargs: dic
     return FSDPStrategy(**options, **pg_kwargs)
 
 
-def fsdp_options_from_environment() -> dict[str, Any]:
-    """``FSDPStrategy`` arguments from the ``FSDP_*`` variables Accelerate's launcher sets."""
-    return fsdp_options(FullyShardedDataParallelPlugin())
-
-
 def fsdp_options(plugin: FullyShardedDataParallelPlugin) -> dict[str, Any]:
     """The plugin's settings as ``FSDPStrategy`` arguments (``no_shard``: plain DDP instead); each field left None
     takes the launcher's ``FSDP_*`` variable, else Accelerate's default."""

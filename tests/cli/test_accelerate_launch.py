@@ -174,14 +174,15 @@ def test_fsdp_version_1_keeps_the_strategy_accelerate_config_wrote(tmp_path):
 ])
 def test_hybrid_sharding_of_fsdp_version_1_runs_as_hsdp_sharded_within_each_node(tmp_path, monkeypatch, written,
                                                                                   sent, strategy):
-    from framework.accelerate.settings import fsdp_options_from_environment
+    from framework.accelerate.settings import fsdp_options
+    from framework.accelerate.utils import FullyShardedDataParallelPlugin
 
     text = ACCELERATE_FSDP1.replace("fsdp_reshard_after_forward: SHARD_GRAD_OP", written)
     environment = launch_plan(read_config(_file(tmp_path, text)), gpus=2).environment
     assert environment["FSDP_SHARDING_STRATEGY"] == sent
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    options = fsdp_options_from_environment()
+    options = fsdp_options(FullyShardedDataParallelPlugin())  # a plugin left unset reads the FSDP_* variables
     assert options["sharding_strategy"] == strategy
     assert FSDPStrategy(**options).sharding_strategy == strategy
 
