@@ -8,6 +8,7 @@ import torch
 
 from framework.accelerate.utils.enums import DistributedType
 from framework.errors import MisconfigurationError, describe
+from framework.strategies.parallel import collective_by_dtype
 
 
 class LocalSGD:
@@ -61,17 +62,7 @@ class LocalSGD:
         if self.enabled and self.num_steps % self.local_sgd_steps == 0:
             self._average()
 
-    @torch.no_grad()
     def _average(self) -> None:
         """Every process's weights become the mean over the processes (one all-reduce per dtype)."""
         self.accelerator.wait_for_everyone()
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for parameter in self.model.parameters():
-            by_dtype.setdefault(parameter.dtype, []).append(parameter)
-        for parameters in by_dtype.values():
-            flat = torch.cat([parameter.detach().reshape(-1) for parameter in parameters])
-            mean = self.accelerator.reduce(flat, reduction="mean")
-            start = 0
-            for parameter in parameters:
-                parameter.copy_(mean[start:start + parameter.numel()].view_as(parameter))
-                start += parameter.numel()
+        collective_by_dtype(list(self.model.parameters()), lambda flat: self.accelerator.reduce(flat, reduction="mean"))

@@ -52,13 +52,29 @@ def routed(wrapper: nn.Module, router: StepRouter, step: Callable[..., Any]) -> 
 
 def broadcast_from_rank_zero(tensors: list[torch.Tensor]) -> None:
     """Overwrite ``tensors`` (buffers: BatchNorm statistics) with rank 0's, one collective per dtype."""
+
+    def from_rank_zero(flat: torch.Tensor) -> torch.Tensor:
+        dist.broadcast(flat, src=0)
+        return flat
+
+    collective_by_dtype(tensors, from_rank_zero)
+
+
+@torch.no_grad()
+def collective_by_dtype(tensors: list[torch.Tensor], collective: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Overwrite ``tensors`` with what ``collective`` returns for them, called once per dtype on the tensors of
+    that dtype flattened into one (one message per dtype, not one per tensor).
+
+    Example::
+
+        collective_by_dtype(list(model.parameters()), lambda flat: accelerator.reduce(flat, reduction="mean"))
+    """
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for tensor in tensors:
         by_dtype.setdefault(tensor.dtype, []).append(tensor)
     for group in by_dtype.values():
-        flat = torch.cat([tensor.reshape(-1) for tensor in group])
-        dist.broadcast(flat, src=0)
-        for tensor, value in zip(group, flat.split([tensor.numel() for tensor in group]), strict=True):
+        result = collective(torch.cat([tensor.detach().reshape(-1) for tensor in group]))
+        for tensor, value in zip(group, result.split([tensor.numel() for tensor in group]), strict=True):
             tensor.copy_(value.view_as(tensor))
 
 
