@@ -4,8 +4,6 @@
 ``L.Runtime`` and ``L.seed_everything``.
 """
 
-__version__ = "0.1.0"
-
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
 from framework.errors import CheckpointError, MisconfigurationError
@@ -13,6 +11,7 @@ from framework.module import Module
 from framework.runtime import Runtime
 from framework.seed import seed_everything
 from framework.trainer import Trainer
+from framework.version import __version__
 
 __all__ = [
     "Callback",

@@ -21,7 +21,7 @@ def consolidate_command(argv: Sequence[str]) -> int:
 
     from framework.errors import CheckpointError
     from framework.io.fs import is_dir
-    from framework.io.sharded import consolidate
+    from framework.io.checkpoint_dir import consolidate
 
     if is_dir(options.output_file):
         print(f"framework consolidate: {options.output_file!r} is a directory; name the file to write, e.g. "

@@ -36,7 +36,7 @@ def report() -> str:
         torch: 2.13.0+cpu
         ...
     """
-    from framework import __version__
+    from framework.version import __version__
 
     lines = [("framework", __version__), ("python", f"{platform.python_version()} ({platform.platform()})")]
     lines += [(name, _version_of(name)) for name in _PACKAGES]

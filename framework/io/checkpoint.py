@@ -1,98 +1,48 @@
-"""The checkpoint file: one dict of tensors, numbers, strings, lists and dicts.
+"""A checkpoint at a path, whichever form it has: one file, or a directory of parts (a sharded checkpoint).
 
-Nothing pickled beyond that, so every checkpoint loads with ``torch.load(weights_only=True)``.
+The one place that tells the two forms apart when reading. Which form to write is the strategy's choice
+(``FSDPStrategy(state_dict_type=...)``); ``save_checkpoint`` writes the one-file form.
+
+Example::
+
+    save_checkpoint(checkpoint, "last.ckpt")
+    checkpoint = load_checkpoint("last.ckpt")      # a file or a directory a zero2/zero3 run wrote
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 from typing import Any
 
-import torch
-
 from framework.errors import CheckpointError
-from framework.io.async_writer import collecting_writer
-from framework.io.fs import filesystem, write_atomic
+from framework.io.checkpoint_dir import is_sharded_checkpoint, load_sharded
+from framework.io.checkpoint_file import FORMAT_VERSION, load_checkpoint_file, save_checkpoint_file
+from framework.io.fs import filesystem
 
-# The layout of the checkpoint dict; a reader refuses files of a newer layout instead of half-loading them.
-FORMAT_VERSION = 1
-# torch.save writes a zip archive; files from torch.save(_use_new_zipfile_serialization=False) are a bare pickle.
-_CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
+__all__ = ["FORMAT_VERSION", "load_checkpoint", "save_checkpoint"]
 
 
 def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike,
                     storage_options: dict[str, Any] | None = None) -> None:
-    """Write ``checkpoint`` to ``path`` atomically (any fsspec path; ``storage_options`` go to its filesystem).
-
-    Inside an ``AsyncCheckpointIO.save_point()`` the state is copied to host memory now and
-    written in the background.
-    """
-    writer = collecting_writer()
-    if writer is not None:
-        staged = writer.stage(checkpoint)
-        writer.add_write(os.fspath(path), lambda: write_atomic(path, lambda file: torch.save(staged, file),
-                                                               storage_options))
-        return
-    write_atomic(path, lambda file: torch.save(checkpoint, file), storage_options)
+    """Write ``checkpoint`` to the file ``path`` atomically (any fsspec path; ``storage_options`` go to its
+    filesystem). Inside an ``AsyncCheckpointIO.save_point()`` it is copied to host memory now and written in
+    the background."""
+    save_checkpoint_file(checkpoint, path, storage_options)
 
 
-def load_checkpoint(
-    path: str | os.PathLike, map_location: Any = None, weights_only: bool | None = None
-) -> dict[str, Any]:
-    """Read a checkpoint written by ``save_checkpoint`` (or by Lightning) without unpickling code.
+def load_checkpoint(path: str | os.PathLike, map_location: Any = None, weights_only: bool | None = None,
+                    leave_split_unread: bool = False) -> dict[str, Any]:
+    """Read the checkpoint at ``path`` (written by ``save_checkpoint``, by a zero2/zero3 run, or by Lightning)
+    without unpickling code.
 
-    ``weights_only=False`` unpickles whatever the file holds, which can run code: only for
-    files you trust (None and True load tensors and plain data only). A sharded checkpoint
-    (a directory written by the ZeRO-2/3 strategies) is read whole, on this process alone.
+    ``weights_only=False`` unpickles whatever a file holds, which can run code: only for files you trust
+    (None and True load tensors and plain data only). A sharded checkpoint (a directory) is read whole, on
+    this process alone, unless ``leave_split_unread``: then its split tensors are left for the strategy to
+    read in its own layout (``checkpoint_dir.load_sharded``).
     """
     fs, inner = filesystem(path)
     if fs.isdir(inner):
-        from framework.io.sharded import is_sharded_checkpoint, load_sharded
-
         if is_sharded_checkpoint(path):
-            return load_sharded(path)
+            return load_sharded(path, leave_split_unread=leave_split_unread)
         raise CheckpointError(f"Checkpoint {os.fspath(path)!r} is a directory, but not a sharded checkpoint.")
-    try:
-        file = fs.open(inner, "rb")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"Checkpoint {os.fspath(path)!r} does not exist.") from None
-    safe = weights_only is not False
-    with file:  # torch.load reads from the file as it goes: no second copy of a large checkpoint in memory
-        if not file.read(4).startswith(_CHECKPOINT_STARTS):
-            raise _damaged(path, fs.size(inner), "it is neither a zip archive nor a pickle")
-        file.seek(0)
-        try:
-            checkpoint = torch.load(file, map_location=map_location, weights_only=safe)
-        except pickle.UnpicklingError as error:
-            if not safe:
-                raise
-            raise pickle.UnpicklingError(
-                f"Checkpoint {os.fspath(path)!r} holds pickled Python objects, not only tensors and plain data, so it "
-                "was not loaded: unpickling a file can run any code it carries. If you trust where the file came "
-                f"from, load it with weights_only=False. ({error})"
-            ) from None
-        except (RuntimeError, EOFError, KeyError, ValueError) as error:  # what torch.load raises on damaged bytes
-            raise _damaged(path, fs.size(inner), f"{type(error).__name__}: {str(error)[:200]}") from None
-    _check_format(checkpoint, path)
-    return checkpoint
-
-
-def _damaged(path: str | os.PathLike, size: int, why: str) -> CheckpointError:
-    return CheckpointError(
-        f"Checkpoint {os.fspath(path)!r} ({size} bytes) is truncated or corrupted and was not loaded ({why}). "
-        "Resume from another checkpoint (last.ckpt or an earlier file of the same run)."
-    )
-
-
-def _check_format(checkpoint: Any, path: str | os.PathLike) -> None:
-    """Refuse a checkpoint in a layout newer than this framework reads, saying which version wrote it."""
-    version = checkpoint.get("format_version", FORMAT_VERSION) if isinstance(checkpoint, dict) else FORMAT_VERSION
-    if isinstance(version, int) and version > FORMAT_VERSION:
-        from framework import __version__
-
-        raise CheckpointError(
-            f"Checkpoint {os.fspath(path)!r} is in checkpoint format {version}, written by framework "
-            f"{checkpoint.get('framework_version', '?')}; framework {__version__} reads format {FORMAT_VERSION} and "
-            "older. Upgrade the framework (pip install -U) to load it."
-        )
+    return load_checkpoint_file(path, map_location, weights_only)

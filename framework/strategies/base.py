@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from framework.io.checkpoint import load_checkpoint, save_checkpoint
 from framework.precision.base import Precision
 
 
@@ -222,16 +223,12 @@ class Strategy:
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str,
                         storage_options: dict[str, Any] | None = None) -> None:
         """Write ``checkpoint`` to ``path`` (one file here; rank 0 only when distributed)."""
-        from framework.io.checkpoint import save_checkpoint
-
         if self.is_global_zero:
             save_checkpoint(checkpoint, path, storage_options)
         self.barrier("save_checkpoint")
 
     def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
         """Read the checkpoint at ``path``, with every tensor on the CPU (``weights_only=False``: unpickle too)."""
-        from framework.io.checkpoint import load_checkpoint
-
         return load_checkpoint(path, map_location="cpu", weights_only=weights_only)
 
     def teardown(self) -> None:

@@ -349,7 +349,7 @@ class FSDPStrategy(ParallelStrategy):
         if self.state_dict_type == "full":
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        from framework.io.sharded import save_sharded
+        from framework.io.checkpoint_dir import save_sharded
 
         if storage_options:
             raise MisconfigurationError(
@@ -363,11 +363,9 @@ class FSDPStrategy(ParallelStrategy):
         """Read a checkpoint. From a sharded directory the split tensors are read when loaded, each into the layout
         of the parameter (or optimizer state) it goes to, so each rank reads only its parts, whatever mesh (ZeRO,
         HSDP, tensor parallel) and number of ranks saved it; a file is read whole."""
-        from framework.io.sharded import is_sharded_checkpoint, load_sharded
+        from framework.io.checkpoint import load_checkpoint
 
-        if is_sharded_checkpoint(path):
-            return load_sharded(path, leave_split_unread=True)
-        return super().load_checkpoint(path, weights_only)
+        return load_checkpoint(path, map_location="cpu", weights_only=weights_only, leave_split_unread=True)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, "

@@ -17,7 +17,7 @@ def read_in_layout(values: dict[Any, Any], layouts: dict[Any, Any]) -> dict[Any,
     one of its shape (this rank reads its parts only), else whole. Every rank calls it, alike."""
     from torch.distributed.tensor import DTensor
 
-    from framework.io.sharded import UnreadTensor, read_unread
+    from framework.io.checkpoint_dir import UnreadTensor, read_unread
 
     targets: dict[Any, torch.Tensor] = {}
     for key, value in values.items():

@@ -9,19 +9,13 @@ from framework import console
 from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.errors import MisconfigurationError, describe
 from framework.hparams import checkpoint_safe
-from framework.io.checkpoint import FORMAT_VERSION
+from framework.io.checkpoint_file import FORMAT_VERSION
 from framework.io.fs import exists, modified_time
 from framework.seed import rng_states
 from framework.trainer.dispatch import call_refusing_logs
 from framework.trainer.lightning_checkpoint import from_lightning, is_lightning_checkpoint, lightning_progress
 from framework.trainer.state import TrainerFn
-
-
-def framework_version() -> str:
-    """``framework.__version__``, which every checkpoint records."""
-    from framework import __version__
-
-    return __version__
+from framework.version import __version__
 
 
 def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
@@ -29,7 +23,7 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
     state = trainer.state
     module = trainer.module
     checkpoint: dict[str, Any] = {
-        "framework_version": framework_version(),
+        "framework_version": __version__,
         "format_version": FORMAT_VERSION,
         "epoch": state.current_epoch,
         "global_step": state.global_step,

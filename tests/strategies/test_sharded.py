@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import framework
 from framework.callbacks import Callback, ModelCheckpoint
-from framework.io.sharded import is_sharded_checkpoint
+from framework.io.checkpoint_dir import is_sharded_checkpoint
 from framework.strategies import FSDPStrategy, ShardedStrategy, resolve_strategy
 from framework.testing import spawn, state_bytes
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from framework.accelerate.weights import save_sharded_weights
 from framework.errors import MisconfigurationError
-from framework.io.sharded import load_sharded
+from framework.io.checkpoint_dir import load_sharded
 from framework.runtime.wrappers import forward_module
 
 WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")

@@ -1,4 +1,4 @@
-"""Sharded checkpoints: a directory in which every rank writes its own part of the tensors.
+"""Checkpoint directories (sharded checkpoints): a directory in which every rank writes its own part of the tensors.
 
 The tensors go through ``torch.distributed.checkpoint`` (DCP), which records each tensor's
 global shape and which rank holds which part, so a checkpoint saved by N ranks loads into
@@ -26,6 +26,7 @@ import torch
 
 from framework.errors import CheckpointError
 from framework.io.async_writer import collecting_writer
+from framework.io.checkpoint_file import load_checkpoint_file, save_checkpoint_file
 from framework.io.fs import filesystem, is_local, write_atomic
 
 META_FILE = "meta.pt"
@@ -161,9 +162,7 @@ def consolidate(checkpoint_dir: str | os.PathLike, output_file: str | os.PathLik
 
         consolidate("checkpoints/last.ckpt", "last-full.ckpt")
     """
-    from framework.io.checkpoint import save_checkpoint
-
-    save_checkpoint(load_sharded(checkpoint_dir), output_file)
+    save_checkpoint_file(load_sharded(checkpoint_dir), output_file)
 
 
 # -- the checkpoint dict without its tensors, and back ---
@@ -201,9 +200,7 @@ def join_tensors(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 # -- storage ---
 def _load_meta(path: str) -> dict[str, Any]:
-    from framework.io.checkpoint import load_checkpoint
-
-    return load_checkpoint(f"{path}/{META_FILE}", map_location="cpu")
+    return load_checkpoint_file(f"{path}/{META_FILE}", map_location="cpu")
 
 
 def _move_into_place(temporary: str, path: str) -> None:
