@@ -11,7 +11,7 @@ from framework.module import Module
 from framework.runtime import Runtime
 from framework.seed import seed_everything
 from framework.trainer import Trainer
-from framework.version import __version__
+from framework.version import __version__ as __version__
 
 __all__ = [
     "Callback",

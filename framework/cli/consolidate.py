@@ -20,8 +20,8 @@ def consolidate_command(argv: Sequence[str]) -> int:
     import os
 
     from framework.errors import CheckpointError
-    from framework.io.fs import is_dir
     from framework.io.checkpoint_dir import consolidate
+    from framework.io.fs import is_dir
 
     if is_dir(options.output_file):
         print(f"framework consolidate: {options.output_file!r} is a directory; name the file to write, e.g. "
