@@ -1,4 +1,4 @@
-"""Files: fsspec paths, atomic writes, the checkpoint format, sharded (DCP) checkpoint directories, writes in the background."""
+"""Files: fsspec paths, atomic writes, checkpoint files and sharded (DCP) checkpoint directories, background writes."""
 
 from framework.io.async_writer import AsyncCheckpointIO
 from framework.io.checkpoint import load_checkpoint, save_checkpoint
