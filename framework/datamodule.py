@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
 from framework.loader_hooks import LoaderHooks
-from framework.runtime.transfer import move_to_device
+from framework.nested import move_to_device
 
 
 class DataModule(LoaderHooks):

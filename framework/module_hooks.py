@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from framework.runtime.transfer import move_to_device
+from framework.nested import move_to_device
 
 
 class ModuleHooks:

@@ -12,7 +12,7 @@ from torch.nn.parameter import UninitializedParameter
 from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-from framework.runtime.transfer import move_to_device
+from framework.nested import move_to_device
 
 UNKNOWN_SIZE = "?"
 

@@ -9,6 +9,7 @@ from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 from framework.callbacks.base import Callback
 from framework.callbacks.weight_averaging import copy_state
 from framework.errors import MisconfigurationError, describe
+from framework.utilities.types import LRSchedulerConfig
 
 
 class StochasticWeightAveraging(Callback):
@@ -65,8 +66,6 @@ class StochasticWeightAveraging(Callback):
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """From the first SWA epoch on, step the learning rate with SWALR instead of the Module's scheduler."""
         if self._swa_scheduler is None and trainer.current_epoch >= self.swa_start:
-            from framework.trainer.optimizers import LRSchedulerConfig  # the trainer imports callbacks
-
             optimizer = trainer.optimizers[0]
             rates = self._swa_lrs if isinstance(self._swa_lrs, list) else [self._swa_lrs] * len(optimizer.param_groups)
             self._swa_scheduler = SWALR(optimizer, swa_lr=rates, anneal_epochs=self._annealing_epochs,

@@ -12,7 +12,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from framework.errors import MisconfigurationError, describe
-from framework.nested import map_tensors
+from framework.nested import map_tensors, move_to_device
 from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import StepCompiler, compile_options
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
@@ -20,7 +20,6 @@ from framework.runtime.environment import ClusterEnvironment, check_matches_laun
 from framework.runtime.reporting import agree_on_runs, as_list, call_hook, finalize, log_to
 from framework.runtime.saving import load_object, restore_into, state_dicts
 from framework.runtime.sharding import shard_loader
-from framework.runtime.transfer import move_to_device
 from framework.runtime.wrappers import (
     RuntimeDataLoader,
     RuntimeModule,

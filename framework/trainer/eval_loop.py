@@ -12,8 +12,8 @@ from framework.callbacks.prediction_writer import BasePredictionWriter
 from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
+from framework.nested import move_to_device
 from framework.profilers.base import profiled, profiled_batches
-from framework.runtime.transfer import move_to_device
 from framework.trainer.checkpoint import restore_for_evaluation
 from framework.trainer.data import INFINITE, any_rank_has_batches, eval_data, limited
 from framework.trainer.metrics import step_views, to_floats

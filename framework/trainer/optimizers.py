@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from torch.optim import Optimizer
@@ -12,6 +11,7 @@ from torch.optim import Optimizer
 from framework import console
 from framework.errors import MisconfigurationError, describe
 from framework.trainer.dispatch import call_refusing_logs
+from framework.utilities.types import LRSchedulerConfig
 
 ACCEPTED_FORMS = """configure_optimizers may return:
   - an optimizer
@@ -24,19 +24,6 @@ A scheduler config is a dict {"scheduler": scheduler, "interval": "step" or "epo
 "monitor": "metric name" (needed by ReduceLROnPlateau), "strict": bool, "name": str}."""
 
 _CONFIG_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau"}
-
-
-@dataclass
-class LRSchedulerConfig:
-    """One LR scheduler and when to step it."""
-
-    scheduler: Any
-    name: str | None = None
-    interval: str = "epoch"
-    frequency: int = 1
-    reduce_on_plateau: bool = False
-    monitor: str | None = None
-    strict: bool = True
 
 
 def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:

@@ -13,10 +13,10 @@ from framework.datamodule import DataModule
 from framework.errors import describe
 from framework.hooks import Hook, overrides
 from framework.module import Module
+from framework.nested import move_to_device
 from framework.precision import Precision
 from framework.profilers.base import profiled
 from framework.runtime.reporting import agree_on_runs, finalize, logs_on_every_rank
-from framework.runtime.transfer import move_to_device
 from framework.trainer.data import forget_fit_data
 from framework.trainer.dispatch import HookRunner, lend_logging, merge_module_callbacks
 from framework.trainer.eval_loop import run_predict, run_validate_or_test

@@ -17,13 +17,11 @@ from framework import console
 
 def trial_trainer(trainer: Any, callbacks: list[Any], **settings: Any) -> Any:
     """A Trainer made with ``trainer``'s arguments, without logger, checkpoints, bar or summary, with ``callbacks``
-    and ``settings``."""
-    from framework.trainer import Trainer
-
+    and ``settings``; of ``trainer``'s own class, so the tuner needs no import of the Trainer."""
     arguments = {**trainer._init_arguments, "callbacks": callbacks, "logger": False, "enable_checkpointing": False,
                  "enable_progress_bar": False, "enable_model_summary": False, "fast_dev_run": False,
                  "barebones": False, "profiler": None, **settings}
-    return Trainer(**arguments)
+    return type(trainer)(**arguments)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,4 +21,19 @@ OptimizerLRScheduler = (Optimizer | Sequence[Optimizer] | tuple[Sequence[Optimiz
 #: Lightning's alias for a scheduler object.
 LRSchedulerTypeUnion = Any
 
-__all__ = ["EVAL_DATALOADERS", "LRSchedulerTypeUnion", "OptimizerLRScheduler", "STEP_OUTPUT", "TRAIN_DATALOADERS"]
+
+@dataclass
+class LRSchedulerConfig:
+    """One LR scheduler and when to step it (what ``configure_optimizers`` returned, read into one form)."""
+
+    scheduler: Any
+    name: str | None = None
+    interval: str = "epoch"
+    frequency: int = 1
+    reduce_on_plateau: bool = False
+    monitor: str | None = None
+    strict: bool = True
+
+
+__all__ = ["EVAL_DATALOADERS", "LRSchedulerConfig", "LRSchedulerTypeUnion", "OptimizerLRScheduler", "STEP_OUTPUT",
+           "TRAIN_DATALOADERS"]

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from framework.runtime.transfer import move_to_device
+from framework.nested import move_to_device
 from tests.helpers import Regressor, quiet_trainer, regression_data
 
 CPU = torch.device("cpu")

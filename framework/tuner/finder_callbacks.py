@@ -1,0 +1,88 @@
+"""The tuner's searches as callbacks, run when fit starts: ``BatchSizeFinder`` and ``LearningRateFinder``.
+
+They live with the tuner, whose trial runs they start; ``framework.callbacks`` offers them under Lightning's
+import paths. No ``from __future__ import annotations`` here: tools that build a command line from a
+constructor read ``inspect.signature(cls)`` and need each annotation as a type (see ``framework.callbacks``).
+"""
+
+from typing import Any
+
+from framework.callbacks.base import Callback
+from framework.errors import MisconfigurationError
+from framework.trainer.data import forget_fit_data
+from framework.tuner.batch_size_scaling import scale_batch_size
+from framework.tuner.lr_finder import lr_find
+
+
+class BatchSizeFinder(Callback):
+    """Run ``Tuner.scale_batch_size`` when fit starts and train with the size found (the loaders are asked for
+    again). ``optimal_batch_size`` holds it. One process only, with the loaders built by the Module or DataModule
+    from ``batch_arg_name``.
+
+    Example::
+
+        Trainer(callbacks=[BatchSizeFinder(mode="binsearch", init_val=16)])
+    """
+
+    def __init__(self, mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
+                 batch_arg_name: str = "batch_size") -> None:
+        self._settings = dict(mode=mode, steps_per_trial=steps_per_trial, init_val=init_val, max_trials=max_trials,
+                              batch_arg_name=batch_arg_name)
+        self.optimal_batch_size: int | None = init_val
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Refuse what the search cannot work with."""
+        if stage != "fit":
+            return
+        if trainer.world_size > 1:
+            raise MisconfigurationError("The Batch size finder is not supported with distributed strategies: call "
+                                        "Tuner(trainer).scale_batch_size(model) before fit.")
+        if any(trainer.given_loaders.get(stage) is not None for stage in ("train", "val")):
+            raise MisconfigurationError("The Batch size finder cannot be used with dataloaders passed directly to "
+                                        "`.fit()`: build them in the Module's or DataModule's train_dataloader().")
+
+    def scale_batch_size(self, trainer: Any, pl_module: Any) -> None:
+        """Search, and make the run ask for its loaders again."""
+        self.optimal_batch_size = scale_batch_size(trainer, pl_module, trainer.datamodule, **self._settings)
+        forget_fit_data(trainer)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """Search before training starts."""
+        self.scale_batch_size(trainer, pl_module)
+
+
+class LearningRateFinder(Callback):
+    """Run ``Tuner.lr_find`` when fit starts (on its own trial runs) and train with the suggested learning rate:
+    it is written to the Module's ``lr``/``learning_rate`` (or ``attr_name``) and to the optimizer's parameter
+    groups. ``optimal_lr`` holds the finder. One process only: under several, run the Tuner before fit.
+
+    Example::
+
+        trainer = Trainer(callbacks=[LearningRateFinder(num_training_steps=50)])
+        trainer.fit(model)
+    """
+
+    def __init__(self, min_lr: float = 1e-8, max_lr: float = 1.0, num_training_steps: int = 100,
+                 mode: str = "exponential", early_stop_threshold: float | None = 4.0, update_attr: bool = True,
+                 attr_name: str = "") -> None:
+        self._settings = dict(min_lr=min_lr, max_lr=max_lr, num_training=num_training_steps, mode=mode,
+                              early_stop_threshold=early_stop_threshold, update_attr=update_attr, attr_name=attr_name)
+        self._update_attr = update_attr
+        self.optimal_lr: Any = None
+
+    def lr_find(self, trainer: Any, pl_module: Any) -> None:
+        """Search, and apply the suggestion to the running optimizer."""
+        if trainer.world_size > 1:
+            raise MisconfigurationError("LearningRateFinder runs in one process only: with several, call "
+                                        "Tuner(trainer).lr_find(model) before fit.")
+        self.optimal_lr = lr_find(trainer, pl_module, trainer.given_loaders.get("train"),
+                                  datamodule=trainer.datamodule, **self._settings)
+        suggested = self.optimal_lr.suggestion() if self._update_attr else None
+        if suggested is not None:
+            for optimizer in trainer.optimizers:
+                for group in optimizer.param_groups:
+                    group["lr"] = suggested
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """Search before training starts (override to search at other times, e.g. ``on_train_epoch_start``)."""
+        self.lr_find(trainer, pl_module)
