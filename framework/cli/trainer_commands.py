@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import framework
 from framework.callbacks.base import Callback
 from framework.cli.build import instantiate, make
 from framework.cli.class_names import names_a_class
@@ -48,6 +47,7 @@ from framework.seed import seed_everything
 from framework.strategies.base import Strategy
 from framework.trainer import Trainer
 from framework.trainer.arguments import environment_settings
+from framework.version import __version__
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 # The Trainer method's arguments the command line does not give: it makes the Module and DataModule itself.
@@ -180,7 +180,7 @@ def resolve(sources: Config, subcommand: str, ModelClass: type | None = None,  #
 
 def config_text(resolved: dict) -> str:
     """The resolved config as the YAML ``--print_config`` prints and ``config.yaml`` holds."""
-    return f"# framework=={framework.__version__}\n" + dump(resolved)
+    return f"# framework=={__version__}\n" + dump(resolved)
 
 
 def usage(subcommand: str | None) -> str:
