@@ -11,6 +11,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from framework.accelerate import profiling, settings, tracking
+from framework.accelerate.config_keys import KEYS
 from framework.accelerate.data import PreparedDataLoader, prepared_loader, skip_first_batches
 from framework.accelerate.files import FileMethods
 from framework.accelerate.gradient_state import GradientState
@@ -114,7 +115,7 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         """The Runtime on this process's device, its process group joined where a launcher started ranks."""
         strategy = settings.strategy(self.fsdp_plugin, settings.ddp_options(self.ddp_handler),
                                      settings.process_group_options(self.init_handler))
-        runtime = Runtime(accelerator="cpu" if cpu or settings.flag("ACCELERATE_USE_CPU") else "auto",
+        runtime = Runtime(accelerator="cpu" if cpu or settings.flag(KEYS["use_cpu"].variable) else "auto",
                           strategy=strategy, precision=settings.PRECISIONS[self._mixed_precision],
                           compile=settings.compile_options(dynamo_backend, self.dynamo_plugin))
         if self.scaler_handler is not None and self._mixed_precision == "fp16":

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from framework.accelerate.config_keys import KEYS
 from framework.accelerate.utils.environment import patch_environment
 from framework.errors import MisconfigurationError
 from framework.runtime.launchers import start_processes
@@ -34,7 +35,7 @@ def notebook_launcher(function: Callable[..., Any], args: tuple = (), num_proces
                                     "machines with `framework launch --num_machines N`.")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     processes = num_processes if num_processes is not None else max(gpus, 1)
-    environment = {"ACCELERATE_MIXED_PRECISION": str(mixed_precision), "ACCELERATE_USE_CPU": str(gpus == 0)}
+    environment = {KEYS["mixed_precision"].variable: str(mixed_precision), KEYS["use_cpu"].variable: str(gpus == 0)}
     _run(function, args, processes, environment)
 
 
@@ -46,7 +47,7 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
 
         debug_launcher(training_function)
     """
-    _run(function, args, num_processes, {"ACCELERATE_USE_CPU": "True", "ACCELERATE_MIXED_PRECISION": "no"})
+    _run(function, args, num_processes, {KEYS["use_cpu"].variable: "True", KEYS["mixed_precision"].variable: "no"})
 
 
 def _run(function: Callable[..., Any], args: tuple, processes: int, environment: dict[str, str]) -> None:

@@ -1,17 +1,18 @@
 """What the ``Accelerator`` runs with: its arguments, or where they are left at their defaults, what
 ``framework launch`` (or ``accelerate launch``) put in the environment, under Accelerate's variable names.
 
-``ACCELERATE_MIXED_PRECISION`` (no/fp16/bf16), ``ACCELERATE_GRADIENT_ACCUMULATION_STEPS``,
-``ACCELERATE_USE_CPU``, ``ACCELERATE_USE_FSDP`` with ``FSDP_*`` (version, sharding strategy or
-reshard_after_forward, offload_params, auto_wrap_policy, transformer_cls_to_wrap,
-min_num_params, state_dict_type, activation_checkpointing), and ``ACCELERATE_DYNAMO_BACKEND``.
+The variables are read through :mod:`framework.accelerate.config_keys`, the table the launcher writes them
+through: mixed precision, gradient accumulation steps, CPU ranks, FSDP (version, sharding strategy or
+reshard_after_forward, offload_params, auto_wrap_policy, transformer_cls_to_wrap, min_num_params,
+state_dict_type, activation_checkpointing) and torch.compile's backend, mode and fullgraph.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from framework.accelerate.config_keys import KEYS, USE_FSDP, from_environment
+from framework.accelerate.config_values import SHARDING, Refused, sharding_strategy
 from framework.accelerate.utils.configuration import FullyShardedDataParallelPlugin, GradientAccumulationPlugin
 from framework.accelerate.utils.environment import parse_flag_from_env as flag
 from framework.accelerate.utils.environment import str_to_bool
@@ -27,8 +28,6 @@ from framework.accelerate.utils.kwargs_handlers import (
 from framework.errors import MisconfigurationError, describe
 
 PRECISIONS = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
-# FSDP1's sharding strategies, by name and by the number older Accelerate versions wrote.
-_SHARDING = {"1": "FULL_SHARD", "2": "SHARD_GRAD_OP", "3": "NO_SHARD", "4": "HYBRID_SHARD", "5": "_HYBRID_SHARD_ZERO2"}
 _STATE_DICT_TYPES = {"FULL_STATE_DICT": "full", "SHARDED_STATE_DICT": "sharded", "LOCAL_STATE_DICT": "sharded"}
 
 
@@ -36,7 +35,7 @@ def mixed_precision(given: str | None) -> str:
     """``"no"``, ``"fp16"`` or ``"bf16"``: the argument, else ``ACCELERATE_MIXED_PRECISION``, else ``"no"``."""
     source = "mixed_precision"
     if given is None:
-        given, source = os.environ.get("ACCELERATE_MIXED_PRECISION", "no"), "ACCELERATE_MIXED_PRECISION"
+        given, source = from_environment("mixed_precision"), KEYS["mixed_precision"].variable
     value = str(getattr(given, "value", given)).lower()
     if value not in PRECISIONS:
         extra = " fp8 needs Transformer Engine or torchao, which the framework does not wrap." if value == "fp8" else ""
@@ -49,8 +48,8 @@ def accumulation_steps(given: int) -> int:
     """Batches per optimizer step: ``ACCELERATE_GRADIENT_ACCUMULATION_STEPS`` when set (it wins, as in
     Accelerate), else the argument."""
     source, value = "gradient_accumulation_steps", given
-    if "ACCELERATE_GRADIENT_ACCUMULATION_STEPS" in os.environ:
-        source, value = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", os.environ["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"]
+    if from_environment("gradient_accumulation_steps") is not None:
+        source, value = KEYS["gradient_accumulation_steps"].variable, from_environment("gradient_accumulation_steps")
     try:
         steps = int(value)
     except (TypeError, ValueError):
@@ -66,7 +65,7 @@ def strategy(fsdp_plugin: FullyShardedDataParallelPlugin | None, ddp_kwargs: dic
     processes), with the DDP and process-group keyword handlers' options."""
     from framework.strategies import DDPStrategy
 
-    if fsdp_plugin is None and not flag("ACCELERATE_USE_FSDP"):
+    if fsdp_plugin is None and not flag(USE_FSDP):
         return DDPStrategy(**pg_kwargs, **ddp_kwargs) if (ddp_kwargs or pg_kwargs) else "auto"
     options = fsdp_options(fsdp_plugin or FullyShardedDataParallelPlugin())
     if options.pop("no_shard", False):
@@ -80,39 +79,45 @@ def fsdp_options(plugin: FullyShardedDataParallelPlugin) -> dict[str, Any]:
     """The plugin's settings as ``FSDPStrategy`` arguments (``no_shard``: plain DDP instead); each field left None
     takes the launcher's ``FSDP_*`` variable, else Accelerate's default."""
     _refuse_unsupported_fields(plugin)
-    version = str(_given(plugin.fsdp_version, "FSDP_VERSION", "1")).strip()
+    version = str(_given(plugin.fsdp_version, "fsdp_version")).strip()
     if version not in ("1", "2"):
         raise MisconfigurationError(f"fsdp_version={version!r} is not supported; accepted 1 or 2.")
     if version == "2":
         reshard = plugin.reshard_after_forward
-        sharding = "FULL_SHARD" if (flag("FSDP_RESHARD_AFTER_FORWARD", True) if reshard is None
+        sharding = "FULL_SHARD" if (_flag("fsdp_reshard_after_forward") if reshard is None
                                     else _truthy(reshard)) else "SHARD_GRAD_OP"
     else:
-        given = getattr(plugin.sharding_strategy, "name", None) or _given(
-            plugin.sharding_strategy, "FSDP_SHARDING_STRATEGY", "FULL_SHARD")
-        given = str(given).strip().upper()
-        sharding = _SHARDING.get(given, given)
+        given = getattr(plugin.sharding_strategy, "name", None) or _given(plugin.sharding_strategy,
+                                                                          "fsdp_sharding_strategy")
+        try:
+            sharding = sharding_strategy(given)
+        except Refused:
+            raise MisconfigurationError(
+                f"fsdp_sharding_strategy={str(given).strip().upper()!r} is not understood; accepted "
+                f"{', '.join(SHARDING[:-1])} or {SHARDING[-1]} (sharded within a node, replicated across nodes)."
+            ) from None
     sharding = "_HYBRID_SHARD_ZERO2" if sharding == "HYBRID_SHARD_ZERO2" else sharding  # FSDPStrategy's spelling
-    if sharding not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
-        raise MisconfigurationError(f"fsdp_sharding_strategy={sharding!r} is not understood; accepted "
-                                    "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2 "
-                                    "(sharded within a node, replicated across nodes).")
     if sharding == "NO_SHARD":
         return {"no_shard": True}
-    policy = wrap_policy(_given(plugin.auto_wrap_policy, "FSDP_AUTO_WRAP_POLICY", None),
-                         _given(plugin.transformer_cls_names_to_wrap, "FSDP_TRANSFORMER_CLS_TO_WRAP", None),
-                         int(_given(plugin.min_num_params, "FSDP_MIN_NUM_PARAMS", 0) or 0))
+    policy = wrap_policy(_given(plugin.auto_wrap_policy, "fsdp_auto_wrap_policy"),
+                         _given(plugin.transformer_cls_names_to_wrap, "fsdp_transformer_layer_cls_to_wrap"),
+                         int(_given(plugin.min_num_params, "fsdp_min_num_params")))
     options: dict[str, Any] = {"sharding_strategy": sharding, "cpu_offload": _offloads(plugin.cpu_offload),
                                "auto_wrap_policy": policy, "state_dict_type": _state_dict_type(plugin)}
     checkpointing = plugin.activation_checkpointing
-    if flag("FSDP_ACTIVATION_CHECKPOINTING") if checkpointing is None else checkpointing:
+    if _flag("fsdp_activation_checkpointing") if checkpointing is None else checkpointing:
         options["activation_checkpointing_policy"] = policy
     return options
 
 
-def _given(value: Any, variable: str, default: Any) -> Any:
-    """The plugin's value; where it is None, the launcher's variable; else the default."""
-    return value if value is not None else os.environ.get(variable, default)
+def _given(value: Any, key: str) -> Any:
+    """The plugin's value; where it is None, the launcher's variable for ``key``; else Accelerate's default."""
+    return value if value is not None else from_environment(key)
+
+
+def _flag(key: str) -> bool:
+    """The launcher's boolean for ``key``, else Accelerate's default."""
+    return flag(KEYS[key].variable, bool(KEYS[key].default))
 
 
 def _truthy(value: Any) -> bool:
@@ -123,7 +128,7 @@ def _offloads(cpu_offload: Any) -> bool:
     """Whether parameters live on the CPU: a bool, torch's ``CPUOffload(offload_params=...)`` or
     ``CPUOffloadPolicy``, or, unset, ``FSDP_OFFLOAD_PARAMS``."""
     if cpu_offload is None:
-        return flag("FSDP_OFFLOAD_PARAMS")
+        return _flag("fsdp_offload_params")
     if type(cpu_offload).__name__ == "CPUOffloadPolicy":
         return True
     return bool(getattr(cpu_offload, "offload_params", cpu_offload))
@@ -136,7 +141,7 @@ def _state_dict_type(plugin: FullyShardedDataParallelPlugin) -> str:
     if given is None and plugin.state_dict_config is not None:
         full = type(plugin.state_dict_config).__name__.startswith("Full")
         given = "FULL_STATE_DICT" if full else "SHARDED_STATE_DICT"
-    given = str(getattr(given, "name", None) or _given(given, "FSDP_STATE_DICT_TYPE", "SHARDED_STATE_DICT")).upper()
+    given = str(getattr(given, "name", None) or _given(given, "fsdp_state_dict_type")).upper()
     if given not in _STATE_DICT_TYPES:
         raise MisconfigurationError(f"fsdp_state_dict_type={given!r} is not understood; accepted "
                                     f"{', '.join(_STATE_DICT_TYPES)}.")
@@ -225,16 +230,16 @@ def compile_options(dynamo_backend: Any, dynamo_plugin: Any = None) -> bool | di
         raise MisconfigurationError("TorchDynamoPlugin(use_regional_compilation=True) is not supported: the framework "
                                     "compiles the whole model's forward.")
     given = getattr(dynamo_plugin, "backend", None) or dynamo_backend
-    backend = given if given is not None else os.environ.get("ACCELERATE_DYNAMO_BACKEND")
+    backend = given if given is not None else from_environment("dynamo_backend", None)
     backend = str(getattr(backend, "value", backend) or "no").lower()
     if backend == "no":
         return False
     options: dict[str, Any] = {"backend": backend}
-    mode = getattr(dynamo_plugin, "mode", None) or os.environ.get("ACCELERATE_DYNAMO_MODE")
+    mode = getattr(dynamo_plugin, "mode", None) or from_environment("dynamo_mode", None)
     if mode:
         options["mode"] = mode
     fullgraph = getattr(dynamo_plugin, "fullgraph", None)
-    if fullgraph if fullgraph is not None else flag("ACCELERATE_DYNAMO_USE_FULLGRAPH"):
+    if fullgraph if fullgraph is not None else _flag("dynamo_use_fullgraph"):
         options["fullgraph"] = True
     for name in ("dynamic", "options"):
         if getattr(dynamo_plugin, name, None) is not None:

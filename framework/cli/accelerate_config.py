@@ -17,80 +17,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.cli.accelerate_values import (
-    Refused,
-    boolean,
-    choice,
-    class_names,
-    empty_section,
-    gpu_ids,
-    reshard,
-    sharding_strategy,
-    text,
-    whole,
+from framework.accelerate.config_keys import (
+    CHECKS,
+    DEEPSPEED_ZERO,
+    DISTRIBUTED_TYPES,
+    DYNAMO_KEYS,
+    FSDP_KEYS,
+    TOP_LEVEL,
 )
+from framework.accelerate.config_values import Refused, empty_section
 from framework.cli.errors import ConfigError
-
-DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP")
-GPU_TYPES = ("MULTI_GPU", "FSDP")  # what asks for GPUs unless use_cpu says otherwise
-
-_ZERO = " (DeepSpeed's ZeRO-2/ZeRO-3 are FSDP here: fsdp_reshard_after_forward false/true)"
-_OTHER_DEVICES = " (this launcher starts CPU and CUDA ranks)"
-TOP_LEVEL = {
-    "compute_environment": choice("LOCAL_MACHINE", refused={"AMAZON_SAGEMAKER": " (SageMaker jobs are not launched "
-                                                                                "from here)"}),
-    "distributed_type": choice(*DISTRIBUTED_TYPES, refused={
-        "DEEPSPEED": _ZERO, "MEGATRON_LM": " (tensor parallelism comes with the tensor-parallel/HSDP work)",
-        "XLA": _OTHER_DEVICES, "TPU": _OTHER_DEVICES, "MULTI_XPU": _OTHER_DEVICES, "MULTI_NPU": _OTHER_DEVICES,
-        "MULTI_MLU": _OTHER_DEVICES, "MULTI_SDAA": _OTHER_DEVICES, "MULTI_MUSA": _OTHER_DEVICES,
-        "MULTI_HPU": _OTHER_DEVICES, "MULTI_NEURON": _OTHER_DEVICES}),
-    "num_processes": whole(1, also=(-1,)),  # -1: Accelerate's "given on the command line"
-    "num_machines": whole(1),
-    "machine_rank": whole(0),
-    "main_process_ip": text,
-    "main_process_port": whole(0, 65535),
-    "mixed_precision": choice("no", "fp16", "bf16", lower=True, refused={"FP8": " (no FP8 training here)"}),
-    "use_cpu": boolean,
-    "gpu_ids": gpu_ids,
-    "rdzv_backend": choice("static", "c10d", lower=True),  # checked, then unused: ranks meet at main_process_ip
-}
-FSDP_KEYS = {
-    "fsdp_version": whole(1, 2),
-    "fsdp_sharding_strategy": sharding_strategy,
-    "fsdp_reshard_after_forward": reshard,
-    "fsdp_offload_params": boolean,
-    "fsdp_auto_wrap_policy": choice("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"),
-    "fsdp_transformer_layer_cls_to_wrap": class_names,
-    "fsdp_min_num_params": whole(0),
-    "fsdp_state_dict_type": choice("SHARDED_STATE_DICT", "FULL_STATE_DICT", "LOCAL_STATE_DICT"),
-    "fsdp_backward_prefetch": choice("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"),
-    "fsdp_forward_prefetch": boolean,
-    "fsdp_use_orig_params": boolean,
-    "fsdp_cpu_ram_efficient_loading": boolean,
-    "fsdp_sync_module_states": boolean,
-    "fsdp_activation_checkpointing": boolean,
-    "fsdp_activation_checkpointing_offload": boolean,
-}
-DYNAMO_KEYS = {
-    "dynamo_backend": choice("NO", "EAGER", "AOT_EAGER", "INDUCTOR", "AOT_TS_NVFUSER", "NVPRIMS_NVFUSER", "CUDAGRAPHS",
-                             "OFI", "FX2TRT", "ONNXRT", "TENSORRT", "TVM"),
-    "dynamo_mode": choice("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", lower=True),
-    "dynamo_use_fullgraph": boolean,
-    "dynamo_use_dynamic": boolean,
-    "dynamo_use_regional_compilation": boolean,
-}
-LAUNCH_ONLY = {"gradient_accumulation_steps": whole(1), "num_cpu_threads_per_process": whole(1)}
-CHECKS = {**TOP_LEVEL, **FSDP_KEYS, **DYNAMO_KEYS, **LAUNCH_ONLY}
 
 # Written by `accelerate config` for what a launcher here need not act on: read, not used.
 IGNORED = ("debug", "downcast_bf16", "enable_cpu_affinity", "main_training_function", "same_network", "tpu_name",
            "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "tpu_vm", "tpu_env", "command_file", "commands")
 _EMPTY_SECTIONS = {  # sections `accelerate config` leaves empty unless a feature we lack is chosen
-    "deepspeed_config": "DeepSpeed is not used here" + _ZERO,
+    "deepspeed_config": "DeepSpeed is not used here" + DEEPSPEED_ZERO,
     "megatron_lm_config": "Megatron-LM is not used here",
     "fp8_config": "FP8 training is not supported",
     "mpirun_config": "CPU ranks are started with torchrun here, not mpirun",
-    "parallelism_config": "tensor/context parallelism and HSDP meshes come with the tensor-parallel/HSDP work",
+    "parallelism_config": "its tensor/context-parallel sizes are not read here (HSDP: fsdp_sharding_strategy "
+                          "HYBRID_SHARD; tensor parallelism: the Trainer's ModelParallelStrategy)",
 }
 _SECTIONS = {"fsdp_config": FSDP_KEYS, "dynamo_config": DYNAMO_KEYS}
 _KNOWN = (*TOP_LEVEL, *_SECTIONS, *_EMPTY_SECTIONS, *IGNORED)

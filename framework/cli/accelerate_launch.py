@@ -14,14 +14,10 @@ import argparse
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from framework.accelerate.config_keys import CHECKS, FSDP_KEYS
+from framework.accelerate.config_values import SHARDING, choices
 from framework.accelerate.utils.environment import default_config_path
-from framework.cli.accelerate_config import (
-    CHECKS,
-    FSDP_KEYS,
-    Settings,
-    accelerate_default_config_path,
-    read_config,
-)
+from framework.cli.accelerate_config import Settings, accelerate_default_config_path, read_config
 from framework.cli.errors import ConfigError
 
 _BOOL = "{true,false}"
@@ -40,7 +36,7 @@ OPTIONS = {
         ("num_cpu_threads_per_process", "N", "OMP_NUM_THREADS (default: each rank's share of the cores)"),
     ),
     "what Accelerator() is given": (
-        ("mixed_precision", "{no,fp16,bf16}", "mixed precision (default no)"),
+        ("mixed_precision", choices(CHECKS["mixed_precision"]), "mixed precision (default no)"),
         ("gradient_accumulation_steps", "K", "batches per optimizer step"),
         ("dynamo_backend", "BACKEND", "torch.compile's backend (no, inductor, eager, aot_eager ...)"),
         ("dynamo_mode", "MODE", "torch.compile's mode (default, reduce-overhead, max-autotune)"),
@@ -52,14 +48,14 @@ OPTIONS = {
         ("use_fsdp", None, "shard with FSDP, set by the options below (default: Accelerate's)"),
         ("fsdp_version", "{1,2}", "default 1, as Accelerate's"),
         ("fsdp_reshard_after_forward", _BOOL, "version 2: true (ZeRO-3) or false (ZeRO-2)"),
-        ("fsdp_sharding_strategy", "{FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD,HYBRID_SHARD_ZERO2}",
+        ("fsdp_sharding_strategy", "{" + ",".join(SHARDING) + "}",
          "version 1's strategy"),
         ("fsdp_offload_params", _BOOL, "keep parameters and gradients on the CPU"),
-        ("fsdp_auto_wrap_policy", "{TRANSFORMER_BASED_WRAP,SIZE_BASED_WRAP,NO_WRAP}", None),
+        ("fsdp_auto_wrap_policy", choices(CHECKS["fsdp_auto_wrap_policy"]), None),
         ("fsdp_transformer_layer_cls_to_wrap", "CLASSES", "layer class names, comma-separated"),
         ("fsdp_min_num_params", "N", "SIZE_BASED_WRAP's fewest parameters per wrapped module"),
         ("fsdp_state_dict_type", "{SHARDED_STATE_DICT,FULL_STATE_DICT}", None),
-        ("fsdp_backward_prefetch", "{BACKWARD_PRE,BACKWARD_POST,NO_PREFETCH}", None),
+        ("fsdp_backward_prefetch", choices(CHECKS["fsdp_backward_prefetch"]), None),
         ("fsdp_forward_prefetch", _BOOL, None),
         ("fsdp_use_orig_params", _BOOL, None),
         ("fsdp_cpu_ram_efficient_loading", _BOOL, None),

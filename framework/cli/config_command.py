@@ -15,23 +15,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from framework.accelerate.config_keys import CHECKS, DISTRIBUTED_TYPES, DYNAMO_KEYS, FSDP_KEYS, KEYS, TOP_LEVEL
+from framework.accelerate.config_values import Refused, choices
 from framework.accelerate.utils.environment import default_config_path
-from framework.cli.accelerate_config import (
-    CHECKS,
-    DISTRIBUTED_TYPES,
-    DYNAMO_KEYS,
-    FSDP_KEYS,
-    TOP_LEVEL,
-    Settings,
-    write_config,
-)
+from framework.cli.accelerate_config import Settings, write_config
 from framework.cli.accelerate_launch import OPTIONS, normalized
-from framework.cli.accelerate_values import Refused
 from framework.cli.errors import ConfigError
 
 _KEYS = [key for key in (*TOP_LEVEL, *FSDP_KEYS, *DYNAMO_KEYS) if key != "compute_environment"]
 _METAVARS = {name: metavar for options in OPTIONS.values() for name, metavar, _ in options if metavar} | {
-    "distributed_type": "{NO,MULTI_CPU,MULTI_GPU,FSDP}", "use_cpu": "{true,false}", "rdzv_backend": "{static,c10d}",
+    "distributed_type": choices(CHECKS["distributed_type"]), "use_cpu": "{true,false}",
+    "rdzv_backend": choices(CHECKS["rdzv_backend"]),
     "dynamo_use_fullgraph": "{true,false}", "dynamo_use_dynamic": "{true,false}",
     "dynamo_use_regional_compilation": "{true,false}"}
 _KINDS = {"NO": "one process", "MULTI_CPU": "several processes on CPUs (gloo)",
@@ -174,7 +168,7 @@ def _ask_fsdp(ask: Answers) -> dict[str, Any]:
             "_no_split_modules)?", None)
     elif policy == "SIZE_BASED_WRAP":
         answers["fsdp_min_num_params"] = ask("fsdp_min_num_params", "Fewest parameters in a wrapped module?",
-                                             100_000_000)
+                                             KEYS["fsdp_min_num_params"].default)
     state_dicts = "SHARDED_STATE_DICT, FULL_STATE_DICT" + (", LOCAL_STATE_DICT" if version == 1 else "")
     answers["fsdp_state_dict_type"] = ask("fsdp_state_dict_type", f"State dict type ({state_dicts})?",
                                           "SHARDED_STATE_DICT" if version == 2 else "FULL_STATE_DICT")

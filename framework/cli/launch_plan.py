@@ -9,42 +9,21 @@ same environment under either launcher:
   ``ACCELERATE_DYNAMO_USE_FULLGRAPH``/``_USE_DYNAMIC``/``_USE_REGIONAL_COMPILATION`` (``True``/``False``);
 - when given: ``ACCELERATE_GRADIENT_ACCUMULATION_STEPS``, ``CUDA_VISIBLE_DEVICES`` (``gpu_ids`` on GPUs),
   ``OMP_NUM_THREADS`` (``--num_cpu_threads_per_process``);
-- with FSDP: ``ACCELERATE_USE_FSDP=true`` and every ``FSDP_*`` of :data:`FSDP_ENVIRONMENT`, Accelerate's
+- with FSDP: ``ACCELERATE_USE_FSDP=true`` and the ``FSDP_*`` variable of every ``fsdp_*`` key, Accelerate's
   default where the settings give none (booleans ``true``/``false``).
+
+Each key's variable and default are in :mod:`framework.accelerate.config_keys`, through which the ranks'
+``Accelerator()`` reads them back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from framework.cli.accelerate_config import GPU_TYPES, Settings, check_fsdp
+from framework.accelerate.config_keys import GPU_TYPES, KEYS, USE_FSDP
+from framework.cli.accelerate_config import Settings, check_fsdp
 from framework.cli.errors import ConfigError
 
-# (key, variable, Accelerate's value when the key is not given: None leaves the variable unset)
-FSDP_ENVIRONMENT = (
-    ("fsdp_version", "FSDP_VERSION", 1),
-    ("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY", "FULL_SHARD"),
-    ("fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", True),
-    ("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", False),
-    ("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", 100_000_000),
-    ("fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", None),
-    ("fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", None),
-    ("fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH", None),
-    ("fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE", None),
-    ("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", False),
-    ("fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", True),
-    ("fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", True),
-    ("fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", True),
-    ("fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", False),
-    ("fsdp_activation_checkpointing_offload", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD", False),
-)
-DYNAMO_ENVIRONMENT = (  # (key, variable, default)
-    ("dynamo_backend", "ACCELERATE_DYNAMO_BACKEND", "NO"),
-    ("dynamo_mode", "ACCELERATE_DYNAMO_MODE", "default"),
-    ("dynamo_use_fullgraph", "ACCELERATE_DYNAMO_USE_FULLGRAPH", False),
-    ("dynamo_use_dynamic", "ACCELERATE_DYNAMO_USE_DYNAMIC", False),
-    ("dynamo_use_regional_compilation", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", False),
-)
 DEFAULT_PORT = 29500  # Accelerate's main_process_port when a rendezvous address is given without one
 
 
@@ -86,7 +65,7 @@ def launch_plan(settings: Settings, gpus: int) -> LaunchPlan:
     options = [*_rendezvous(settings, machines), "--nproc-per-node", str(per_machine)]
     environment = accelerate_environment(settings, on_cpu)
     if not on_cpu and settings.get("gpu_ids", "all") != "all":
-        environment["CUDA_VISIBLE_DEVICES"] = _visible_gpus(settings, per_machine)
+        environment[KEYS["gpu_ids"].variable] = _visible_gpus(settings, per_machine)
     notes = []
     if distributed in GPU_TYPES and not cpu_asked and gpus == 0:
         source = _source(settings.places["distributed_type"])
@@ -98,35 +77,39 @@ def launch_plan(settings: Settings, gpus: int) -> LaunchPlan:
 
 def accelerate_environment(settings: Settings, on_cpu: bool) -> dict[str, str]:
     """The variables that carry ``settings`` to the ranks' ``Accelerator()`` (see the module's docstring)."""
-    environment = {"ACCELERATE_USE_CPU": str(on_cpu), "ACCELERATE_MIXED_PRECISION": settings.get("mixed_precision",
-                                                                                                 "no")}
-    if settings.get("gradient_accumulation_steps") is not None:
-        environment["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] = str(settings.get("gradient_accumulation_steps"))
-    for key, variable, default in DYNAMO_ENVIRONMENT:
-        environment[variable] = str(settings.get(key, default))  # Accelerate writes these booleans as True/False
+    environment = {KEYS["use_cpu"].variable: str(on_cpu)}
+    for name in ("mixed_precision", "gradient_accumulation_steps", *_keys_of("dynamo_config")):
+        value = settings.get(name, KEYS[name].default if KEYS[name].sent else None)
+        if value is not None:
+            environment[KEYS[name].variable] = str(value)  # Accelerate writes these booleans as True/False
     if settings.get("distributed_type") == "FSDP":
         check_fsdp(settings)
-        environment["ACCELERATE_USE_FSDP"] = "true"
+        environment[USE_FSDP] = "true"
         environment.update(_fsdp_environment(settings))
     if settings.get("num_cpu_threads_per_process") is not None:
-        environment["OMP_NUM_THREADS"] = str(settings.get("num_cpu_threads_per_process"))
+        environment[KEYS["num_cpu_threads_per_process"].variable] = str(settings.get("num_cpu_threads_per_process"))
     return environment
+
+
+def _keys_of(section: str) -> list[str]:
+    return [name for name, key in KEYS.items() if key.section == section]
 
 
 def _fsdp_environment(settings: Settings) -> dict[str, str]:
     environment = {}
-    for key, variable, default in FSDP_ENVIRONMENT:
-        value = settings.get(key, default)
+    for name in _keys_of("fsdp_config"):
+        key = KEYS[name]
+        value = settings.get(name, key.default if key.sent else None)
         if value is not None:
-            environment[variable] = str(value).lower() if isinstance(value, bool) else str(value)
+            environment[key.variable] = str(value).lower() if isinstance(value, bool) else str(value)
     resharding = settings.get("fsdp_reshard_after_forward")
     if isinstance(resharding, str):
         # `accelerate config` writes version 1's strategy under this key, and Accelerate sends it lower-cased;
         # the strategy is also sent as FSDP_SHARDING_STRATEGY, which Accelerate 1.15 reads (its own launcher
         # sends its default FULL_SHARD there, losing the file's choice).
-        environment["FSDP_RESHARD_AFTER_FORWARD"] = resharding.lower()
+        environment[KEYS["fsdp_reshard_after_forward"].variable] = resharding.lower()
         if settings.get("fsdp_sharding_strategy") is None:
-            environment["FSDP_SHARDING_STRATEGY"] = resharding
+            environment[KEYS["fsdp_sharding_strategy"].variable] = resharding
     return environment
 
 

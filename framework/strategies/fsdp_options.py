@@ -6,6 +6,9 @@ from typing import Any
 
 from framework.errors import MisconfigurationError, describe
 
+# FSDP version 1's sharding strategies, as torch's ShardingStrategy spells and orders them (Accelerate numbers them
+# from 1 in this order). FSDPStrategy takes all but NO_SHARD (that is strategy="ddp").
+SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 # What each accepted sharding_strategy spelling means for fully_shard's reshard_after_forward.
 _RESHARD_AFTER_FORWARD = {"FULL_SHARD": True, "ZERO3": True, "SHARD_GRAD_OP": False, "ZERO2": False,
                           "HYBRID_SHARD": True, "_HYBRID_SHARD_ZERO2": False}

@@ -7,13 +7,11 @@ import os
 import shutil
 from typing import Any
 
+from framework.accelerate.config_keys import KEYS, WRAP_POLICIES
 from framework.accelerate.weights import save_sharded_weights
 from framework.errors import MisconfigurationError
 from framework.io.checkpoint_dir import load_sharded
 from framework.runtime.wrappers import forward_module
-
-WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
-DEFAULT_MIN_NUM_PARAMS = 100_000_000  # SIZE_BASED_WRAP's threshold when none is given, as Accelerate's
 
 
 class ClassNames:
@@ -52,7 +50,7 @@ def wrap_policy(name: Any, classes: Any, min_num_params: int | None) -> Any:
     if name == "TRANSFORMER_BASED_WRAP":
         return ClassNames(classes) if classes else "auto"
     if name == "SIZE_BASED_WRAP":
-        return AtLeast(min_num_params or DEFAULT_MIN_NUM_PARAMS)
+        return AtLeast(min_num_params or KEYS["fsdp_min_num_params"].default)
     if name == "NO_WRAP":
         return None
     raise MisconfigurationError(f"fsdp_auto_wrap_policy={name!r} is not understood; accepted "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from framework.accelerate.config_keys import KEYS
 from framework.accelerate.utils.environment import parse_flag_from_env
 from framework.runtime import Runtime
 
@@ -36,6 +37,6 @@ def current_runtime(cpu: bool = False) -> Runtime:
     if accelerator is not None:
         return accelerator._runtime
     if _own_runtime is None:
-        _own_runtime = Runtime(accelerator="cpu" if cpu or parse_flag_from_env("ACCELERATE_USE_CPU") else "auto")
+        _own_runtime = Runtime(accelerator="cpu" if cpu or parse_flag_from_env(KEYS["use_cpu"].variable) else "auto")
         _own_runtime.setup_environment()
     return _own_runtime

@@ -1,6 +1,7 @@
-"""The checks of Accelerate config values: each takes what a YAML file or a flag gives (``true``, ``"yes"``,
-``2``, ``"2"``, ``1e8``) and returns the value in one spelling, or raises :class:`Refused` saying what is
-accepted. Accelerate's own reader is as lenient about spellings (``str_to_bool``, upper-cased names).
+"""The checks of Accelerate config values: each takes what a YAML file, a flag or an environment variable gives
+(``true``, ``"yes"``, ``2``, ``"2"``, ``1e8``) and returns the value in one spelling, or raises :class:`Refused`
+saying what is accepted. Accelerate's own reader is as lenient about spellings (``str_to_bool``, upper-cased
+names). :mod:`framework.accelerate.config_keys` says which check each key takes.
 """
 
 from __future__ import annotations
@@ -8,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from framework.strategies.fsdp_options import SHARDING_STRATEGIES
+
 Check = Callable[[Any], Any]
 
 _TRUE = ("true", "yes", "y", "on", "1")
 _FALSE = ("false", "no", "n", "off", "0")
-_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+# Accelerate spells torch's _HYBRID_SHARD_ZERO2 without the underscore, and numbers the strategies from 1.
+SHARDING = tuple(name.lstrip("_") for name in SHARDING_STRATEGIES)
 
 
 class Refused(ValueError):
@@ -34,7 +38,13 @@ def choice(*accepted: str, lower: bool = False, refused: Mapping[str, str] | Non
         reason = refused.get(spelled.upper(), "")
         raise Refused(f"{value!r} is not supported{reason}; accepted: {', '.join(accepted)}.")
 
+    check.accepted = accepted  # type: ignore[attr-defined]  # for help texts: choices()
     return check
+
+
+def choices(check: Check) -> str:
+    """``{A,B,C}``: the values a ``choice`` check accepts, as a help text's metavar."""
+    return "{" + ",".join(check.accepted) + "}"  # type: ignore[attr-defined]
 
 
 def whole(minimum: int, maximum: int | None = None, also: tuple[int, ...] = ()) -> Check:
@@ -105,9 +115,9 @@ def sharding_strategy(value: Any) -> str:
     """FSDP version 1's strategy by name, or by Accelerate's number for it (1 FULL_SHARD ... 5 HYBRID_SHARD_ZERO2;
     torch's enum spelling ``_HYBRID_SHARD_ZERO2`` too)."""
     number = _as_int(value)
-    if number is not None and 1 <= number <= len(_SHARDING):
-        value = _SHARDING[number - 1]
-    return choice(*_SHARDING)(_without_leading_underscore(value))
+    if number is not None and 1 <= number <= len(SHARDING):
+        value = SHARDING[number - 1]
+    return choice(*SHARDING)(_without_leading_underscore(value))
 
 
 def reshard(value: Any) -> bool | str:
@@ -118,10 +128,10 @@ def reshard(value: Any) -> bool | str:
     except Refused:
         pass
     try:
-        return choice(*_SHARDING)(_without_leading_underscore(value))
+        return choice(*SHARDING)(_without_leading_underscore(value))
     except Refused as refused:
         raise Refused(f"{value!r} is not accepted; accepted: true, false (fsdp_version 2), "
-                      f"{', '.join(_SHARDING)} (fsdp_version 1).") from refused
+                      f"{', '.join(SHARDING)} (fsdp_version 1).") from refused
 
 
 def _without_leading_underscore(value: Any) -> Any:
