@@ -50,3 +50,29 @@ def test_a_lightning_name_says_what_it_is_called_here():
     with pytest.raises(AttributeError, match="has no attribute 'Nonexistent'"):
         framework.Nonexistent
     assert not hasattr(framework, "Fabric")  # hasattr and getattr(default) still work
+
+
+def test_the_package_alone_loads_neither_torch_nor_the_trainer_and_names_load_when_used():
+    code = (
+        "import sys, framework\n"
+        "print('torch' in sys.modules, 'framework.trainer.trainer' in sys.modules)\n"
+        "framework.Trainer, framework.callbacks.ModelCheckpoint\n"
+        "print('framework.trainer.trainer' in sys.modules, 'framework.callbacks.model_checkpoint' in sys.modules)\n"
+    )
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert printed == ["False", "False", "True", "True"]
+
+
+@pytest.mark.parametrize("command", [["launch", "--help"], ["env"], ["config", "--help"]])
+def test_the_launcher_and_env_commands_start_without_the_trainer(command):
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['framework', *{command!r}]\n"
+        "try:\n"
+        "    runpy.run_module('framework', run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code in (0, None), exit.code\n"
+        "print('TRAINER', 'framework.trainer.trainer' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "TRAINER False"
