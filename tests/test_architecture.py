@@ -1,6 +1,7 @@
 """The import rules of ARCHITECTURE.md: no import circle, and every import points down the layers.
 
 Imports are read from the source (inside functions too; not those under ``if TYPE_CHECKING:``, which never run).
+Importing ``framework.a.b`` counts as importing the package ``framework.a`` too, as Python runs its ``__init__``.
 """
 
 from __future__ import annotations
@@ -72,9 +73,19 @@ def _edges() -> dict[str, dict[str, int]]:
                 target = target.removeprefix("framework").removeprefix(".")
                 while target not in modules and target:
                     target = target.rpartition(".")[0]
-                if target != name:
-                    edges[name].setdefault(target, node.lineno)
+                for imported in (target, *_packages_run_first(target, name)):
+                    if imported != name:
+                        edges[name].setdefault(imported, node.lineno)
     return edges
+
+
+def _packages_run_first(target: str, importer: str) -> list[str]:
+    """The packages whose ``__init__`` Python runs on importing ``target`` from ``importer``: those above
+    ``target`` that do not hold ``importer`` (those have begun already). The package itself (``""``) is left out:
+    every module is inside it."""
+    parts = target.split(".")
+    parents = [".".join(parts[:end]) for end in range(1, len(parts))]
+    return [parent for parent in parents if not (importer == parent or importer.startswith(parent + "."))]
 
 
 def _group(module: str) -> str:
@@ -91,7 +102,10 @@ def _place(group: str) -> tuple[int, int]:
 
 
 def _is_lazy_reexport(module: str, target: str) -> bool:
-    return (module, target) in LAZY_REEXPORTS
+    """Whether ``module`` importing ``target`` is (part of) one of the declared lazy re-exports: the module named
+    there, or a package Python runs on the way to it."""
+    return any(module == importer and (target == reexported or reexported.startswith(target + "."))
+               for importer, reexported in LAZY_REEXPORTS)
 
 
 def test_every_import_points_down_the_layers():
