@@ -12,7 +12,8 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from framework.accelerate.dealing import BatchSamplerShard, batch_length, deal, rank_batch_count, repeated_batches
 from framework.accelerate.gradient_state import GradientState
-from framework.runtime.sharding import rebuilt_with_batch_sampler
+from framework.runtime.data_split import rebuilt_with_batch_sampler
+from framework.runtime.epoch_order import epoch_order, plainly_shuffles
 
 
 class RankBatches(BatchSamplerShard):
@@ -32,8 +33,8 @@ class RankBatches(BatchSamplerShard):
         self.shared_generator = shared_generator
         self.data_seed = data_seed  # set: each pass's order is seeded with it plus the pass number
         sampler = getattr(batch_sampler, "sampler", None)
-        self.plain = type(batch_sampler) is BatchSampler and (type(sampler) is SequentialSampler or _plainly_shuffles(
-            sampler))
+        self.plain = type(batch_sampler) is BatchSampler and (
+            type(sampler) is SequentialSampler or plainly_shuffles(sampler))
         self.pass_index = 0
         self.order_record: dict[str, Any] | None = None
         self._start = 0
@@ -68,8 +69,7 @@ class RankBatches(BatchSamplerShard):
             return list(range(length))
         if self.data_seed is not None:  # Accelerate's seedable sampler: set_epoch chooses the pass's order
             self.order_record = {}
-            return torch.randperm(length, generator=torch.Generator().manual_seed(self.data_seed + self.pass_index)
-                                  ).tolist()
+            return list(epoch_order(length, True, self.data_seed, self.pass_index))
         if self.num_processes > 1 or sampler.generator is not None:
             # Several ranks: every rank's copy of the shared generator draws the same order, a new one each pass.
             # One process with the user's generator: it decides, and moves on as RandomSampler moves it.
@@ -320,7 +320,3 @@ class _Skipped:
     def __len__(self) -> int:
         return max(len(self.iterable) - self.count, 0)
 
-
-def _plainly_shuffles(sampler: Any) -> bool:
-    return (type(sampler) is RandomSampler and not sampler.replacement
-            and sampler.num_samples == len(sampler.data_source))

@@ -12,7 +12,7 @@ import torch
 
 from framework.accelerate import operations
 from framework.accelerate.utils import DistributedType
-from framework.runtime.sharding import contiguous_part
+from framework.runtime.data_split import contiguous_part
 
 
 class ProcessControl:

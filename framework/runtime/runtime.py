@@ -15,11 +15,11 @@ from framework.errors import MisconfigurationError, describe
 from framework.nested import map_tensors, move_to_device
 from framework.precision import Precision, resolve_precision
 from framework.runtime.compile import StepCompiler, compile_options
+from framework.runtime.data_split import shard_loader
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import ClusterEnvironment, check_matches_launcher, detect_environment
 from framework.runtime.reporting import agree_on_runs, as_list, call_hook, finalize, log_to
 from framework.runtime.saving import load_object, restore_into, state_dicts
-from framework.runtime.sharding import shard_loader
 from framework.runtime.wrappers import (
     RuntimeDataLoader,
     RuntimeModule,

@@ -16,7 +16,7 @@ from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
 from framework.loader_hooks import LoaderHooks
 from framework.module import Module
-from framework.runtime.sharding import rebuilt
+from framework.runtime.data_split import rebuilt
 from framework.seed import seed_worker
 from framework.trainer.sampler import with_eval_shard, with_resumable_sampler
 from framework.utilities.warnings import PossibleUserWarning

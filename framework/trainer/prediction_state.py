@@ -11,7 +11,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from framework.runtime.sharding import rebuilt_with_batch_sampler
+from framework.runtime.data_split import rebuilt_with_batch_sampler
 
 
 class IndexRecordingBatchSampler(Sampler):

@@ -2,8 +2,8 @@
 
 A DataLoader with ``shuffle=True`` draws a fresh order from the global random generator at
 every epoch, which a checkpoint cannot replay. Training loaders are rebuilt around this
-sampler instead: the order of an epoch is a function of ``(seed, epoch)`` (as
-``DistributedSampler`` does it), the seed is saved in checkpoints, and a run resumed inside
+sampler instead: the order of an epoch is a function of ``(seed, epoch)``
+(``runtime.epoch_order``, as ``DistributedSampler`` does it), the seed is saved in checkpoints, and a run resumed inside
 an epoch starts the sampler past the samples already trained on, without loading them.
 """
 
@@ -19,12 +19,12 @@ from torch.utils.data import (
     DataLoader,
     DistributedSampler,
     IterableDataset,
-    RandomSampler,
     Sampler,
     SequentialSampler,
 )
 
-from framework.runtime.sharding import ShardedSampler, rebuilt
+from framework.runtime.data_split import ShardedSampler, rebuilt
+from framework.runtime.epoch_order import epoch_order, plainly_shuffles, strided_part
 
 # The loader's worker seeds come from a second generator, on a stream apart from the order's.
 _WORKER_STREAM = 2**40
@@ -80,18 +80,10 @@ class ResumableSampler(Sampler[int]):
             for _ in range(self._next_pass_draws):
                 torch.empty((), dtype=torch.int64).random_()
         self._next_pass_draws = self.global_draws
-        if not self.shuffle and self.num_replicas == 1:
-            return iter(range(start, self.length))
-        if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.length, generator=generator)
-        else:
-            order = torch.arange(self.length)
+        order = epoch_order(self.length, self.shuffle, self.seed, self.epoch)
         if self.num_replicas > 1:
-            padding = len(self) * self.num_replicas - self.length
-            order = torch.cat([order, order.repeat(padding // self.length + 1)[:padding]])[self.rank::self.num_replicas]
-        return iter(order[start:].tolist())
+            order = strided_part(order, self.num_replicas, self.rank)
+        return iter(order[start:])
 
     def __len__(self) -> int:
         return -(-self.length // self.num_replicas)
@@ -123,8 +115,7 @@ def with_resumable_sampler(loader: Any, run_seed: Callable[[], tuple[int, bool]]
     sampler = loader.sampler
     if num_replicas > 1 and isinstance(sampler, DistributedSampler):
         return loader  # sharded by the user already
-    plainly_shuffled = (type(sampler) is RandomSampler and not sampler.replacement
-                        and sampler.num_samples == len(sampler.data_source))
+    plainly_shuffled = plainly_shuffles(sampler)
     if not plainly_shuffled and type(sampler) is not SequentialSampler:
         if num_replicas == 1:
             return loader

@@ -1,4 +1,5 @@
-"""Splitting a sampler's order, or a DataLoader, over the ranks."""
+"""Splitting a sampler's order, or a DataLoader, over the ranks (the Runtime's ``setup_dataloaders``, the Trainer's
+evaluation loaders), and rebuilding a DataLoader around another sampler."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from torch.utils.data import (
     DataLoader,
     DistributedSampler,
     IterableDataset,
-    RandomSampler,
     Sampler,
     SequentialSampler,
 )
 
 from framework.errors import MisconfigurationError
+from framework.runtime.epoch_order import plainly_shuffles, strided_part
 
 
 class ShardedSampler(Sampler[int]):
@@ -46,10 +47,7 @@ class ShardedSampler(Sampler[int]):
         if self.contiguous:
             start, end = contiguous_part(len(order), self.num_replicas, self.rank)
             return iter(order[start:end])
-        if order and self.pad:
-            padding = -len(order) % self.num_replicas
-            order += (order * (padding // len(order) + 1))[:padding]
-        return iter(order[self.rank::self.num_replicas])
+        return iter(strided_part(order, self.num_replicas, self.rank, self.pad))
 
     def __len__(self) -> int:
         total = len(self.sampler)  # type: ignore[arg-type]
@@ -92,8 +90,7 @@ def shard_loader(loader: Any, num_replicas: int, rank: int, shuffle_seed: Callab
             "(runtime.world_size, runtime.global_rank) and pass use_distributed_sampler=False."
         )
     sampler = loader.sampler
-    shuffle = (type(sampler) is RandomSampler and not sampler.replacement
-               and sampler.num_samples == len(sampler.data_source))
+    shuffle = plainly_shuffles(sampler)
     if shuffle or (type(sampler) is SequentialSampler and even_batches):
         return rebuilt(loader, DistributedSampler(loader.dataset, num_replicas=num_replicas, rank=rank,
                                                   shuffle=shuffle, seed=shuffle_seed() if shuffle else 0))
