@@ -39,7 +39,7 @@ from framework.errors import MisconfigurationError
 from framework.runtime import Runtime
 from framework.runtime.runtime import use_set_up_parameters
 from framework.runtime.wrappers import RuntimeModule, forward_module, original_module, original_optimizer
-from framework.strategies.sharded_tensors import whole
+from framework.strategies.dtensors import whole
 
 
 class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
-from framework.accelerate.dealing import BatchSamplerShard, batch_length, deal, rank_batch_count, repeated_batches
+from framework.accelerate.batch_shards import BatchSamplerShard, batch_length, deal, rank_batch_count, repeated_batches
 from framework.accelerate.gradient_state import GradientState
 from framework.runtime.data_split import rebuilt_with_batch_sampler
 from framework.runtime.epoch_order import epoch_order, plainly_shuffles

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from framework.accelerate.batch_shards import BatchSamplerShard, IterableDatasetShard
 from framework.accelerate.data import PreparedDataLoader, prepared_loader, skip_first_batches
-from framework.accelerate.dealing import BatchSamplerShard, IterableDatasetShard
 from framework.accelerate.gradient_state import GradientState
 from framework.accelerate.utils.operations import send_to_device
 from framework.accelerate.utils.shared_state import current_accelerator, current_runtime

@@ -7,8 +7,8 @@ from framework.strategies.fsdp import FSDPStrategy
 from framework.strategies.model_parallel import ModelParallelStrategy
 from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.registry import register_strategy, resolve_strategy
-from framework.strategies.sharded import ShardedStrategy
 from framework.strategies.single import SingleDeviceStrategy
+from framework.strategies.zero1 import ShardedStrategy
 
 __all__ = [
     "DDPStrategy",

@@ -13,6 +13,17 @@ from torch.optim import Optimizer
 
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.base import _parameters_of
+from framework.strategies.dtensors import (
+    clip_with_norm,
+    has_meta_tensors,
+    materialize,
+    placed_like,
+    quiet_redistribution_notes,
+    read_in_layout,
+    same_shape,
+    total_norm,
+    whole,
+)
 from framework.strategies.fsdp_options import (
     HYBRID,
     STATE_DICT_TYPES,
@@ -24,17 +35,6 @@ from framework.strategies.fsdp_options import (
 )
 from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard, wrap_policy
 from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
-from framework.strategies.sharded_tensors import (
-    clip_with_norm,
-    has_meta_tensors,
-    materialize,
-    placed_like,
-    quiet_redistribution_notes,
-    read_in_layout,
-    same_shape,
-    total_norm,
-    whole,
-)
 
 # Where a sharded module keeps the root that shards it, for the next run to reuse.
 ROOT_ATTRIBUTE = "_framework_sharded_root"

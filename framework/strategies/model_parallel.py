@@ -9,9 +9,9 @@ import torch.distributed as dist
 from torch import nn
 
 from framework.errors import MisconfigurationError, describe
+from framework.strategies.dtensors import quiet_redistribution_notes
 from framework.strategies.fsdp import ROOT_ATTRIBUTE, FSDPStrategy
 from framework.strategies.parallel import StepRouter
-from framework.strategies.sharded_tensors import quiet_redistribution_notes
 
 MESH_DIMENSIONS = ("data_parallel", "tensor_parallel")
 

@@ -9,8 +9,8 @@ from framework.strategies.base import Strategy
 from framework.strategies.ddp import DDPStrategy
 from framework.strategies.fsdp import FSDPStrategy
 from framework.strategies.model_parallel import ModelParallelStrategy
-from framework.strategies.sharded import ShardedStrategy
 from framework.strategies.single import SingleDeviceStrategy
+from framework.strategies.zero1 import ShardedStrategy
 
 _BUILDERS: dict[str, Callable[[], Strategy]] = {
     "single": SingleDeviceStrategy,

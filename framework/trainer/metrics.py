@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from framework.errors import MisconfigurationError
-from framework.trainer.agreement import agreed_entries
 from framework.trainer.results import Results
+from framework.trainer.sync_agreement import agreed_entries
 
 Views = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
 

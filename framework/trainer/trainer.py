@@ -1,5 +1,5 @@
 """``Trainer``: its arguments, and ``fit`` / ``validate`` / ``test`` / ``predict`` (what one run does is in
-``run.py``)."""
+``trainer_run.py``)."""
 
 import contextlib
 import os
@@ -32,9 +32,9 @@ from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy
 from framework.trainer.prediction_state import PredictionState
 from framework.trainer.report import print_results
 from framework.trainer.results import Results
-from framework.trainer.run import TrainerRun
 from framework.trainer.state import TrainerFn, TrainerState
 from framework.trainer.step import StepHooks
+from framework.trainer.trainer_run import TrainerRun
 
 
 class Trainer(TrainerRun):

@@ -23,7 +23,7 @@ CONFIGURED_MODULES = [
     "framework.loggers.base", "framework.loggers.csv", "framework.loggers.tensorboard", "framework.loggers.mlflow",
     "framework.loggers.wandb",
     "framework.strategies.base", "framework.strategies.parallel", "framework.strategies.single",
-    "framework.strategies.ddp", "framework.strategies.sharded", "framework.strategies.fsdp",
+    "framework.strategies.ddp", "framework.strategies.zero1", "framework.strategies.fsdp",
     "framework.strategies.model_parallel",
     "framework.precision.base", "framework.precision.amp", "framework.precision.true",
     "framework.profilers.base", "framework.profilers.simple", "framework.profilers.advanced",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from framework.accelerate.dealing import batch_length, deal, filled_indices, rank_batch_count, repeated_batches
+from framework.accelerate.batch_shards import batch_length, deal, filled_indices, rank_batch_count, repeated_batches
 
 
 def _batches(count: int, size: int, drop_last: bool = False) -> list[list[int]]:
