@@ -7,8 +7,10 @@ any object with ``log_metrics(metrics, step)`` (the classes in ``framework.logge
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -103,3 +105,51 @@ def finalize(loggers: list[Any], status: str) -> None:
     for logger in loggers:
         if callable(getattr(logger, "finalize", None)):
             logger.finalize(status)
+
+
+class LoggerMethods:
+    """The Runtime's callbacks and loggers: ``call``, ``log``, ``log_dict``, and the loggers' last write."""
+
+    @property
+    def loggers(self) -> list[Any]:
+        """The loggers given as ``loggers=``."""
+        return self._loggers
+
+    @property
+    def logger(self) -> Any:
+        """The first logger, or None without loggers."""
+        return self._loggers[0] if self._loggers else None
+
+    def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
+        """Call the method ``hook_name`` of every callback that has one (keyword arguments it does not take left out).
+
+        Example::
+
+            runtime = Runtime(callbacks=[PrintLoss()])
+            runtime.call("on_train_batch_end", loss=loss, batch_idx=index)
+        """
+        call_hook(self.callbacks, hook_name, args, kwargs)
+
+    def log(self, name: str, value: Any, step: int | None = None) -> None:
+        """Send one number (or a one-element tensor) to every logger, on global rank 0."""
+        self.log_dict({name: value}, step=step)
+
+    def log_dict(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Send ``metrics`` (numbers or one-element tensors) to every logger, on global rank 0.
+
+        Loggers write what they buffered when the process (or ``launch``'s function) ends.
+        """
+        if self._loggers and self.is_global_zero:
+            log_to(self._loggers, metrics, step)
+            if not self._unflushed_logs:
+                self._unflushed_logs = True
+                atexit.register(self._finalize_loggers)
+
+    def _finalize_loggers(self, status: str | None = None) -> None:
+        """Let the loggers write what they buffered (Fabric leaves that to the user, and loses it when they forget)."""
+        if not self._unflushed_logs:
+            return
+        self._unflushed_logs = False
+        if status is None:
+            status = "failed" if getattr(sys, "last_value", None) is not None else "success"
+        finalize(self._loggers, status)

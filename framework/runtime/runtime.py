@@ -1,10 +1,7 @@
 """The Runtime: device, Strategy and Precision in one object, usable without the Trainer."""
 
-import atexit
 import contextlib
-import os
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -12,14 +9,16 @@ from torch import nn
 from torch.optim import Optimizer
 
 from framework.errors import MisconfigurationError, describe
-from framework.nested import map_tensors, move_to_device
+from framework.nested import move_to_device
 from framework.precision import Precision, resolve_precision
+from framework.runtime.collectives import CollectiveMethods
 from framework.runtime.compile import StepCompiler, compile_options
 from framework.runtime.data_split import shard_loader
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
-from framework.runtime.environment import ClusterEnvironment, check_matches_launcher, detect_environment
-from framework.runtime.reporting import agree_on_runs, as_list, call_hook, finalize, log_to
-from framework.runtime.saving import load_object, restore_into, state_dicts
+from framework.runtime.environment import check_matches_launcher, detect_environment
+from framework.runtime.launching import LaunchMethods, attached_ranks, share_cores
+from framework.runtime.reporting import LoggerMethods, agree_on_runs, as_list
+from framework.runtime.saving import FileMethods
 from framework.runtime.wrappers import (
     RuntimeDataLoader,
     RuntimeModule,
@@ -27,12 +26,12 @@ from framework.runtime.wrappers import (
     forward_module,
     original_optimizer,
 )
-from framework.seed import restore_rng_states, rng_states, seed_everything
+from framework.seed import seed_everything
 from framework.strategies import Ranks, Strategy, resolve_strategy
 from framework.utilities.rank_zero import set_rank
 
 
-class Runtime:
+class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
     """Everything a training loop needs that depends on hardware, precision or distribution.
 
     The ``Trainer`` is built on it; people who keep their own loop use it directly, with
@@ -100,107 +99,19 @@ class Runtime:
             )
         if launched:
             check_matches_launcher(self.environment, devices, len(self.device_ids), num_nodes)
-            ranks = _attached_ranks(self.environment)
+            ranks = attached_ranks(self.environment)
         else:
             self.environment = None
             ranks = Ranks(world_size=world_size, local_world_size=len(self.device_ids))
         self._connect(ranks)
         if launched:
-            _share_cores(ranks.local_world_size)
+            share_cores(ranks.local_world_size)
 
     def _connect(self, ranks: Ranks) -> None:
         self.device = device_for(self.accelerator, self.device_ids[ranks.local_rank])
         self.precision.connect(self.device)
         self.strategy.connect(self.device, self.precision, ranks)
         set_rank(ranks.global_rank)  # for the user's @rank_zero_only functions
-
-    # -- launching ---
-    @property
-    def needs_launch(self) -> bool:
-        """Whether this run wants several processes that nobody has started yet (no torchrun, SLURM ... around)."""
-        return self.world_size > 1 and self.environment is None
-
-    def launch(self, function: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
-        """Start the processes and run ``function(runtime, *args, **kwargs)`` on each; returns rank 0's result.
-
-        Without ``function``, the rest of the script runs on every rank: this process becomes
-        rank 0 and starts the others as new runs of the script (or joins the ranks ``framework
-        launch``, torchrun or SLURM started). On one process, ``function`` runs right here.
-
-        Example::
-
-            def train(runtime, epochs):
-                model, optimizer = runtime.setup(model, optimizer)
-                ...
-
-            Runtime(accelerator="cpu", devices=2, strategy="ddp").launch(train, 3)
-        """
-        if function is None:
-            if self.needs_launch:
-                requested = getattr(self.strategy, "start_method", "auto")
-                if requested not in ("auto", "popen") or self.num_nodes > 1:
-                    raise MisconfigurationError(
-                        f"runtime.launch() without a function cannot start ranks with strategy={self.strategy.name!r} "
-                        f"({requested}) or on several nodes. Call runtime.launch(train) with the "
-                        "training in a function, or start the script with `framework launch` (or torchrun)."
-                    )
-                self.become_rank_zero()
-            self.setup_environment()
-            return None
-        return self.run_in_ranks(function, *args, **kwargs)[0]
-
-    def start_method(self) -> str | None:
-        """How this run's ranks start: None where they need no starting (one process, or a launcher started
-        them); else ``"fork"``, ``"forkserver"``, ``"spawn"`` or ``"popen"`` (the script run again), by the rule in
-        ``framework.runtime.start_method``."""
-        if not self.needs_launch:
-            return None
-        from framework.runtime.relaunch import script_command
-        from framework.runtime.start_method import choose_start_method
-
-        return choose_start_method(getattr(self.strategy, "start_method", "auto"), script_command() is not None)
-
-    def run_in_ranks(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
-        """``function(runtime, *args, **kwargs)`` on every rank; the results of the ranks this process waited for.
-
-        Where ranks are forked or spawned, this process waits for all of them and gets every
-        rank's result; where the script is run again (``"popen"``), this process is rank 0 and
-        gets its own.
-        """
-        if not callable(function):
-            raise TypeError(f"launch(function={describe(function)}): the function must be callable.")
-        method = self.start_method()
-        if method in ("fork", "forkserver", "spawn"):
-            from framework.runtime.launchers import start_processes
-
-            return start_processes(_run_as_rank, (self, rng_states(), function, args, kwargs), self.world_size,
-                                   method, self._rank_environment())
-        if method == "popen":
-            self.become_rank_zero()
-        self.setup_environment()
-        return [function(self, *args, **kwargs)]
-
-    def become_rank_zero(self) -> None:
-        """Start ranks 1 .. N-1 as new runs of this script and join them as rank 0 (everything after runs on every
-        rank)."""
-        from framework.runtime.relaunch import relaunch_script
-
-        relaunch_script(self.world_size)
-        self._join_launched()
-
-    def _rank_environment(self) -> dict[str, str]:
-        """What forked or spawned ranks get in their environment: a CPU run's ranks see no CUDA device, so neither
-        torch (Adam's step, ``pin_memory``, torch.compile) nor user code initialise CUDA in them. Not for ranks
-        that run the script again: rank 0, this process, sees the devices, and the ranks must agree (torch's
-        DeviceMesh makes one more process group where CUDA is available)."""
-        return {"CUDA_VISIBLE_DEVICES": ""} if self.accelerator == "cpu" else {}
-
-    def _join_launched(self) -> None:
-        """In a process the launcher started: take up this rank's device and share the machine's cores."""
-        self.environment = detect_environment()
-        ranks = _attached_ranks(self.environment)
-        self._connect(ranks)
-        _share_cores(ranks.local_world_size)
 
     # -- ranks ---
     @property
@@ -416,140 +327,10 @@ class Runtime:
         """
         return self.strategy.no_backward_sync(forward_module(module), enabled)
 
-    # -- collectives ---
-    def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
-        """Each tensor (or number) in ``data`` reduced over all ranks ("mean", "sum", "max", "min"); new tensors."""
-        _only_default_group(group)
-        return map_tensors(_numbers_as_tensors(data, self.device), lambda t: self.strategy.all_reduce(t, reduce_op))
-
-    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
-        """Each tensor in ``data`` from every rank, stacked along a new first dimension (of size world_size)."""
-        _only_default_group(group)
-        if sync_grads and self.world_size > 1:
-            from torch.distributed.nn.functional import all_gather
-
-            return map_tensors(_numbers_as_tensors(data, self.device), lambda t: torch.stack(all_gather(t)))
-        return map_tensors(_numbers_as_tensors(data, self.device), self.strategy.all_gather)
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        """``obj`` (any picklable object) as rank ``src`` has it, on every rank; ``obj`` itself on one process."""
-        return self.strategy.broadcast(obj, src)
-
-    def barrier(self, name: str | None = None) -> None:
-        """Wait until every rank gets here; returns at once on one process."""
-        self.strategy.barrier(name)
-
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
-        """One decision for all ranks: every rank's (``all=True``) or any rank's; ``decision`` on one process."""
-        return self.strategy.reduce_boolean_decision(decision, all)
-
-    @contextlib.contextmanager
-    def rank_zero_first(self, local: bool = False) -> Iterator[None]:
-        """Run the block on rank 0 (of the node, with ``local``) first, then on the others (a download, say).
-
-        Example::
-
-            with runtime.rank_zero_first():
-                dataset = MNIST("data", download=True)
-        """
-        first = (self.local_rank if local else self.global_rank) == 0
-        if not first:
-            self.barrier("rank_zero_first")
-        yield
-        if first:
-            self.barrier("rank_zero_first")
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on each node's first process only."""
-        if self.local_rank == 0:
-            print(*args, **kwargs)
-
-    # -- callbacks and loggers ---
-    @property
-    def loggers(self) -> list[Any]:
-        """The loggers given as ``loggers=``."""
-        return self._loggers
-
-    @property
-    def logger(self) -> Any:
-        """The first logger, or None without loggers."""
-        return self._loggers[0] if self._loggers else None
-
-    def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
-        """Call the method ``hook_name`` of every callback that has one (keyword arguments it does not take left out).
-
-        Example::
-
-            runtime = Runtime(callbacks=[PrintLoss()])
-            runtime.call("on_train_batch_end", loss=loss, batch_idx=index)
-        """
-        call_hook(self.callbacks, hook_name, args, kwargs)
-
-    def log(self, name: str, value: Any, step: int | None = None) -> None:
-        """Send one number (or a one-element tensor) to every logger, on global rank 0."""
-        self.log_dict({name: value}, step=step)
-
-    def log_dict(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        """Send ``metrics`` (numbers or one-element tensors) to every logger, on global rank 0.
-
-        Loggers write what they buffered when the process (or ``launch``'s function) ends.
-        """
-        if self._loggers and self.is_global_zero:
-            log_to(self._loggers, metrics, step)
-            if not self._unflushed_logs:
-                self._unflushed_logs = True
-                atexit.register(self._finalize_loggers)
-
-    def _finalize_loggers(self, status: str | None = None) -> None:
-        """Let the loggers write what they buffered (Fabric leaves that to the user, and loses it when they forget)."""
-        if not self._unflushed_logs:
-            return
-        self._unflushed_logs = False
-        if status is None:
-            status = "failed" if getattr(sys, "last_value", None) is not None else "success"
-        finalize(self._loggers, status)
-
     @staticmethod
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
         """Seed Python, NumPy and torch (see ``framework.seed_everything``); returns the seed."""
         return seed_everything(seed, workers=bool(workers), verbose=verbose)
-
-    # -- files ---
-    def save(self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
-        """Save ``state`` (written by rank 0); modules and optimizers in it are saved as their ``state_dict()``.
-
-        ``filter`` maps a key of ``state`` to ``fn(name, value) -> bool`` choosing which entries of
-        that object's state dict are kept (e.g. only the trainable parameters).
-        """
-        self.strategy.save_checkpoint(state_dicts(state, self.strategy, filter or {}), os.fspath(path))
-
-    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True, *,
-             weights_only: bool | None = None) -> dict[str, Any]:
-        """Load a checkpoint into ``state``: objects with ``load_state_dict`` in place, plain values replaced in
-        ``state``; returns what the checkpoint holds beyond ``state``'s keys (everything without ``state``).
-
-        ``strict``: a key of ``state`` missing from the checkpoint, or a module key mismatch, raises.
-        ``weights_only=False`` also unpickles arbitrary objects (only for files you trust).
-        """
-        checkpoint = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
-        self.barrier("load")
-        if state is not None:
-            restore_into(state, checkpoint, self.strategy, strict, os.fspath(path))
-        return checkpoint
-
-    def load_raw(self, path: str | os.PathLike, obj: nn.Module | Optimizer, strict: bool = True, *,
-                 weights_only: bool | None = None) -> None:
-        """Load a plain state-dict file (``torch.save(model.state_dict(), path)``) into a module or optimizer.
-
-        Example::
-
-            runtime.load_raw("pretrained.pt", model)
-        """
-        if not isinstance(obj, nn.Module) and not callable(getattr(obj, "load_state_dict", None)):
-            raise TypeError(f"load_raw(obj={describe(obj)}): obj must be a torch.nn.Module or an optimizer.")
-        state_dict = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
-        self.barrier("load_raw")
-        load_object(obj, state_dict, self.strategy, strict)
 
     def teardown(self) -> None:
         """Undo ``setup_environment`` (end the process group, where there is one)."""
@@ -557,43 +338,6 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"Runtime(device={self.device}, strategy={self.strategy!r}, precision={self.precision!r})"
-
-
-def _attached_ranks(environment: ClusterEnvironment) -> Ranks:
-    """The ranks a launcher set up, with rank 0's address exported where torch's process group reads it
-    (torchrun sets MASTER_ADDR/MASTER_PORT, SLURM does not)."""
-    os.environ.setdefault("MASTER_ADDR", environment.main_address)
-    os.environ.setdefault("MASTER_PORT", str(environment.main_port))
-    from framework.runtime.peer_failure import share_failures_with_peers  # only under a launcher: not at import
-
-    share_failures_with_peers()
-    return Ranks(world_size=environment.world_size, global_rank=environment.global_rank,
-                  local_rank=environment.local_rank, node_rank=environment.node_rank,
-                  local_world_size=environment.local_world_size)
-
-
-def _share_cores(local_world_size: int) -> None:
-    """Each of a node's processes takes its share of the CPU cores, unless OMP_NUM_THREADS already decided."""
-    if local_world_size < 2 or "OMP_NUM_THREADS" in os.environ:
-        return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    torch.set_num_threads(max(1, cores // local_world_size))
-
-
-def _run_as_rank(runtime: Runtime, rng: dict[str, Any], function: Callable[..., Any], args: tuple,
-                 kwargs: dict[str, Any]) -> Any:
-    """What each started process runs: join the ranks, draw random numbers as the caller would, run, end."""
-    runtime._join_launched()
-    restore_rng_states(rng)
-    runtime.setup_environment()
-    try:
-        result = function(runtime, *args, **kwargs)
-    except BaseException:
-        runtime._finalize_loggers("failed")
-        raise
-    runtime._finalize_loggers("success")  # a started rank ends without running atexit handlers
-    runtime.strategy.end_process_group()
-    return result
 
 
 def use_set_up_parameters(optimizers: tuple[Optimizer, ...], names: dict[nn.Parameter, str],
@@ -613,18 +357,3 @@ def use_set_up_parameters(optimizers: tuple[Optimizer, ...], names: dict[nn.Para
                         "first step, or set the module up first and build the optimizer from its parameters."
                     )
                 group["params"] = replaced
-
-
-def _numbers_as_tensors(data: Any, device: torch.device) -> Any:
-    """``data`` with every Python number in it (at any depth) made a tensor on ``device``, as Fabric's collectives
-    take them."""
-    def as_tensor(value: Any) -> Any:
-        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return torch.tensor(value, device=device) if is_number else value
-
-    return map_tensors(data, lambda tensor: tensor, other=as_tensor)
-
-
-def _only_default_group(group: Any) -> None:
-    if group is not None:
-        raise MisconfigurationError("group= is not supported: collectives run over all ranks (group=None).")

@@ -7,12 +7,14 @@ are saved as they are and handed back.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 from torch.optim import Optimizer
 
+from framework.errors import describe
 from framework.runtime.wrappers import forward_module, original_optimizer
 
 
@@ -61,3 +63,43 @@ def load_object(target: Any, state_dict: dict[str, Any], strategy: Any, strict: 
         strategy.load_optimizer_state(original_optimizer(target), state_dict)
     else:
         target.load_state_dict(state_dict)
+
+
+class FileMethods:
+    """The Runtime's ``save``, ``load`` and ``load_raw``."""
+
+    def save(self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
+        """Save ``state`` (written by rank 0); modules and optimizers in it are saved as their ``state_dict()``.
+
+        ``filter`` maps a key of ``state`` to ``fn(name, value) -> bool`` choosing which entries of
+        that object's state dict are kept (e.g. only the trainable parameters).
+        """
+        self.strategy.save_checkpoint(state_dicts(state, self.strategy, filter or {}), os.fspath(path))
+
+    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True, *,
+             weights_only: bool | None = None) -> dict[str, Any]:
+        """Load a checkpoint into ``state``: objects with ``load_state_dict`` in place, plain values replaced in
+        ``state``; returns what the checkpoint holds beyond ``state``'s keys (everything without ``state``).
+
+        ``strict``: a key of ``state`` missing from the checkpoint, or a module key mismatch, raises.
+        ``weights_only=False`` also unpickles arbitrary objects (only for files you trust).
+        """
+        checkpoint = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
+        self.barrier("load")
+        if state is not None:
+            restore_into(state, checkpoint, self.strategy, strict, os.fspath(path))
+        return checkpoint
+
+    def load_raw(self, path: str | os.PathLike, obj: nn.Module | Optimizer, strict: bool = True, *,
+                 weights_only: bool | None = None) -> None:
+        """Load a plain state-dict file (``torch.save(model.state_dict(), path)``) into a module or optimizer.
+
+        Example::
+
+            runtime.load_raw("pretrained.pt", model)
+        """
+        if not isinstance(obj, nn.Module) and not callable(getattr(obj, "load_state_dict", None)):
+            raise TypeError(f"load_raw(obj={describe(obj)}): obj must be a torch.nn.Module or an optimizer.")
+        state_dict = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
+        self.barrier("load_raw")
+        load_object(obj, state_dict, self.strategy, strict)
