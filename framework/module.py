@@ -307,7 +307,7 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
         stepping them counts ``global_step`` and goes through the precision."""
         optimizers = self.trainer.optimizers
         if use_pl_optimizer and not self.automatic_optimization:
-            optimizers = self.trainer.manual_optimizers
+            optimizers = self.trainer.run_context.manual_optimizers
         return optimizers[0] if len(optimizers) == 1 else list(optimizers)
 
     def lr_schedulers(self) -> Any:

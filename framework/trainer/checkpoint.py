@@ -31,9 +31,9 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
         "state_dict": trainer.runtime.strategy.module_state_dict(trainer.model),
     }
     if not weights_only:
-        strategy = trainer.runtime.strategy
-        checkpoint["optimizer_states"] = [strategy.optimizer_state(optimizer) for optimizer in trainer.optimizers]
-        checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs]
+        strategy, context = trainer.runtime.strategy, trainer.run_context
+        checkpoint["optimizer_states"] = [strategy.optimizer_state(optimizer) for optimizer in context.optimizers]
+        checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in context.lr_scheduler_configs]
         checkpoint["precision"] = trainer.runtime.precision.state_dict()
         checkpoint["callbacks"] = callback_states(trainer.callbacks)
         if trainer.datamodule is not None:
@@ -118,8 +118,8 @@ def check_resumable(checkpoint: dict[str, Any]) -> None:
 
 def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     """Load the precision's and loop counters' state, to resume fit (``on_fit_start`` sees where it resumes)."""
-    _check_count("optimizer", trainer.optimizers, checkpoint["optimizer_states"])
-    _check_count("LR scheduler", trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []))
+    _check_count("optimizer", trainer.run_context.optimizers, checkpoint["optimizer_states"])
+    _check_count("LR scheduler", trainer.run_context.lr_scheduler_configs, checkpoint.get("lr_schedulers", []))
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
     _restore_counters(trainer, checkpoint)
 
@@ -127,9 +127,10 @@ def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
 def restore_optimizer_states(trainer: Any, checkpoint: dict[str, Any]) -> None:
     """Load the optimizers' and LR schedulers' state. After ``on_fit_start``, as in Lightning: a callback may
     add the parameter groups there that the saved state holds (BaseFinetuning)."""
-    for optimizer, saved in zip(trainer.optimizers, checkpoint["optimizer_states"], strict=True):
+    context = trainer.run_context
+    for optimizer, saved in zip(context.optimizers, checkpoint["optimizer_states"], strict=True):
         trainer.runtime.strategy.load_optimizer_state(optimizer, saved)
-    for config, saved in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=True):
+    for config, saved in zip(context.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=True):
         config.scheduler.load_state_dict(saved)
 
 

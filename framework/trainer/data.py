@@ -132,7 +132,7 @@ def load_train_data(trainer: Any) -> None:
     Called when training starts (after the sanity check, as in Lightning), earlier if
     ``estimated_stepping_batches`` is read first, and again when a reload is due.
     """
-    loaders = find_loaders("train", trainer.given_loaders.get("train"), trainer.datamodule, trainer.module)
+    loaders = find_loaders("train", trainer.run_context.given_loaders.get("train"), trainer.datamodule, trainer.module)
     if loaders is None:
         raise no_training_data()
     if len(loaders) != 1:
@@ -151,15 +151,16 @@ def load_train_data(trainer: Any) -> None:
             "The training dataloader is empty (0 batches): check the dataset's length, batch_size and drop_last."
         )
     name = "overfit_batches" if trainer.overfit_batches else "limit_train_batches"
-    trainer.train_loader = loader
-    trainer.num_training_batches = apply_limit(name, available, getattr(trainer, name), whole=batch_count(given))
-    trainer.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
-                                              trainer.num_training_batches)
-    trainer.loaded_at["train"] = trainer.state.current_epoch
-    if trainer.loggers and trainer.num_training_batches < trainer.log_every_n_steps and not trainer.fast_dev_run \
+    context = trainer.run_context
+    context.train_loader = loader
+    context.num_training_batches = apply_limit(name, available, getattr(trainer, name), whole=batch_count(given))
+    context.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
+                                              context.num_training_batches)
+    context.loaded_at["train"] = trainer.state.current_epoch
+    if trainer.loggers and context.num_training_batches < trainer.log_every_n_steps and not trainer.fast_dev_run \
             and trainer.is_global_zero:
         console.warn_user(
-            f"The number of training batches ({trainer.num_training_batches}) is smaller than the logging interval "
+            f"The number of training batches ({context.num_training_batches}) is smaller than the logging interval "
             f"Trainer(log_every_n_steps={trainer.log_every_n_steps}). Set a lower value for log_every_n_steps if "
             "you want to see logs for the training epoch.", PossibleUserWarning
         )
@@ -217,7 +218,7 @@ def val_is_defined(trainer: Any) -> bool:
 
 def has_loader_source(trainer: Any, stage: str) -> bool:
     """Whether loaders for ``stage`` were given, or the DataModule or Module has ``<stage>_dataloader``."""
-    if trainer.given_loaders.get(stage) is not None:
+    if trainer.run_context.given_loaders.get(stage) is not None:
         return True
     method = f"{stage}_dataloader"
     return any(defines_loader(owner, method) for owner in (trainer.datamodule, trainer.module))
@@ -235,25 +236,27 @@ def defines_loader(owner: Any, method: str) -> bool:
 
 def load_val_data(trainer: Any) -> None:
     """Ask for fit's validation loaders and count their batches (sets ``val_loaders``, ``val_batch_counts``)."""
-    loaders = find_loaders("val", trainer.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
+    context = trainer.run_context
+    loaders = find_loaders("val", context.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
     if trainer.overfit_batches:
         loaders = [with_sequential_order(loader, "val") for loader in loaders]
     name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
-    trainer.val_loaders, trainer.val_batch_counts = rank_parts(trainer, loaders, name, getattr(trainer, name))
-    trainer.loaded_at["val"] = trainer.state.current_epoch
+    context.val_loaders, context.val_batch_counts = rank_parts(trainer, loaders, name, getattr(trainer, name))
+    context.loaded_at["val"] = trainer.state.current_epoch
 
 
 def forget_fit_data(trainer: Any) -> None:
     """Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
     training's when training starts (or when ``estimated_stepping_batches`` is first read)."""
-    trainer.train_loader, trainer.num_training_batches = None, INFINITE
-    trainer.val_loaders, trainer.val_batch_counts = [], []
-    trainer.loaded_at.clear()
+    context = trainer.run_context
+    context.train_loader, context.num_training_batches = None, INFINITE
+    context.val_loaders, context.val_batch_counts = [], []
+    context.loaded_at.clear()
 
 
 def reload_due(trainer: Any, stage: str) -> bool:
     """Whether the ``stage`` ("train" or "val") loaders must be requested (again) now."""
-    last = trainer.loaded_at.get(stage)
+    last = trainer.run_context.loaded_at.get(stage)
     if last is None:
         return True
     n = trainer.reload_dataloaders_every_n_epochs
@@ -283,7 +286,7 @@ def val_check_batch(interval: int | float, every_n_epochs: int | None, total: fl
 
 def eval_data(trainer: Any, stage: str, limit: int | float) -> tuple[list[Iterable], list[float]]:
     """The loaders of ``stage`` ("val", "test", "predict") and how many batches of each to run."""
-    loaders = find_loaders(stage, trainer.given_loaders.get(stage), trainer.datamodule, trainer.module)
+    loaders = find_loaders(stage, trainer.run_context.given_loaders.get(stage), trainer.datamodule, trainer.module)
     if loaders is None:
         raise MisconfigurationError(
             f"No {stage} data: pass dataloaders=, a datamodule=, or define {stage}_dataloader() on the Module."

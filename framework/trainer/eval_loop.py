@@ -70,7 +70,7 @@ def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[di
     if limit == 0:  # as in Lightning: the loop is skipped without asking for its loaders
         return []
     loaders, limits = eval_data(trainer, stage, limit)
-    trainer.eval_loaders[stage], trainer.eval_batches[stage] = loaders, limits
+    trainer.run_context.eval_loaders[stage], trainer.run_context.eval_batches[stage] = loaders, limits
     if not any_rank_has_batches(trainer, limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
         return []
     trainer.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
@@ -88,11 +88,11 @@ def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
     if trainer.limit_predict_batches == 0:  # as in Lightning: the loop is skipped without asking for its loaders
         return [] if trainer._keep_predictions else None
     loaders, limits = eval_data(trainer, "predict", trainer.limit_predict_batches)
-    state = trainer.predict_loop = PredictionState(len(loaders))
+    state = trainer.run_context.predict_loop = PredictionState(len(loaders))
     writers = [callback for callback in trainer.callbacks if isinstance(callback, BasePredictionWriter)]
     if writers:  # they are told each prediction's sample indices
         loaders, state.recorders = (list(parts) for parts in zip(*map(recording_indices, loaders), strict=True))
-    trainer.eval_loaders["predict"], trainer.eval_batches["predict"] = loaders, limits
+    trainer.run_context.eval_loaders["predict"], trainer.run_context.eval_batches["predict"] = loaders, limits
     if not any_rank_has_batches(trainer, limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
         return [] if trainer._keep_predictions else None
     trainer.state.stage = RunningStage.PREDICTING
@@ -138,8 +138,8 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float],
                                        keep=predicting and keep, synced_batches=None if predicting else fewest)
             results.dataloader_idx = None  # epoch-end logs belong to no single loader
             if predicting:
-                trainer.predict_loop._predictions = outputs
-                outputs = trainer.predict_loop.predictions
+                trainer.run_context.predict_loop._predictions = outputs
+                outputs = trainer.run_context.predict_loop.predictions
                 hooks.call(names.epoch_end)
             else:
                 trainer.metrics.end_epoch_of(results)
@@ -188,7 +188,8 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     record_logs = trainer.module._record_logs_of_compiled_step
     collected: list[list[Any]] = []
     reduce = trainer.runtime.strategy.all_reduce
-    prediction_state = trainer.predict_loop if predicting and trainer.predict_loop.recorders else None
+    predict_loop = trainer.run_context.predict_loop
+    prediction_state = predict_loop if predicting and predict_loop.recorders else None
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
         extra = (dataloader_idx,) if several else ()
         predictions: list[Any] = []

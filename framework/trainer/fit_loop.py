@@ -58,6 +58,7 @@ class FitLoop:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        self.context = trainer.run_context
         self._closure: StepClosure | None = None  # automatic optimization's, made per epoch
         self.manual = ManualOptimization(trainer)
         self._applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
@@ -74,8 +75,8 @@ class FitLoop:
         trainer, module = self.trainer, self.trainer.module
         self._check_settings()
         trainer.state.validated = False
-        trainer.validates_in_fit = val_is_defined(trainer)
-        if not trainer.validates_in_fit and has_loader_source(trainer, "val") and trainer.is_global_zero and \
+        self.context.validates_in_fit = val_is_defined(trainer)
+        if not self.context.validates_in_fit and has_loader_source(trainer, "val") and trainer.is_global_zero and \
                 not overrides(module, Module, "validation_step"):
             console.warn_user("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
         # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
@@ -90,7 +91,7 @@ class FitLoop:
             self._resumed_rng = rng_state_of_rank(saved_loop.get("rng_states"), trainer.global_rank)
         self._configure_optimizers()
         trainer.state.stage = RunningStage.TRAINING
-        trainer.step_hooks = StepHooks(trainer)
+        self.context.step_hooks = StepHooks(trainer)
         if checkpoint is not None:
             restore_training_state(trainer, checkpoint)
         trainer.hooks.call(Hook.ON_FIT_START)
@@ -130,8 +131,8 @@ class FitLoop:
 
     def _configure_optimizers(self) -> None:
         trainer, module = self.trainer, self.trainer.module
-        optimizers, trainer.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
-        check_schedulers(trainer.lr_scheduler_configs, module.automatic_optimization,
+        optimizers, self.context.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
+        check_schedulers(self.context.lr_scheduler_configs, module.automatic_optimization,
                          steps_itself=overrides(module, Module, "lr_scheduler_step"))
         if module.automatic_optimization:
             if not optimizers:
@@ -147,9 +148,10 @@ class FitLoop:
                     f"configure_optimizers returned {len(optimizers)} optimizers. Several optimizers need manual "
                     "optimization: set self.automatic_optimization = False and step them in training_step."
                 )
-        trainer.optimizers = [trainer.runtime.setup_optimizer(optimizer) for optimizer in optimizers]
-        trainer.manual_optimizers = [OptimizerProxy(opt, self.manual.optimizer_step) for opt in trainer.optimizers]
-        trainer.has_step_schedulers = any(c.interval == "step" for c in trainer.lr_scheduler_configs)
+        context = self.context
+        context.optimizers = [trainer.runtime.setup_optimizer(optimizer) for optimizer in optimizers]
+        context.manual_optimizers = [OptimizerProxy(opt, self.manual.optimizer_step) for opt in context.optimizers]
+        context.has_step_schedulers = any(c.interval == "step" for c in context.lr_scheduler_configs)
 
     def run(self) -> None:
         """Sanity check (at step 0 only), ``on_train_start``, epochs until a limit or a stop, then ``on_train_end``.
@@ -158,7 +160,7 @@ class FitLoop:
         the sanity check runs.
         """
         trainer = self.trainer
-        if trainer.sanity_steps and trainer.validates_in_fit and trainer.state.global_step == 0:
+        if trainer.sanity_steps and self.context.validates_in_fit and trainer.state.global_step == 0:
             self._sanity_check()
         if trainer.limit_train_batches == 0 and not trainer.overfit_batches:
             self._announce_stop("No training batches.")
@@ -167,7 +169,7 @@ class FitLoop:
             self._announce_stop(reason)
             return
         self._load_train_loader_if_due()
-        if trainer.validates_in_fit and self._validates_in_epoch() and reload_due(trainer, "val"):
+        if self.context.validates_in_fit and self._validates_in_epoch() and reload_due(trainer, "val"):
             load_val_data(trainer)  # before on_train_start, as in Lightning, so a progress bar knows its length
         trainer.train_results.reset()
         trainer.module._results = trainer.train_results  # on_train_start may log too
@@ -184,7 +186,7 @@ class FitLoop:
     def _stop_reason(self) -> str | None:
         """Why training ends now, in Lightning's words; None while it goes on."""
         trainer, state = self.trainer, self.trainer.state
-        if trainer.num_training_batches == 0:
+        if self.context.num_training_batches == 0:
             return "No training batches."
         if trainer.max_steps != -1 and state.global_step >= trainer.max_steps:
             return f"`max_steps={trainer.max_steps!r}` reached."
@@ -220,9 +222,9 @@ class FitLoop:
         trainer.hooks.call(Hook.ON_SANITY_CHECK_START)
         if reload_due(trainer, "val"):
             load_val_data(trainer)
-        if any_rank_has_batches(trainer, trainer.val_batch_counts):
+        if any_rank_has_batches(trainer, self.context.val_batch_counts):
             with isolated_rng():  # a seeded run trains the same with or without the sanity check
-                run_evaluation(trainer, "validate", trainer.val_loaders, trainer.num_sanity_val_batches)
+                run_evaluation(trainer, "validate", self.context.val_loaders, trainer.num_sanity_val_batches)
         trainer.hooks.call(Hook.ON_SANITY_CHECK_END)
         trainer.metrics.clear()
         trainer.state.stage = RunningStage.TRAINING
@@ -231,8 +233,8 @@ class FitLoop:
     def _run_epoch(self) -> None:
         trainer, state, hooks = self.trainer, self.trainer.state, self.trainer.hooks
         self._load_train_loader_if_due()
-        loader = trainer.train_loader
-        total = trainer.num_training_batches
+        loader = self.context.train_loader
+        total = self.context.num_training_batches
         first = self._first_batch(total)  # > 0 only when resuming inside an epoch
         set_sampler_epoch(loader, state.order_epoch if state.order_epoch >= 0 else state.current_epoch)
         results = trainer.train_results
@@ -249,7 +251,7 @@ class FitLoop:
             hooks.call(Hook.ON_TRAIN_EPOCH_START)
 
         if trainer.module.automatic_optimization:
-            step, self._closure = self._automatic_step, StepClosure(trainer, trainer.optimizers[0])
+            step, self._closure = self._automatic_step, StepClosure(trainer, self.context.optimizers[0])
         else:
             step = self.manual.step
         transfer = trainer.batch_mover()
@@ -257,11 +259,11 @@ class FitLoop:
         batch_end = hooks.get(Hook.ON_TRAIN_BATCH_END)
         log_every = trainer.log_every_n_steps if trainer.loggers else 0
         max_steps = trainer.max_steps
-        validates = trainer.validates_in_fit and self._validates_in_epoch()
+        validates = self.context.validates_in_fit and self._validates_in_epoch()
         vote = StopVote(trainer.runtime) if trainer.world_size > 1 else None
         # Only the Module's on_train_batch_start can skip the rest of the epoch (by returning -1), as in Lightning.
         agree_skip = vote is not None and overrides(trainer.module, Module, "on_train_batch_start")
-        plateau_each_step = trainer.has_step_schedulers
+        plateau_each_step = self.context.has_step_schedulers
         fetch_skipped = bool(first) and not skip_in_sampler(loader, first)  # else the sampler starts past them
         if first:
             self._put_back_resumed_rng()
@@ -328,7 +330,7 @@ class FitLoop:
         trainer = self.trainer
         if reload_due(trainer, "val"):
             load_val_data(trainer)
-        if not any_rank_has_batches(trainer, trainer.val_batch_counts):
+        if not any_rank_has_batches(trainer, self.context.val_batch_counts):
             return
         trainer.state.stage = RunningStage.VALIDATING
         if after_step:
@@ -338,7 +340,7 @@ class FitLoop:
         # repeats a validation or not (and with or without validation, as with the sanity check).
         self._rng_before_validation = rng_states()
         try:
-            run_evaluation(trainer, "validate", trainer.val_loaders, trainer.val_batch_counts)
+            run_evaluation(trainer, "validate", self.context.val_loaders, self.context.val_batch_counts)
         finally:
             restore_rng_states(self._rng_before_validation)
             self._rng_before_validation = None
@@ -396,7 +398,7 @@ class FitLoop:
         trainer, state = self.trainer, self.trainer.state
         if state.should_stop and self.can_stop_early():
             return True
-        check_batch = trainer.val_check_batch
+        check_batch = self.context.val_check_batch
         if check_batch == INFINITE:
             return is_last
         position = state.total_batch_idx - 1 if trainer.check_val_every_n_epoch is None else batch_idx
@@ -414,7 +416,7 @@ class FitLoop:
             with trainer.runtime.no_backward_sync(trainer.model):
                 closure()
             return closure.output, closure.loss
-        hooks = trainer.step_hooks
+        hooks = self.context.step_hooks
         if hooks.optimizer_step is None:
             stepped = hooks.runtime_optimizer_step(optimizer, closure)
         else:
@@ -425,7 +427,7 @@ class FitLoop:
         # schedulers wait for a step that really changed the weights.
         state.global_step += 1
         self._applied = stepped
-        if trainer.has_step_schedulers and stepped:  # in this order: knowing ``stepped`` may wait for the device
+        if self.context.has_step_schedulers and stepped:  # in this order: knowing ``stepped`` may wait for the device
             step_schedulers(trainer, "step", plateau=False)
         if is_last:
             step_schedulers(trainer, "epoch", plateau=False)
@@ -435,7 +437,7 @@ class FitLoop:
     def _user_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: StepClosure, batch_idx: int) -> bool:
         """The Module's ``optimizer_step`` override, given an optimizer whose ``step`` goes through the runtime."""
         trainer = self.trainer
-        user_step, runtime_step = trainer.step_hooks.optimizer_step, trainer.step_hooks.runtime_optimizer_step
+        user_step, runtime_step = self.context.step_hooks.optimizer_step, self.context.step_hooks.runtime_optimizer_step
         outcome: list[bool] = []
 
         def step_through(opt: torch.optim.Optimizer, step_closure: Any = None, **kwargs: Any) -> Any:

@@ -37,7 +37,7 @@ def run_launched(trainer: Any, fn: TrainerFn, model: Any, datamodule: Any, loade
 def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodule: Any, loaders: dict[str, Any],
                  ckpt_path: Any, weights_only: bool | None) -> dict[str, Any]:
     outcome = trainer._run(fn, model, datamodule, loaders, ckpt_path, weights_only)
-    report: dict[str, Any] = {"outcome": _on_cpu(outcome), "loaders": len(trainer.eval_loaders["predict"])}
+    report: dict[str, Any] = {"outcome": _on_cpu(outcome), "loaders": len(trainer.run_context.eval_loaders["predict"])}
     weights = runtime.strategy.full_module_state_dict(trainer.model)  # on every rank: sharded parts are gathered
     if fn != TrainerFn.PREDICTING and not trainer.is_global_zero:
         report["outcome"] = None  # rank 0's is the one returned
@@ -116,7 +116,7 @@ def predictions_of_every_rank(trainer: Any, predictions: Any) -> Any:
     if predictions is None or not _on_script_ranks(trainer):
         return predictions
     per_rank = trainer.runtime.strategy.all_gather_object(predictions)
-    return _predictions_in_order(per_rank, len(trainer.eval_loaders["predict"]))
+    return _predictions_in_order(per_rank, len(trainer.run_context.eval_loaders["predict"]))
 
 
 def _predictions_in_order(per_rank: list[Any], loader_count: int) -> Any:

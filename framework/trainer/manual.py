@@ -27,14 +27,14 @@ class ManualOptimization:
             output = trainer.training_step(batch, batch_idx)
         trainer.module._record_logs_of_compiled_step()
         loss = check_training_output(output, manual=True)
-        if trainer.step_hooks.update_scale is not None:  # once, after every optimizer of the batch stepped
-            trainer.step_hooks.update_scale()
+        if trainer.run_context.step_hooks.update_scale is not None:  # once, after every optimizer of the batch stepped
+            trainer.run_context.step_hooks.update_scale()
         trainer.state.batches_stepped += 1
         return output, loss
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``self.manual_backward(loss)``: the backward hooks around the strategy's backward."""
-        hooks = self.trainer.step_hooks
+        hooks = self.trainer.run_context.step_hooks
         if hooks.before_backward is not None:
             hooks.before_backward(loss)
         hooks.backward(loss, *args, **kwargs)
@@ -43,7 +43,7 @@ class ManualOptimization:
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
         """``opt.step()`` inside a manual ``training_step``: hooks, precision, then count the step."""
-        hooks = self.trainer.step_hooks
+        hooks = self.trainer.run_context.step_hooks
         if hooks.before_optimizer_step is not None:
             if closure is None:
                 _before_step(hooks, optimizer)

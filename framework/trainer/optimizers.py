@@ -149,7 +149,7 @@ def step_schedulers(trainer: Any, interval: str, plateau: bool | None) -> None:
         return
     state = trainer.state
     count = state.global_step if interval == "step" else state.current_epoch + (0 if plateau else 1)
-    for config in trainer.lr_scheduler_configs:
+    for config in trainer.run_context.lr_scheduler_configs:
         if config.interval != interval or (plateau is not None and config.reduce_on_plateau != plateau):
             continue
         if count % config.frequency != 0:

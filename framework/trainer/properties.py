@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.callbacks import EarlyStopping, ProgressBar, Timer
 from framework.callbacks.base import Callback
@@ -18,6 +18,12 @@ from framework.loggers.directory import DirectoryLogger
 from framework.module import Module
 from framework.trainer.data import INFINITE, load_train_data
 from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
+
+if TYPE_CHECKING:
+    from torch.optim import Optimizer
+
+    from framework.trainer.prediction_state import PredictionState
+    from framework.utilities.types import LRSchedulerConfig
 
 #: What ``max_epochs=None`` means when nothing else bounds training, as in Lightning.
 DEFAULT_MAX_EPOCHS = 1000
@@ -217,7 +223,7 @@ class TrainerProperties:
         epochs = self.epoch_limit
         if epochs == -1:  # no epoch limit: the loader's length does not matter
             return INFINITE if self.max_steps == -1 else self.max_steps
-        if self.train_loader is None and self.state.fn == TrainerFn.FITTING:
+        if self.run_context.train_loader is None and self.state.fn == TrainerFn.FITTING:
             load_train_data(self)
         by_epochs = INFINITE
         if self.num_training_batches != INFINITE:
@@ -240,49 +246,85 @@ class TrainerProperties:
         return self.state.is_last_batch
 
     @property
+    def optimizers(self) -> list[Optimizer]:
+        """The Module's optimizers, set up for this run's strategy and precision."""
+        return self.run_context.optimizers
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[Optimizer]) -> None:
+        self.run_context.optimizers = list(optimizers)
+
+    @property
+    def lr_scheduler_configs(self) -> list[LRSchedulerConfig]:
+        """The learning-rate schedulers and when each steps (``StochasticWeightAveraging`` replaces them)."""
+        return self.run_context.lr_scheduler_configs
+
+    @lr_scheduler_configs.setter
+    def lr_scheduler_configs(self, configs: list[LRSchedulerConfig]) -> None:
+        self.run_context.lr_scheduler_configs = list(configs)
+        self.run_context.has_step_schedulers = any(config.interval == "step" for config in configs)
+
+    @property
+    def num_training_batches(self) -> float:
+        """Training batches per epoch (inf where the loader has no length)."""
+        return self.run_context.num_training_batches
+
+    @property
+    def val_check_batch(self) -> float:
+        """Validation runs after every this many training batches (inf: at each epoch's end)."""
+        return self.run_context.val_check_batch
+
+    @property
+    def predict_loop(self) -> PredictionState:
+        """The last ``predict``'s predictions and batch indices (``BasePredictionWriter`` reads them)."""
+        return self.run_context.predict_loop
+
+    @property
     def train_dataloader(self) -> Iterable | None:
         """The training loader of the current or last ``fit`` (None before training starts)."""
-        return self.train_loader
+        return self.run_context.train_loader
 
     @property
     def val_dataloaders(self) -> Any:
         """The validation loader(s) in use: one loader, a list when there are several, or None."""
-        return _one_or_list(self.val_loaders if self.state.fn == TrainerFn.FITTING else self.eval_loaders["val"])
+        context = self.run_context
+        return _one_or_list(context.val_loaders if self.state.fn == TrainerFn.FITTING else context.eval_loaders["val"])
 
     @property
     def test_dataloaders(self) -> Any:
         """The test loader(s) of the current or last ``test``: one loader, a list, or None."""
-        return _one_or_list(self.eval_loaders["test"])
+        return _one_or_list(self.run_context.eval_loaders["test"])
 
     @property
     def predict_dataloaders(self) -> Any:
         """The predict loader(s) of the current or last ``predict``: one loader, a list, or None."""
-        return _one_or_list(self.eval_loaders["predict"])
+        return _one_or_list(self.run_context.eval_loaders["predict"])
 
     @property
     def num_val_batches(self) -> list[float]:
         """Batches per validation loader: fit's inside fit, else those of the current or last ``validate``."""
-        return list(self.val_batch_counts if self.state.fn == TrainerFn.FITTING else self.eval_batches["val"])
+        context = self.run_context
+        return list(context.val_batch_counts if self.state.fn == TrainerFn.FITTING else context.eval_batches["val"])
 
     @property
     def num_sanity_val_batches(self) -> list[float]:
         """Validation batches per loader that the sanity check runs."""
-        return [min(self.sanity_steps, n) for n in self.val_batch_counts]
+        return [min(self.sanity_steps, n) for n in self.run_context.val_batch_counts]
 
     @property
     def num_test_batches(self) -> list[float]:
         """Batches per test loader in the current or last ``test``."""
-        return list(self.eval_batches["test"])
+        return list(self.run_context.eval_batches["test"])
 
     @property
     def num_predict_batches(self) -> list[float]:
         """Batches per predict loader in the current or last ``predict``."""
-        return list(self.eval_batches["predict"])
+        return list(self.run_context.eval_batches["predict"])
 
     @property
     def enable_validation(self) -> bool:
         """``fit`` validates: the Module has a ``validation_step``, there is validation data and the limit is not 0."""
-        return self.validates_in_fit
+        return self.run_context.validates_in_fit
 
 
 def _one_or_list(loaders: list[Any]) -> Any:

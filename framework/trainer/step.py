@@ -47,7 +47,7 @@ class StepClosure:
 
     def __call__(self) -> torch.Tensor | None:
         trainer = self.trainer
-        hooks = trainer.step_hooks
+        hooks = trainer.run_context.step_hooks
         self.ran = True
         with trainer.runtime.autocast():
             output = trainer.training_step(self.batch, self.batch_idx)

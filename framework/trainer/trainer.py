@@ -3,7 +3,6 @@
 
 import contextlib
 import os
-from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -22,18 +21,15 @@ from framework.runtime import Runtime
 from framework.trainer import arguments as check
 from framework.trainer.checkpoint import dump_checkpoint, evaluation_ckpt_path
 from framework.trainer.compiled import CompiledSteps, unwrap_compiled
-from framework.trainer.data import INFINITE
 from framework.trainer.defaults import default_loggers, with_default_callbacks
 from framework.trainer.dispatch import HookRunner
 from framework.trainer.fit_loop import FitLoop
 from framework.trainer.launch import run_on_a_copy, trains_a_copy
 from framework.trainer.metrics import MetricStore
-from framework.trainer.optimizers import LRSchedulerConfig, OptimizerProxy
-from framework.trainer.prediction_state import PredictionState
 from framework.trainer.report import print_results
 from framework.trainer.results import Results
+from framework.trainer.run_context import RunContext
 from framework.trainer.state import TrainerFn, TrainerState
-from framework.trainer.step import StepHooks
 from framework.trainer.trainer_run import TrainerRun
 
 
@@ -173,27 +169,13 @@ class Trainer(TrainerRun):
         self.module: Module | None = None
         self.model: torch.nn.Module | None = None
         self.datamodule: DataModule | None = None
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
-        self.manual_optimizers: list[OptimizerProxy] = []
+        self.run_context = RunContext()  # what the runs work with: optimizers, loaders, batch counts ...
         self.hooks: HookRunner | None = None
-        self.step_hooks: StepHooks | None = None
         self.fit_loop: FitLoop | None = None
-        self.train_loader: Iterable | None = None
-        self.val_loaders: list[Iterable] = []
-        self.num_training_batches: float = INFINITE
-        self.val_batch_counts: list[float] = []
-        self.val_check_batch: float = INFINITE
-        self.validates_in_fit = False
-        self.eval_loaders: dict[str, list[Iterable]] = {"val": [], "test": [], "predict": []}
-        self.eval_batches: dict[str, list[float]] = {"val": [], "test": [], "predict": []}
-        self.loaded_at: dict[str, int] = {}  # stage -> the epoch its loaders were last requested in
         self.ckpt_path: str | None = None
         self._weights_only: bool | None = None
         self._model_given = False
         self._keep_predictions = True
-        self.predict_loop = PredictionState()  # the last predict's predictions and batch indices, for writers
-        self.given_loaders: dict[str, Any] = {}
         self._module_setup = False
         self._given_compiler: Any = None  # from fit(torch.compile(model)): its options compile the steps
         self._compiled_steps = CompiledSteps()

@@ -35,7 +35,7 @@ class TrainerRun(TrainerProperties):
     def _run_here(self, fn: TrainerFn, module: Module, loaders: dict[str, Any], ckpt_path: Any,
                   weights_only: bool | None) -> Any:
         """Run ``fn`` in this process, as one rank or the only one."""
-        self.given_loaders = loaders
+        self.run_context.given_loaders = loaders
         self._weights_only = weights_only
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
         self.state.stage = _FIRST_STAGE[fn]  # so setup() already sees trainer.training / testing ..., as in Lightning
@@ -109,7 +109,8 @@ class TrainerRun(TrainerProperties):
         self.hooks = None  # until this run's are resolved, an early failure must not reach the last run's
         if model is not self.module:
             self._module_setup = False
-            self.optimizers, self.lr_scheduler_configs, self.manual_optimizers = [], [], []
+            context = self.run_context
+            context.optimizers, context.lr_scheduler_configs, context.manual_optimizers = [], [], []
         self.module = model
         model.trainer = self
         self.datamodule = datamodule

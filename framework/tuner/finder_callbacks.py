@@ -37,7 +37,7 @@ class BatchSizeFinder(Callback):
         if trainer.world_size > 1:
             raise MisconfigurationError("The Batch size finder is not supported with distributed strategies: call "
                                         "Tuner(trainer).scale_batch_size(model) before fit.")
-        if any(trainer.given_loaders.get(stage) is not None for stage in ("train", "val")):
+        if any(trainer.run_context.given_loaders.get(stage) is not None for stage in ("train", "val")):
             raise MisconfigurationError("The Batch size finder cannot be used with dataloaders passed directly to "
                                         "`.fit()`: build them in the Module's or DataModule's train_dataloader().")
 
@@ -75,7 +75,7 @@ class LearningRateFinder(Callback):
         if trainer.world_size > 1:
             raise MisconfigurationError("LearningRateFinder runs in one process only: with several, call "
                                         "Tuner(trainer).lr_find(model) before fit.")
-        self.optimal_lr = lr_find(trainer, pl_module, trainer.given_loaders.get("train"),
+        self.optimal_lr = lr_find(trainer, pl_module, trainer.run_context.given_loaders.get("train"),
                                   datamodule=trainer.datamodule, **self._settings)
         suggested = self.optimal_lr.suggestion() if self._update_attr else None
         if suggested is not None:

@@ -1,0 +1,59 @@
+"""``RunContext``: what the Trainer's runs (fit, validate, test, predict) work with beyond its arguments, typed and
+in one place: the optimizers of the Module trained, the loaders asked for and their batch counts, the step's
+pre-resolved hooks, the predictions kept.
+
+The Trainer owns one; the loops and the data functions receive it and write into it (nothing else sets these on
+the Trainer). Lightning's names for some of it are the Trainer's properties (``trainer.optimizers``,
+``trainer.num_training_batches``, ``trainer.val_check_batch``, ``trainer.predict_loop`` ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from framework.trainer.prediction_state import PredictionState
+
+if TYPE_CHECKING:
+    from torch.optim import Optimizer
+
+    from framework.trainer.optimizers import OptimizerProxy
+    from framework.trainer.step import StepHooks
+    from framework.utilities.types import LRSchedulerConfig
+
+
+def _per_stage() -> dict[str, list[Any]]:
+    return {"val": [], "test": [], "predict": []}
+
+
+@dataclass(eq=False)
+class RunContext:
+    """The objects of the Trainer's current (or last) run, set as the run goes."""
+
+    #: The loaders passed to the entry point (fit, validate ...), by stage ("train", "val", "test", "predict").
+    given_loaders: dict[str, Any] = field(default_factory=dict)
+    #: The Module's optimizers, set up by the runtime (kept from run to run while the Module stays the same).
+    optimizers: list[Optimizer] = field(default_factory=list)
+    lr_scheduler_configs: list[LRSchedulerConfig] = field(default_factory=list)
+    #: What ``self.optimizers()`` hands a Module that optimizes by hand.
+    manual_optimizers: list[OptimizerProxy] = field(default_factory=list)
+    has_step_schedulers: bool = False
+    #: The hooks around the optimizer step, resolved before the first batch.
+    step_hooks: StepHooks | None = None
+    train_loader: Iterable | None = None
+    num_training_batches: float = math.inf
+    #: Validate after every this many training batches (inf: at the epoch's end).
+    val_check_batch: float = math.inf
+    val_loaders: list[Iterable] = field(default_factory=list)
+    val_batch_counts: list[float] = field(default_factory=list)
+    #: This fit validates: a validation_step, validation data, a limit above 0.
+    validates_in_fit: bool = False
+    #: The loaders and batch counts of the last validate, test and predict.
+    eval_loaders: dict[str, list[Iterable]] = field(default_factory=_per_stage)
+    eval_batches: dict[str, list[float]] = field(default_factory=_per_stage)
+    #: Stage -> the epoch its loaders were last asked for in.
+    loaded_at: dict[str, int] = field(default_factory=dict)
+    #: The last predict's predictions and batch indices, for prediction writers.
+    predict_loop: PredictionState = field(default_factory=PredictionState)
