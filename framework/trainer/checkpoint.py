@@ -199,7 +199,7 @@ def load_for(trainer: Any, ckpt_path: Any, weights_only: bool | None = None) -> 
     path = resolve_ckpt_path(trainer, ckpt_path)
     if path is None:
         return None
-    trainer.ckpt_path = path
+    trainer.run_context.ckpt_path = path
     checkpoint = trainer.runtime.strategy.load_checkpoint(path, weights_only=weights_only)
     if is_lightning_checkpoint(checkpoint):
         resuming = trainer.state.fn == TrainerFn.FITTING

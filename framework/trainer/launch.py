@@ -4,7 +4,8 @@ The calling process trains nothing: it starts the ranks (``Runtime.run_in_ranks`
 the entry point as an attached rank would, and rank 0 sends back what the caller's objects
 must hold afterwards: the trained weights for the caller's Module, the state and counters,
 the metric dicts, the callbacks' and loggers' bookkeeping (``best_model_path``, the log
-version). Predictions come from every rank, concatenated in dataset order.
+version), which the Trainer takes in (``TrainerRun._adopt_rank_zero``). Predictions come from every rank,
+concatenated in dataset order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 
 from framework.loggers.base import Logger
 from framework.nested import map_tensors
-from framework.trainer.dispatch import merge_module_callbacks
 from framework.trainer.state import TrainerFn
 
 
@@ -28,7 +28,7 @@ def run_launched(trainer: Any, fn: TrainerFn, model: Any, datamodule: Any, loade
         import torch._dynamo  # noqa: F401
     reports = trainer.runtime.run_in_ranks(_run_as_rank, trainer, fn, model, datamodule, loaders, ckpt_path,
                                            weights_only)
-    _adopt(trainer, reports[0])
+    trainer._adopt_rank_zero(reports[0])
     if fn == TrainerFn.PREDICTING:
         return _predictions_in_order([report["outcome"] for report in reports], reports[0]["loaders"])
     return reports[0]["outcome"]
@@ -54,41 +54,6 @@ def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodu
     return report
 
 
-def _adopt(trainer: Any, report: dict[str, Any]) -> None:
-    module = trainer.module
-    adopt_weights(trainer, module, report["weights"])
-    trainer.state = report["state"]
-    trainer.metrics.callback, trainer.metrics.logged, trainer.metrics.progress_bar = report["metrics"]
-    # as on the ranks: the Module's configure_callbacks replace the Trainer's of the same type
-    trainer.callbacks = merge_module_callbacks(trainer.callbacks, module.configure_callbacks())
-    for callback in trainer.callbacks:
-        state = report["callbacks"].get(callback.state_key)
-        if not state:
-            continue
-        if getattr(callback, "dirpath", False) is None and "dirpath" in state:
-            callback.dirpath = state["dirpath"]  # ModelCheckpoint resolves it in setup, which ran on the ranks
-        callback.load_state_dict(state)
-    for logger, state in zip(trainer.loggers, report["loggers"], strict=True):
-        if state is not None:  # a duck-typed logger keeps no run of ours
-            logger.load_run_state(state)
-    trainer.ckpt_path = report["ckpt_path"]
-    if trainer.state.fn == TrainerFn.FITTING:
-        trainer.settle_epoch_limits()  # as the ranks did
-
-
-def adopt_weights(trainer: Any, module: Any, weights: dict[str, Any]) -> None:
-    """Load the whole trained ``weights`` into ``module``, which did not train itself, and make it the Trainer's."""
-    if set(weights) - set(module.state_dict()):
-        module.configure_model()  # the layers it builds were built on the ranks only (it must be idempotent)
-    on_meta = any(tensor.is_meta for tensor in module.state_dict().values())  # built on the meta device for sharding
-    if not on_meta:
-        trainer.runtime.precision.convert_module(module)  # as on the ranks ("bf16-true": bf16 parameters)
-    module.load_state_dict(weights, assign=on_meta)
-    trainer.module = trainer.model = module
-    module.trainer = trainer
-    trainer._module_setup = False  # a next run sets the module up anew
-
-
 def _on_script_ranks(trainer: Any) -> bool:
     """Whether this process is one of the ranks that run the script again (the Trainer started them so where
     forking is unsafe): each of them must end a run as the caller of forked ranks does."""
@@ -106,7 +71,7 @@ def run_on_a_copy(trainer: Any, module: Any, run: Callable[[Any], Any]) -> Any:
     """``run(copy of module)``, then ``module`` holds the whole trained weights: what the caller of forked ranks
     gets, and what a script written for them uses after ``fit`` (a plain Module, not a sharded one)."""
     outcome = run(copy.deepcopy(module))
-    adopt_weights(trainer, module, trainer.runtime.strategy.full_module_state_dict(trainer.model))
+    trainer._take_trained_module(module, trainer.runtime.strategy.full_module_state_dict(trainer.model))
     return outcome
 
 

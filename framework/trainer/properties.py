@@ -275,6 +275,15 @@ class TrainerProperties:
         return self.run_context.val_check_batch
 
     @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the current or last run loaded (resolved from "last", "best" ...), None if none."""
+        return self.run_context.ckpt_path
+
+    @ckpt_path.setter
+    def ckpt_path(self, path: str | None) -> None:
+        self.run_context.ckpt_path = path
+
+    @property
     def predict_loop(self) -> PredictionState:
         """The last ``predict``'s predictions and batch indices (``BasePredictionWriter`` reads them)."""
         return self.run_context.predict_loop

@@ -55,5 +55,7 @@ class RunContext:
     eval_batches: dict[str, list[float]] = field(default_factory=_per_stage)
     #: Stage -> the epoch its loaders were last asked for in.
     loaded_at: dict[str, int] = field(default_factory=dict)
+    #: The checkpoint this run loaded (``trainer.ckpt_path``), None when it loaded none.
+    ckpt_path: str | None = None
     #: The last predict's predictions and batch indices, for prediction writers.
     predict_loop: PredictionState = field(default_factory=PredictionState)

@@ -172,7 +172,6 @@ class Trainer(TrainerRun):
         self.run_context = RunContext()  # what the runs work with: optimizers, loaders, batch counts ...
         self.hooks: HookRunner | None = None
         self.fit_loop: FitLoop | None = None
-        self.ckpt_path: str | None = None
         self._weights_only: bool | None = None
         self._model_given = False
         self._keep_predictions = True

@@ -41,7 +41,7 @@ class TrainerRun(TrainerProperties):
         self.state.stage = _FIRST_STAGE[fn]  # so setup() already sees trainer.training / testing ..., as in Lightning
         self.state.should_stop = False
         self.metrics.clear()  # each run starts with empty metric dicts, as in Lightning
-        self.ckpt_path = None
+        self.run_context.ckpt_path = None
         if fn == TrainerFn.FITTING:  # before setup(), which may read estimated_stepping_batches already
             forget_fit_data(self)
         stage = "fit" if fn == TrainerFn.FITTING else fn.value
@@ -94,6 +94,43 @@ class TrainerRun(TrainerProperties):
         except BaseException:
             self.state.status = TrainerStatus.INTERRUPTED
             raise
+
+    # -- outcomes of runs elsewhere ---
+    def _adopt_rank_zero(self, report: dict[str, Any]) -> None:
+        """Take in what rank 0 of ranks this Trainer started sent back (``launch.run_launched``): the trained
+        weights, the state, the metric dicts, the callbacks' and loggers' bookkeeping, the checkpoint path."""
+        module = self.module
+        self._take_trained_module(module, report["weights"])
+        self.state = report["state"]
+        self.metrics.callback, self.metrics.logged, self.metrics.progress_bar = report["metrics"]
+        # as on the ranks: the Module's configure_callbacks replace the Trainer's of the same type
+        self.callbacks = merge_module_callbacks(self.callbacks, module.configure_callbacks())
+        for callback in self.callbacks:
+            state = report["callbacks"].get(callback.state_key)
+            if not state:
+                continue
+            if getattr(callback, "dirpath", False) is None and "dirpath" in state:
+                callback.dirpath = state["dirpath"]  # ModelCheckpoint resolves it in setup, which ran on the ranks
+            callback.load_state_dict(state)
+        for logger, state in zip(self.loggers, report["loggers"], strict=True):
+            if state is not None:  # a duck-typed logger keeps no run of ours
+                logger.load_run_state(state)
+        self.run_context.ckpt_path = report["ckpt_path"]
+        if self.state.fn == TrainerFn.FITTING:
+            self.settle_epoch_limits()  # as the ranks did
+
+    def _take_trained_module(self, module: Module, weights: dict[str, Any]) -> None:
+        """Load the whole trained ``weights`` into ``module``, which did not train itself (ranks or a copy did), and
+        make it this Trainer's Module, to be set up anew by a next run."""
+        if set(weights) - set(module.state_dict()):
+            module.configure_model()  # the layers it builds were built on the ranks only (it must be idempotent)
+        on_meta = any(tensor.is_meta for tensor in module.state_dict().values())  # built on the meta device
+        if not on_meta:
+            self.runtime.precision.convert_module(module)  # as on the ranks ("bf16-true": bf16 parameters)
+        module.load_state_dict(weights, assign=on_meta)
+        self.module = self.model = module
+        module.trainer = self
+        self._module_setup = False
 
     def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
         if model is None:
