@@ -3,13 +3,16 @@
 import inspect
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
 from framework.loader_hooks import LoaderHooks
 from framework.nested import move_to_device
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class DataModule(LoaderHooks):
@@ -33,7 +36,7 @@ class DataModule(LoaderHooks):
     """
 
     def __init__(self) -> None:
-        self.trainer: Any = None
+        self.trainer: Trainer | None = None
         self._hparams = AttributeDict()
         self._hparams_initial = AttributeDict()
         self._log_hyperparams = False

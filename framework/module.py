@@ -4,7 +4,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -15,6 +15,9 @@ from framework.errors import MisconfigurationError, describe, unloggable_value
 from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
 from framework.loader_hooks import LoaderHooks
 from framework.module_hooks import ModuleHooks
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class Module(ModuleHooks, LoaderHooks, nn.Module):
@@ -46,7 +49,7 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._trainer: Any = None
+        self._trainer: Trainer | None = None
         self._results: Any = None
         self._logged_while_compiling: list[tuple] = []  # self.log calls inside a compiled step, not yet recorded
         self._logging_refused_in: str | None = None  # the running hook, where it is one that may not log
@@ -78,7 +81,7 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
         return self._trainer
 
     @trainer.setter
-    def trainer(self, trainer: Any) -> None:
+    def trainer(self, trainer: "Trainer") -> None:
         """Attach the module to ``trainer`` (each Trainer run does this)."""
         self._trainer = trainer
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework import console
 from framework.errors import CheckpointError
 from framework.io.async_writer import AsyncCheckpointIO
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class BackgroundSaves:
@@ -39,7 +42,7 @@ class BackgroundSaves:
         self._loggers_to_tell = False
 
     @contextlib.contextmanager
-    def save_point(self, trainer: Any) -> Iterator[None]:
+    def save_point(self, trainer: Trainer) -> Iterator[None]:
         """Every rank calls it at the same save point; the saves inside go to the background."""
         if self.writer is None:
             yield
@@ -59,14 +62,14 @@ class BackgroundSaves:
         else:
             action()
 
-    def saved(self, trainer: Any) -> None:
+    def saved(self, trainer: Trainer) -> None:
         """A file was saved: the loggers hear of it (``after_save_checkpoint``) once it is complete."""
         if self._collecting:
             self._loggers_to_tell = True
         else:
             _tell_loggers(trainer, self._callback)
 
-    def finish(self, trainer: Any) -> None:
+    def finish(self, trainer: Trainer) -> None:
         """Wait for the writes in flight; on every rank raise if any rank's failed; then tell the loggers."""
         if self.writer is None:
             return
@@ -85,7 +88,7 @@ class BackgroundSaves:
             self._loggers_to_tell = False
             _tell_loggers(trainer, self._callback)
 
-    def end(self, trainer: Any) -> None:
+    def end(self, trainer: Trainer) -> None:
         """At the end of fit: every file complete (or its error raised), the staging memory freed."""
         if self.writer is not None:
             try:
@@ -104,7 +107,7 @@ class BackgroundSaves:
             console.warn_user(f"{error} (while handling the error that stopped fit)")
 
 
-def _tell_loggers(trainer: Any, callback: Any) -> None:
+def _tell_loggers(trainer: Trainer, callback: Any) -> None:
     if trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.after_save_checkpoint(callback)

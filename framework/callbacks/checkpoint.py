@@ -1,11 +1,14 @@
 """``Checkpoint``, the base of the callbacks that save checkpoints, and ``OnExceptionCheckpoint``."""
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class Checkpoint(Callback):
@@ -47,7 +50,7 @@ class OnExceptionCheckpoint(Checkpoint):
         """Where the checkpoint goes."""
         return os.path.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: "Trainer", pl_module: Any, exception: BaseException) -> None:
         """Save the state fit had reached (nothing outside fit, or where every rank must write a part)."""
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return

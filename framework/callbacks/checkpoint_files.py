@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +22,9 @@ from framework.io.fs import (
     write_bytes_atomic,
 )
 
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
+
 
 def resolved_dirpath(dirpath: str | os.PathLike) -> str:
     """A local directory as an absolute real path (as Lightning reports it); any other URL unchanged."""
@@ -31,7 +34,7 @@ def resolved_dirpath(dirpath: str | os.PathLike) -> str:
     return os.path.realpath(os.path.expanduser(dirpath.removeprefix("file://")))
 
 
-def default_dirpath(trainer: Any) -> str:
+def default_dirpath(trainer: Trainer) -> str:
     """``<save_dir>/<name>/<version>/checkpoints`` of the logger, else ``<default_root_dir>/checkpoints``."""
     loggers = [logger for logger in trainer.loggers if logger.save_dir is not None or logger.log_dir is not None]
     if not loggers:

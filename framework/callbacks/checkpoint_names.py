@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from framework.callbacks.checkpoint_files import fill_template, versions_of
 from framework.io.fs import exists
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class CheckpointNames:
@@ -47,7 +50,7 @@ class CheckpointNames:
         name += self.FILE_EXTENSION
         return os.path.join(self.dirpath, name) if self.dirpath else name
 
-    def _free_filepath(self, trainer: Any, candidates: dict[str, torch.Tensor], being_replaced: str,
+    def _free_filepath(self, trainer: Trainer, candidates: dict[str, torch.Tensor], being_replaced: str,
                        filename: str | None = None) -> str:
         """The template's path, with ``-v1``, ``-v2`` ... while it names an existing file (other than the one
         about to be replaced)."""
@@ -58,7 +61,7 @@ class CheckpointNames:
             version += 1
         return filepath
 
-    def _file_exists(self, trainer: Any, filepath: str) -> bool:
+    def _file_exists(self, trainer: Trainer, filepath: str) -> bool:
         return trainer.runtime.broadcast(exists(filepath))
 
     def find_last_checkpoints(self) -> list[str]:

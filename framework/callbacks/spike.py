@@ -4,11 +4,14 @@ import json
 import math
 import os
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
 from framework.io.fs import write_bytes_atomic
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class TrainingSpikeException(RuntimeError):
@@ -47,7 +50,7 @@ class SpikeDetection(Callback):
         self.last_val = 0.0
         self.bad_batches: list[int] = []
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Check the batch's loss (batches without one are passed over)."""
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is None:
@@ -75,7 +78,7 @@ class SpikeDetection(Callback):
         return ((self.atol is None or distance >= abs(self.atol))
                 and (self.rtol is None or distance >= abs(self.rtol * mean)))
 
-    def _handle_spike(self, trainer: Any, batch_idx: int) -> None:
+    def _handle_spike(self, trainer: "Trainer", batch_idx: int) -> None:
         self.bad_batches.extend([batch_idx - 1, batch_idx])
         if trainer.is_global_zero:
             path = self._path(trainer)
@@ -86,7 +89,7 @@ class SpikeDetection(Callback):
         trainer.runtime.barrier("spike")
         raise TrainingSpikeException(batch_idx)
 
-    def _path(self, trainer: Any) -> str:
+    def _path(self, trainer: "Trainer") -> str:
         path = self.exclude_batches_path or trainer.default_root_dir
         return path if path.endswith(".json") else os.path.join(path, "skip_batches.json")
 

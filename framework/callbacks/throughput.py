@@ -2,12 +2,15 @@
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from framework.callbacks.base import Callback
 from framework.nested import extract_batch_size
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class ThroughputMonitor(Callback):
@@ -35,14 +38,14 @@ class ThroughputMonitor(Callback):
         self._last_log_time = 0.0
         self._logged_at = -1  # batches_stepped when it last logged (accumulation repeats a step count)
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Start counting."""
         self._totals = {"batches": 0, "samples": 0, "items": 0}
         self._at_last_log = dict(self._totals)
         self._logged_at = -1
         self._started = self._last_log_time = self._now(trainer)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Count the batch; at a logged step, log the rates since the last one."""
         totals = self._totals
         totals["batches"] += 1
@@ -69,7 +72,7 @@ class ThroughputMonitor(Callback):
                 logger.log_metrics(metrics=metrics, step=stepped - 1)
 
     @staticmethod
-    def _now(trainer: Any) -> float:
+    def _now(trainer: "Trainer") -> float:
         if trainer.runtime.device.type == "cuda":
             torch.cuda.synchronize(trainer.runtime.device)
         return time.perf_counter()

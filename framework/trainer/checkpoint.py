@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework import console
 from framework.callbacks.model_checkpoint import ModelCheckpoint
@@ -17,8 +17,11 @@ from framework.trainer.lightning_checkpoint import from_lightning, is_lightning_
 from framework.trainer.state import TrainerFn
 from framework.version import __version__
 
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
-def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
+
+def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
     """Everything needed to resume: weights, optimizers, schedulers, counters, callbacks, precision."""
     state = trainer.state
     module = trainer.module
@@ -50,7 +53,7 @@ def dump_checkpoint(trainer: Any, weights_only: bool = False) -> dict[str, Any]:
     return checkpoint
 
 
-def _rng_states(trainer: Any) -> list[dict[str, Any]]:
+def _rng_states(trainer: Trainer) -> list[dict[str, Any]]:
     """The random state training goes on from, so a resumed run draws the same dropout masks (and so on)."""
     fit_loop = trainer.fit_loop
     mine = fit_loop.training_rng_states() if fit_loop is not None else rng_states()
@@ -70,7 +73,7 @@ def callback_states(callbacks: list[Any]) -> dict[str, Any]:
     return {key: state for key, state in states.items() if state}
 
 
-def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
+def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     """Load ``checkpoint``'s weights, DataModule state and callback states into the run (every stage).
 
     The order is Lightning's: the Module's ``on_load_checkpoint``, the weights, the
@@ -116,7 +119,7 @@ def check_resumable(checkpoint: dict[str, Any]) -> None:
         )
 
 
-def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
+def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     """Load the precision's and loop counters' state, to resume fit (``on_fit_start`` sees where it resumes)."""
     _check_count("optimizer", trainer.run_context.optimizers, checkpoint["optimizer_states"])
     _check_count("LR scheduler", trainer.run_context.lr_scheduler_configs, checkpoint.get("lr_schedulers", []))
@@ -124,7 +127,7 @@ def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     _restore_counters(trainer, checkpoint)
 
 
-def restore_optimizer_states(trainer: Any, checkpoint: dict[str, Any]) -> None:
+def restore_optimizer_states(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     """Load the optimizers' and LR schedulers' state. After ``on_fit_start``, as in Lightning: a callback may
     add the parameter groups there that the saved state holds (BaseFinetuning)."""
     context = trainer.run_context
@@ -142,7 +145,7 @@ def _check_count(what: str, configured: list, saved: list) -> None:
         )
 
 
-def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
+def _restore_counters(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     state = trainer.state
     loops = checkpoint.get("loops", {})
     if "fit" in loops:
@@ -155,7 +158,7 @@ def _restore_counters(trainer: Any, checkpoint: dict[str, Any]) -> None:
     _check_epochs_left(trainer)
 
 
-def _check_epochs_left(trainer: Any) -> None:
+def _check_epochs_left(trainer: Trainer) -> None:
     # Lightning refuses this too: training would end before it started, and a user who lowered
     # max_epochs to "train one more epoch" should learn that max_epochs counts from the first run.
     epochs, done = trainer.epoch_limit, trainer.state.current_epoch
@@ -166,7 +169,7 @@ def _check_epochs_left(trainer: Any) -> None:
         )
 
 
-def evaluation_ckpt_path(trainer: Any, fn: Any, ckpt_path: Any) -> Any:
+def evaluation_ckpt_path(trainer: Trainer, fn: Any, ckpt_path: Any) -> Any:
     """validate/test/predict's ``ckpt_path`` with "best" made the file's path, before the run starts.
 
     Without a model or a path, the best checkpoint of the last fit, as in Lightning. Resolved
@@ -184,14 +187,14 @@ def evaluation_ckpt_path(trainer: Any, fn: Any, ckpt_path: Any) -> Any:
     return resolve_ckpt_path(trainer, ckpt_path) if ckpt_path == "best" else ckpt_path
 
 
-def restore_for_evaluation(trainer: Any, ckpt_path: Any) -> None:
+def restore_for_evaluation(trainer: Trainer, ckpt_path: Any) -> None:
     """Load ``ckpt_path`` (see ``evaluation_ckpt_path``) before validate/test/predict, if there is one."""
     checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None
     if checkpoint is not None:
         restore_checkpoint(trainer, checkpoint)
 
 
-def load_for(trainer: Any, ckpt_path: Any, weights_only: bool | None = None) -> dict[str, Any] | None:
+def load_for(trainer: Trainer, ckpt_path: Any, weights_only: bool | None = None) -> dict[str, Any] | None:
     """The checkpoint ``ckpt_path`` names ("best", "last" or a path), or None when "last" finds none.
 
     The path it resolves to becomes ``trainer.ckpt_path``.
@@ -207,7 +210,7 @@ def load_for(trainer: Any, ckpt_path: Any, weights_only: bool | None = None) -> 
     return checkpoint
 
 
-def resolve_ckpt_path(trainer: Any, ckpt_path: Any) -> str | None:
+def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     """"best": the checkpoint callback's best file; "last": the newest last checkpoint of the checkpoint
     callbacks (None, with a warning, when there is none yet, as in Lightning); else the path itself."""
     if ckpt_path == "best":

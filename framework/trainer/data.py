@@ -6,7 +6,7 @@ import itertools
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
@@ -20,6 +20,9 @@ from framework.runtime.data_split import rebuilt
 from framework.seed import seed_worker
 from framework.trainer.sampler import with_eval_shard, with_resumable_sampler
 from framework.utilities.warnings import PossibleUserWarning
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 INFINITE = math.inf
 
@@ -126,7 +129,7 @@ def set_sampler_epoch(loader: Iterable, epoch: int) -> None:
             sampler.set_epoch(epoch)
 
 
-def load_train_data(trainer: Any) -> None:
+def load_train_data(trainer: Trainer) -> None:
     """Ask for the training loader and count its batches (sets ``train_loader``, ``num_training_batches``).
 
     Called when training starts (after the sanity check, as in Lightning), earlier if
@@ -176,14 +179,14 @@ def shuffle_seed(state: Any, runtime: Any) -> tuple[int, bool]:
     return state.shuffle_seed, True
 
 
-def any_rank_has_batches(trainer: Any, counts: list[float]) -> bool:
+def any_rank_has_batches(trainer: Trainer, counts: list[float]) -> bool:
     """Whether any rank has a batch to run in ``counts``: a rank whose part is empty still joins the loop's
     epoch end (its collectives), so an evaluation runs everywhere or nowhere."""
     mine = any(counts)
     return trainer.runtime.reduce_boolean_decision(mine, all=False) if trainer.world_size > 1 else mine
 
 
-def sampler_ranks(trainer: Any) -> tuple[int, int]:
+def sampler_ranks(trainer: Trainer) -> tuple[int, int]:
     """``(num_replicas, rank)`` to shard loaders by; ``(1, 0)`` with ``use_distributed_sampler=False``."""
     shards = trainer.runtime.strategy.distributed_sampler_kwargs
     if not trainer.use_distributed_sampler or shards is None:
@@ -191,7 +194,7 @@ def sampler_ranks(trainer: Any) -> tuple[int, int]:
     return shards["num_replicas"], shards["rank"]
 
 
-def for_this_rank(trainer: Any, loader: Iterable) -> Iterable:
+def for_this_rank(trainer: Trainer, loader: Iterable) -> Iterable:
     """An evaluation ``loader`` holding only this rank's contiguous part of the data (each sample on one rank)."""
     replicas, rank = sampler_ranks(trainer)
     return with_eval_shard(seed_workers_if_asked(loader), replicas, rank)
@@ -205,7 +208,7 @@ def no_training_data() -> MisconfigurationError:
     )
 
 
-def val_is_defined(trainer: Any) -> bool:
+def val_is_defined(trainer: Trainer) -> bool:
     """Whether fit validates: a ``validation_step``, a source of validation data, and a limit above 0.
 
     Decided without asking for the loaders, which are requested only when validation first runs.
@@ -216,7 +219,7 @@ def val_is_defined(trainer: Any) -> bool:
     return has_loader_source(trainer, "val")
 
 
-def has_loader_source(trainer: Any, stage: str) -> bool:
+def has_loader_source(trainer: Trainer, stage: str) -> bool:
     """Whether loaders for ``stage`` were given, or the DataModule or Module has ``<stage>_dataloader``."""
     if trainer.run_context.given_loaders.get(stage) is not None:
         return True
@@ -234,7 +237,7 @@ def defines_loader(owner: Any, method: str) -> bool:
     return callable(getattr(owner, method, None))  # a duck-typed data source
 
 
-def load_val_data(trainer: Any) -> None:
+def load_val_data(trainer: Trainer) -> None:
     """Ask for fit's validation loaders and count their batches (sets ``val_loaders``, ``val_batch_counts``)."""
     context = trainer.run_context
     loaders = find_loaders("val", context.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
@@ -245,7 +248,7 @@ def load_val_data(trainer: Any) -> None:
     context.loaded_at["val"] = trainer.state.current_epoch
 
 
-def forget_fit_data(trainer: Any) -> None:
+def forget_fit_data(trainer: Trainer) -> None:
     """Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
     training's when training starts (or when ``estimated_stepping_batches`` is first read)."""
     context = trainer.run_context
@@ -254,7 +257,7 @@ def forget_fit_data(trainer: Any) -> None:
     context.loaded_at.clear()
 
 
-def reload_due(trainer: Any, stage: str) -> bool:
+def reload_due(trainer: Trainer, stage: str) -> bool:
     """Whether the ``stage`` ("train" or "val") loaders must be requested (again) now."""
     last = trainer.run_context.loaded_at.get(stage)
     if last is None:
@@ -284,7 +287,7 @@ def val_check_batch(interval: int | float, every_n_epochs: int | None, total: fl
     return max(1, int(total * interval))
 
 
-def eval_data(trainer: Any, stage: str, limit: int | float) -> tuple[list[Iterable], list[float]]:
+def eval_data(trainer: Trainer, stage: str, limit: int | float) -> tuple[list[Iterable], list[float]]:
     """The loaders of ``stage`` ("val", "test", "predict") and how many batches of each to run."""
     loaders = find_loaders(stage, trainer.run_context.given_loaders.get(stage), trainer.datamodule, trainer.module)
     if loaders is None:
@@ -296,7 +299,7 @@ def eval_data(trainer: Any, stage: str, limit: int | float) -> tuple[list[Iterab
     return rank_parts(trainer, loaders, f"limit_{stage}_batches", limit)
 
 
-def rank_parts(trainer: Any, loaders: list[Iterable], name: str, limit: int | float) -> tuple[list, list[float]]:
+def rank_parts(trainer: Trainer, loaders: list[Iterable], name: str, limit: int | float) -> tuple[list, list[float]]:
     """This rank's part of each evaluation loader, and how many of its batches to run under ``limit`` (``name``)."""
     parts = [for_this_rank(trainer, loader) for loader in loaders]
     counts = [apply_limit(name, batch_count(part), limit, whole=batch_count(loader))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
@@ -16,6 +16,9 @@ from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, Target, defines, overrides
 from framework.module import Module
 from framework.profilers.base import profiled
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 # Module hooks whose base implementation does work (zeroing gradients, eval/train mode, moving the batch),
 # so they run even when the user did not override them.
@@ -38,7 +41,8 @@ class HookRunner:
     arguments, or None when neither a callback nor the Module overrides the hook.
     """
 
-    def __init__(self, trainer: Any, module: Module, callbacks: list[Callback], datamodule: DataModule | None) -> None:
+    def __init__(self, trainer: Trainer, module: Module, callbacks: list[Callback],
+                 datamodule: DataModule | None) -> None:
         self.trainer = trainer
         self.module = module
         self.callbacks = callbacks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset
@@ -21,6 +21,9 @@ from framework.trainer.prediction_state import PredictionState, recording_indice
 from framework.trainer.results import Results
 from framework.trainer.signatures import check_dataloader_idx, without_unaccepted_batch_idx
 from framework.trainer.state import RunningStage, TrainerFn
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ _LOOPS = {
 }
 
 
-def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
+def run_validate_or_test(trainer: Trainer, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
     """``trainer.validate`` or ``trainer.test`` once set up: restore, ask for the loaders, run the loop."""
     kind = "validate" if fn == TrainerFn.VALIDATING else "test"
     stage = "val" if kind == "validate" else "test"
@@ -77,7 +80,7 @@ def run_validate_or_test(trainer: Any, fn: TrainerFn, ckpt_path: Any) -> list[di
     return run_evaluation(trainer, kind, loaders, limits)
 
 
-def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
+def run_predict(trainer: Trainer, ckpt_path: Any) -> list[Any] | None:
     """``trainer.predict`` once set up: restore, ask for the loaders, run the loop, keep what was asked for."""
     module = trainer.module
     if module.predict_step is None:  # set so; the default one needs no override
@@ -105,7 +108,7 @@ def run_predict(trainer: Any, ckpt_path: Any) -> list[Any] | None:
     return predictions if trainer._keep_predictions else None
 
 
-def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float],
+def run_evaluation(trainer: Trainer, kind: str, loaders: list, limits: list[float],
                    keep: bool = False) -> list[dict[str, Any]]:
     """Run ``kind`` ("validate", "test" or "predict") over ``loaders``.
 
@@ -159,7 +162,7 @@ def run_evaluation(trainer: Any, kind: str, loaders: list, limits: list[float],
     return outputs
 
 
-def _batches_on_every_rank(trainer: Any, loaders: list, limits: list[float]) -> tuple[list[float] | None, bool]:
+def _batches_on_every_rank(trainer: Trainer, loaders: list, limits: list[float]) -> tuple[list[float] | None, bool]:
     """How many batches of each loader every rank runs (unknown lengths count as none, and so do an iterable
     dataset's: its ``__len__`` may promise batches a rank's own part of the stream does not have), and
     whether every rank runs as many as the others (known lengths only).
@@ -178,7 +181,7 @@ def _batches_on_every_rank(trainer: Any, loaders: list, limits: list[float]) -> 
     return [max(0.0, value) for value in fewest], fewest == most and min(fewest, default=0.0) >= 0
 
 
-def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, limits: list[float],
+def _run_batches(trainer: Trainer, names: _Names, results: Results, loaders: list, limits: list[float],
                  predicting: bool, keep: bool, synced_batches: list[float] | None) -> list[Any]:
     hooks = trainer.hooks
     several = len(loaders) > 1
@@ -217,7 +220,7 @@ def _run_batches(trainer: Any, names: _Names, results: Results, loaders: list, l
     return collected if keep else []
 
 
-def _step_for(trainer: Any, names: _Names, several: bool) -> Any:
+def _step_for(trainer: Trainer, names: _Names, several: bool) -> Any:
     """The step callable, taking ``(batch, batch_idx, *dataloader_idx)``; signatures checked first."""
     module = trainer.module
     owner = type(module).__qualname__
@@ -230,7 +233,7 @@ def _step_for(trainer: Any, names: _Names, several: bool) -> Any:
                                                                                method))
 
 
-def _finish(trainer: Any, results: Results, num_loaders: int) -> list[dict[str, float]]:
+def _finish(trainer: Trainer, results: Results, num_loaders: int) -> list[dict[str, float]]:
     """Store and log the epoch's metrics; one dict of floats per dataloader.
 
     The sanity check's values are kept (its ``on_validation_end`` sees them, as in Lightning)
@@ -256,7 +259,7 @@ def _of_loader(results: Results, key: str, idx: int) -> bool:
     return not loaders or idx in loaders
 
 
-def _log_step(trainer: Any, results: Results) -> None:
+def _log_step(trainer: Trainer, results: Results) -> None:
     """Step-level values logged in validation/test go to loggers every batch, numbered per loop
     (not in the sanity check); ``logged_metrics`` and the progress bar get them either way."""
     steps = trainer.metrics.eval_steps

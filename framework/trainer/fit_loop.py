@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -50,13 +50,16 @@ from framework.trainer.step import StepClosure, StepHooks, outputs_for_hooks
 from framework.trainer.stop_vote import StopVote
 from framework.utilities.warnings import PossibleUserWarning
 
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
+
 _SHOULD_STOP = "`trainer.should_stop` was set."
 
 
 class FitLoop:
     """Runs sanity checking, then training epochs with validation when due, for one ``fit`` call."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.context = trainer.run_context
         self._closure: StepClosure | None = None  # automatic optimization's, made per epoch

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.loggers.base import Logger
 from framework.nested import map_tensors
 from framework.trainer.state import TrainerFn
 
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
-def run_launched(trainer: Any, fn: TrainerFn, model: Any, datamodule: Any, loaders: dict[str, Any],
+
+def run_launched(trainer: Trainer, fn: TrainerFn, model: Any, datamodule: Any, loaders: dict[str, Any],
                  ckpt_path: Any, weights_only: bool | None) -> Any:
     """Run ``fn`` on every rank and update ``trainer`` and its Module with rank 0's outcome."""
     if fn == TrainerFn.FITTING:
@@ -34,7 +37,7 @@ def run_launched(trainer: Any, fn: TrainerFn, model: Any, datamodule: Any, loade
     return reports[0]["outcome"]
 
 
-def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodule: Any, loaders: dict[str, Any],
+def _run_as_rank(runtime: Any, trainer: Trainer, fn: TrainerFn, model: Any, datamodule: Any, loaders: dict[str, Any],
                  ckpt_path: Any, weights_only: bool | None) -> dict[str, Any]:
     outcome = trainer._run(fn, model, datamodule, loaders, ckpt_path, weights_only)
     report: dict[str, Any] = {"outcome": _on_cpu(outcome), "loaders": len(trainer.run_context.eval_loaders["predict"])}
@@ -54,20 +57,20 @@ def _run_as_rank(runtime: Any, trainer: Any, fn: TrainerFn, model: Any, datamodu
     return report
 
 
-def _on_script_ranks(trainer: Any) -> bool:
+def _on_script_ranks(trainer: Trainer) -> bool:
     """Whether this process is one of the ranks that run the script again (the Trainer started them so where
     forking is unsafe): each of them must end a run as the caller of forked ranks does."""
     environment = trainer.runtime.environment
     return environment is not None and environment.source == "script"
 
 
-def trains_a_copy(trainer: Any) -> bool:
+def trains_a_copy(trainer: Trainer) -> bool:
     """Whether this run trains a copy of the Module: on ranks that run the script again, with a strategy that puts
     sharded parameters in place of the Module's own."""
     return _on_script_ranks(trainer) and trainer.runtime.strategy.replaces_parameters
 
 
-def run_on_a_copy(trainer: Any, module: Any, run: Callable[[Any], Any]) -> Any:
+def run_on_a_copy(trainer: Trainer, module: Any, run: Callable[[Any], Any]) -> Any:
     """``run(copy of module)``, then ``module`` holds the whole trained weights: what the caller of forked ranks
     gets, and what a script written for them uses after ``fit`` (a plain Module, not a sharded one)."""
     outcome = run(copy.deepcopy(module))
@@ -75,7 +78,7 @@ def run_on_a_copy(trainer: Any, module: Any, run: Callable[[Any], Any]) -> Any:
     return outcome
 
 
-def predictions_of_every_rank(trainer: Any, predictions: Any) -> Any:
+def predictions_of_every_rank(trainer: Trainer, predictions: Any) -> Any:
     """On ranks that run the script again, every rank's predictions joined in dataset order, on every rank: what
     the caller of forked ranks gets."""
     if predictions is None or not _on_script_ranks(trainer):

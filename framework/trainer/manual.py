@@ -7,17 +7,20 @@ backward hooks, loss scaling, ``on_before_optimizer_step`` and the step count.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from framework.trainer.step import StepHooks, check_training_output
 
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
+
 
 class ManualOptimization:
     """One training batch under manual optimization, and the calls the Module makes during it."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
     def step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, torch.Tensor | None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.optim import Optimizer
 
@@ -12,6 +12,9 @@ from framework import console
 from framework.errors import MisconfigurationError, describe
 from framework.trainer.dispatch import call_refusing_logs
 from framework.utilities.types import LRSchedulerConfig
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 ACCEPTED_FORMS = """configure_optimizers may return:
   - an optimizer
@@ -140,7 +143,7 @@ def _bad_form(value: Any) -> MisconfigurationError:
     )
 
 
-def step_schedulers(trainer: Any, interval: str, plateau: bool | None) -> None:
+def step_schedulers(trainer: Trainer, interval: str, plateau: bool | None) -> None:
     """Step the schedulers of ``interval`` that are due (``plateau``: only/no ReduceLROnPlateau; None: all).
 
     In manual optimization the user steps schedulers, as in Lightning.

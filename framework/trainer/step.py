@@ -6,7 +6,7 @@ and one ``StepClosure`` serves a whole epoch, so a step allocates nothing of its
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,6 +16,9 @@ from framework.module import Module
 from framework.precision import Precision
 from framework.profilers.base import profiled
 from framework.strategies import Strategy
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class StepClosure:
@@ -27,7 +30,7 @@ class StepClosure:
     __slots__ = ("trainer", "batch", "batch_idx", "optimizer", "stepping", "zeroing", "output", "loss", "ran",
                  "record_logs")
 
-    def __init__(self, trainer: Any, optimizer: Any) -> None:
+    def __init__(self, trainer: Trainer, optimizer: Any) -> None:
         self.trainer = trainer
         self.optimizer = optimizer
         self.record_logs = trainer.module._record_logs_of_compiled_step
@@ -131,7 +134,7 @@ def _scalar_loss(loss: torch.Tensor, manual: bool) -> torch.Tensor:
 class StepHooks:
     """The hooks of the optimizer step, resolved once per fit (None where nothing overrides them)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         hooks, module, runtime = trainer.hooks, trainer.module, trainer.runtime
         self.before_backward = hooks.get(Hook.ON_BEFORE_BACKWARD)
         self.after_backward = hooks.get(Hook.ON_AFTER_BACKWARD)

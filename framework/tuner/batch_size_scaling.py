@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,11 +12,15 @@ from framework.errors import MisconfigurationError, describe, is_out_of_memory
 from framework.tuner.attributes import holder_of, write_value
 from framework.tuner.trials import model_kept, trial_trainer
 
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
+
 _MODES = ("power", "binsearch")
 
 
-def scale_batch_size(trainer: Any, model: Any, datamodule: Any = None, mode: str = "power", steps_per_trial: int = 3,
-                     init_val: int = 2, max_trials: int = 25, batch_arg_name: str = "batch_size") -> int:
+def scale_batch_size(trainer: Trainer, model: Any, datamodule: Any = None, mode: str = "power",
+                     steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
+                     batch_arg_name: str = "batch_size") -> int:
     """See ``Tuner.scale_batch_size``."""
     if mode not in _MODES:
         raise MisconfigurationError(f"scale_batch_size(mode={describe(mode)}): accepted {list(_MODES)}.")
@@ -40,7 +44,7 @@ def scale_batch_size(trainer: Any, model: Any, datamodule: Any = None, mode: str
 
 
 class _Search:
-    def __init__(self, trainer: Any, model: Any, datamodule: Any, owner: Any, name: str, steps: int) -> None:
+    def __init__(self, trainer: Trainer, model: Any, datamodule: Any, owner: Any, name: str, steps: int) -> None:
         self.trainer, self.model, self.datamodule, self.owner, self.name, self.steps = (
             trainer, model, datamodule, owner, name, steps)
         self.trials = 0

@@ -5,13 +5,16 @@ import paths. No ``from __future__ import annotations`` here: tools that build a
 constructor read ``inspect.signature(cls)`` and need each annotation as a type (see ``framework.callbacks``).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError
 from framework.trainer.data import forget_fit_data
 from framework.tuner.batch_size_scaling import scale_batch_size
 from framework.tuner.lr_finder import lr_find
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 
 class BatchSizeFinder(Callback):
@@ -30,7 +33,7 @@ class BatchSizeFinder(Callback):
                               batch_arg_name=batch_arg_name)
         self.optimal_batch_size: int | None = init_val
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
         """Refuse what the search cannot work with."""
         if stage != "fit":
             return
@@ -41,12 +44,12 @@ class BatchSizeFinder(Callback):
             raise MisconfigurationError("The Batch size finder cannot be used with dataloaders passed directly to "
                                         "`.fit()`: build them in the Module's or DataModule's train_dataloader().")
 
-    def scale_batch_size(self, trainer: Any, pl_module: Any) -> None:
+    def scale_batch_size(self, trainer: "Trainer", pl_module: Any) -> None:
         """Search, and make the run ask for its loaders again."""
         self.optimal_batch_size = scale_batch_size(trainer, pl_module, trainer.datamodule, **self._settings)
         forget_fit_data(trainer)
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Search before training starts."""
         self.scale_batch_size(trainer, pl_module)
 
@@ -70,7 +73,7 @@ class LearningRateFinder(Callback):
         self._update_attr = update_attr
         self.optimal_lr: Any = None
 
-    def lr_find(self, trainer: Any, pl_module: Any) -> None:
+    def lr_find(self, trainer: "Trainer", pl_module: Any) -> None:
         """Search, and apply the suggestion to the running optimizer."""
         if trainer.world_size > 1:
             raise MisconfigurationError("LearningRateFinder runs in one process only: with several, call "
@@ -83,6 +86,6 @@ class LearningRateFinder(Callback):
                 for group in optimizer.param_groups:
                     group["lr"] = suggested
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Search before training starts (override to search at other times, e.g. ``on_train_epoch_start``)."""
         self.lr_find(trainer, pl_module)

@@ -5,7 +5,7 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -15,6 +15,9 @@ from framework.errors import MisconfigurationError, describe, require_package
 from framework.trainer.optimizers import parse_optimizers
 from framework.tuner.attributes import holder_of, write_value
 from framework.tuner.trials import model_kept, trial_trainer
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
 _MODES = ("exponential", "linear")
 
@@ -78,17 +81,17 @@ class _Recorder(Callback):
         self._average, self._best = 0.0, math.inf
         self._step = 0
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: "Trainer", pl_module: Any) -> None:
         if len(trainer.optimizers) != 1:
             raise MisconfigurationError("lr_find searches the learning rate of one optimizer; configure_optimizers "
                                         f"gave {len(trainer.optimizers)}.")
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: "Trainer", pl_module: Any, batch: Any, batch_idx: int) -> None:
         lr = self.finder.lr_at(self._step)
         for group in trainer.optimizers[0].param_groups:
             group["lr"] = lr
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if trainer.state.global_step == self._step:  # accumulating: no step yet
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
@@ -112,7 +115,7 @@ class _Recorder(Callback):
         self.finder.results = {"lr": list(state_dict["lr"]), "loss": list(state_dict["loss"])}
 
 
-def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
+def lr_find(trainer: "Trainer", model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: Any = None, min_lr: float = 1e-8, max_lr: float = 1.0, num_training: int = 100,
             mode: str = "exponential", early_stop_threshold: float | None = 4.0, update_attr: bool = True,
             attr_name: str = "") -> LRFinder:

@@ -8,14 +8,17 @@ import contextlib
 import copy
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from framework import console
 
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
 
-def trial_trainer(trainer: Any, callbacks: list[Any], **settings: Any) -> Any:
+
+def trial_trainer(trainer: Trainer, callbacks: list[Any], **settings: Any) -> Any:
     """A Trainer made with ``trainer``'s arguments, without logger, checkpoints, bar or summary, with ``callbacks``
     and ``settings``; of ``trainer``'s own class, so the tuner needs no import of the Trainer."""
     arguments = {**trainer._init_arguments, "callbacks": callbacks, "logger": False, "enable_checkpointing": False,
@@ -25,7 +28,7 @@ def trial_trainer(trainer: Any, callbacks: list[Any], **settings: Any) -> Any:
 
 
 @contextlib.contextmanager
-def model_kept(model: torch.nn.Module, trainer: Any) -> Iterator[None]:
+def model_kept(model: torch.nn.Module, trainer: Trainer) -> Iterator[None]:
     """Put ``model``'s weights and buffers back as they were once the block ends, and attach it to the user's
     ``trainer`` (``model.trainer``, ``model.logger`` are the user's, as after Lightning's searches, which run on
     that Trainer). Inside, the model belongs to the trial runs: a search started from a hook of a running fit

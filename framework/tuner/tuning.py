@@ -19,7 +19,7 @@ class Tuner:
         trainer.fit(model)
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Any) -> None:  # Any: a command line built from this signature needs a type
         self._trainer = trainer
 
     def lr_find(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
