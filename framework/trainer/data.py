@@ -313,3 +313,28 @@ def seed_workers_if_asked(loader: Iterable) -> Iterable:
             and loader.worker_init_fn is None):
         loader.worker_init_fn = seed_worker
     return loader
+
+
+def numbered_batches(loader: Iterable, total: float, skip: int, fetch_skipped: bool) -> Iterator[tuple[int, Any, bool]]:
+    """``(batch_idx, batch, is_last)`` for the first ``total`` batches, after skipping ``skip`` of them (fetched
+    and dropped with ``fetch_skipped``; else the loader already starts past them)."""
+    if fetch_skipped:
+        batches: Iterator[Any] = itertools.islice(limited(loader, total), skip, None)
+    else:
+        batches = limited(loader, total - skip)
+    if total != INFINITE:
+        last = int(total) - 1
+        for batch_idx, batch in enumerate(batches, start=skip):
+            yield batch_idx, batch, batch_idx == last
+        return
+    # No length: look one batch ahead to know which is last.
+    batch_idx = skip
+    try:
+        current = next(batches)
+    except StopIteration:
+        return
+    for upcoming in batches:
+        yield batch_idx, current, False
+        current = upcoming
+        batch_idx += 1
+    yield batch_idx, current, True

@@ -8,8 +8,6 @@ batch, nothing is read back from the device, and logging I/O happens every
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,6 +18,7 @@ from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.profilers.base import profiled_batches
 from framework.seed import isolated_rng, restore_rng_states, rng_states
+from framework.trainer.automatic import AutomaticOptimization
 from framework.trainer.checkpoint import (
     check_resumable,
     load_for,
@@ -32,21 +31,21 @@ from framework.trainer.data import (
     INFINITE,
     any_rank_has_batches,
     has_loader_source,
-    limited,
     load_train_data,
     load_val_data,
     no_training_data,
+    numbered_batches,
     reload_due,
     set_sampler_epoch,
     val_is_defined,
 )
 from framework.trainer.eval_loop import run_evaluation
-from framework.trainer.manual import ManualOptimization
+from framework.trainer.manual import ManualOptimization, check_manual_settings
 from framework.trainer.metrics import step_views
-from framework.trainer.optimizers import OptimizerProxy, check_schedulers, parse_optimizers, step_schedulers
+from framework.trainer.optimizers import configure_optimizers, step_schedulers
 from framework.trainer.sampler import skip_in_sampler
 from framework.trainer.state import RunningStage
-from framework.trainer.step import StepClosure, StepHooks, outputs_for_hooks
+from framework.trainer.step import StepHooks, outputs_for_hooks
 from framework.trainer.stop_vote import StopVote
 from framework.utilities.warnings import PossibleUserWarning
 
@@ -62,9 +61,8 @@ class FitLoop:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.context = trainer.run_context
-        self._closure: StepClosure | None = None  # automatic optimization's, made per epoch
+        self.automatic = AutomaticOptimization(trainer, self.context)
         self.manual = ManualOptimization(trainer)
-        self._applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
         self._resumed_rng: dict[str, Any] | None = None  # a checkpoint's random state, put back where it was taken
         self._rng_before_validation: dict[str, Any] | None = None
         # The first epoch of a fit goes on where the state says (a checkpoint's, or an earlier fit's on this
@@ -92,7 +90,7 @@ class FitLoop:
             # the data order is needed before configure_optimizers, which may already build the training loader
             trainer.state.shuffle_seed = int(saved_loop.get("shuffle_seed", -1))
             self._resumed_rng = rng_state_of_rank(saved_loop.get("rng_states"), trainer.global_rank)
-        self._configure_optimizers()
+        configure_optimizers(trainer, self.context, self.manual.optimizer_step)
         trainer.state.stage = RunningStage.TRAINING
         self.context.step_hooks = StepHooks(trainer)
         if checkpoint is not None:
@@ -117,44 +115,11 @@ class FitLoop:
     def _check_settings(self) -> None:
         trainer, module = self.trainer, self.trainer.module
         if not module.automatic_optimization:
-            if trainer.gradient_clip_val:
-                raise MisconfigurationError(
-                    f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) does nothing in manual optimization; "
-                    "call self.clip_gradients(optimizer, gradient_clip_val=...) in training_step instead."
-                )
-            if trainer.accumulate_grad_batches != 1:
-                raise MisconfigurationError(
-                    f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) does nothing in manual "
-                    "optimization; accumulate in training_step by stepping every N batches."
-                )
+            check_manual_settings(trainer)
         if not overrides(module, Module, "training_step"):
             raise MisconfigurationError(f"{type(module).__qualname__} must define training_step to fit.")
         if not has_loader_source(trainer, "train"):
             raise no_training_data()
-
-    def _configure_optimizers(self) -> None:
-        trainer, module = self.trainer, self.trainer.module
-        optimizers, self.context.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
-        check_schedulers(self.context.lr_scheduler_configs, module.automatic_optimization,
-                         steps_itself=overrides(module, Module, "lr_scheduler_step"))
-        if module.automatic_optimization:
-            if not optimizers:
-                # Lightning trains on without updates here; the issue's accepted forms make it an error, which
-                # also catches a configure_optimizers that forgot its return statement.
-                raise MisconfigurationError(
-                    "configure_optimizers returned None: automatic optimization needs an optimizer. Return one "
-                    "from configure_optimizers, or set self.automatic_optimization = False to step (or not) "
-                    "yourself in training_step."
-                )
-            if len(optimizers) > 1:
-                raise MisconfigurationError(
-                    f"configure_optimizers returned {len(optimizers)} optimizers. Several optimizers need manual "
-                    "optimization: set self.automatic_optimization = False and step them in training_step."
-                )
-        context = self.context
-        context.optimizers = [trainer.runtime.setup_optimizer(optimizer) for optimizer in optimizers]
-        context.manual_optimizers = [OptimizerProxy(opt, self.manual.optimizer_step) for opt in context.optimizers]
-        context.has_step_schedulers = any(c.interval == "step" for c in context.lr_scheduler_configs)
 
     def run(self) -> None:
         """Sanity check (at step 0 only), ``on_train_start``, epochs until a limit or a stop, then ``on_train_end``.
@@ -234,27 +199,48 @@ class FitLoop:
 
     # -- one epoch ---
     def _run_epoch(self) -> None:
-        trainer, state, hooks = self.trainer, self.trainer.state, self.trainer.hooks
+        """One epoch: where it starts is settled once (a resumed run's batches, order and random state), then its
+        batches run, each doing that batch's work only."""
+        trainer = self.trainer
         self._load_train_loader_if_due()
-        loader = self.context.train_loader
-        total = self.context.num_training_batches
-        first = self._first_batch(total)  # > 0 only when resuming inside an epoch
-        set_sampler_epoch(loader, state.order_epoch if state.order_epoch >= 0 else state.current_epoch)
         results = trainer.train_results
         trainer.module._results = results
         trainer.metrics.live = results
-        state.stage = RunningStage.TRAINING
+        trainer.state.stage = RunningStage.TRAINING
+        start = self._start_epoch()
+        if start is not None:
+            self._run_batches(*start)
+
+    def _start_epoch(self) -> tuple[int, bool] | None:
+        """Settle where this epoch starts: its data order, the batches a resumed run trained already, the random
+        state a checkpoint saved, ``on_train_epoch_start``. Returns the first batch and whether the batches before
+        it must be fetched and dropped (else the sampler starts past them); None when a resumed epoch had run to
+        its end already (it is ended here)."""
+        trainer, state, loader = self.trainer, self.trainer.state, self.context.train_loader
+        total = self.context.num_training_batches
+        first = self._first_batch(total)  # > 0 only when resuming inside an epoch
+        set_sampler_epoch(loader, state.order_epoch if state.order_epoch >= 0 else state.current_epoch)
         if first and first >= total:  # resumed from a checkpoint written after the epoch's last batch
             self._put_back_resumed_rng()
             self._end_epoch()
-            return
+            return None
         if not first:
             self._put_back_resumed_rng()  # saved at an epoch's end: the next epoch starts from that state
         if not first or state.order_epoch >= 0:  # as in Lightning: not for an epoch resumed from inside it
-            hooks.call(Hook.ON_TRAIN_EPOCH_START)
+            trainer.hooks.call(Hook.ON_TRAIN_EPOCH_START)
+        fetch_skipped = bool(first) and not skip_in_sampler(loader, first)
+        if first:
+            self._put_back_resumed_rng()  # saved inside the epoch: the state its next batch started from
+        return first, fetch_skipped
 
+    def _run_batches(self, first: int, fetch_skipped: bool) -> None:
+        """The epoch's batches from ``first`` on, then its end. Everything a batch does not need to decide again is
+        resolved before the first one: the step, the hooks nobody overrides (None), the logging interval."""
+        trainer, state, context, hooks = self.trainer, self.trainer.state, self.context, self.trainer.hooks
+        total = context.num_training_batches
         if trainer.module.automatic_optimization:
-            step, self._closure = self._automatic_step, StepClosure(trainer, self.context.optimizers[0])
+            self.automatic.start_epoch()
+            step = self.automatic.step
         else:
             step = self.manual.step
         transfer = trainer.batch_mover()
@@ -262,16 +248,14 @@ class FitLoop:
         batch_end = hooks.get(Hook.ON_TRAIN_BATCH_END)
         log_every = trainer.log_every_n_steps if trainer.loggers else 0
         max_steps = trainer.max_steps
-        validates = self.context.validates_in_fit and self._validates_in_epoch()
+        validates = context.validates_in_fit and self._validates_in_epoch()
         vote = StopVote(trainer.runtime) if trainer.world_size > 1 else None
         # Only the Module's on_train_batch_start can skip the rest of the epoch (by returning -1), as in Lightning.
         agree_skip = vote is not None and overrides(trainer.module, Module, "on_train_batch_start")
-        plateau_each_step = self.context.has_step_schedulers
-        fetch_skipped = bool(first) and not skip_in_sampler(loader, first)  # else the sampler starts past them
-        if first:
-            self._put_back_resumed_rng()
+        plateau_each_step = context.has_step_schedulers
+        results = trainer.train_results
 
-        batches = _numbered(loader, total, first, fetch_skipped)
+        batches = numbered_batches(context.train_loader, total, first, fetch_skipped)
         for batch_idx, batch, is_last in profiled_batches(trainer._profiling, "train_dataloader_next", batches):
             state.is_last_batch = is_last
             batch = transfer(batch, 0)
@@ -298,7 +282,7 @@ class FitLoop:
                 trainer.metrics.log_step(results, state.batches_stepped - 1, state.current_epoch)
             if validates and self._should_validate(batch_idx, is_last):
                 self._validate(after_step=stepped)
-            if plateau_each_step and stepped and self._applied:  # after validation, so they see its metrics
+            if plateau_each_step and stepped and self.automatic.applied:  # after validation: they see its metrics
                 step_schedulers(trainer, "step", plateau=True)
             if max_steps != -1 and state.global_step >= max_steps:
                 break
@@ -406,76 +390,3 @@ class FitLoop:
             return is_last
         position = state.total_batch_idx - 1 if trainer.check_val_every_n_epoch is None else batch_idx
         return (position + 1) % check_batch == 0
-
-    # -- one batch ---
-    def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, torch.Tensor | None]:
-        trainer, state = self.trainer, self.trainer.state
-        accumulate = trainer.accumulate_grad_batches
-        stepping = is_last or (batch_idx + 1) % accumulate == 0
-        closure = self._closure
-        closure.prepare(batch, batch_idx, stepping)
-        optimizer = closure.optimizer
-        if not stepping:
-            with trainer.runtime.no_backward_sync(trainer.model):
-                closure()
-            return closure.output, closure.loss
-        hooks = self.context.step_hooks
-        if hooks.optimizer_step is None:
-            stepped = hooks.runtime_optimizer_step(optimizer, closure)
-        else:
-            stepped = self._user_optimizer_step(optimizer, closure, batch_idx)
-        if hooks.update_scale is not None:
-            hooks.update_scale()
-        # A step skipped for inf/nan gradients (fp16) still counts, as in Lightning; only the
-        # schedulers wait for a step that really changed the weights.
-        state.global_step += 1
-        self._applied = stepped
-        if self.context.has_step_schedulers and stepped:  # in this order: knowing ``stepped`` may wait for the device
-            step_schedulers(trainer, "step", plateau=False)
-        if is_last:
-            step_schedulers(trainer, "epoch", plateau=False)
-        state.batches_stepped += 1
-        return closure.output, closure.loss
-
-    def _user_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: StepClosure, batch_idx: int) -> bool:
-        """The Module's ``optimizer_step`` override, given an optimizer whose ``step`` goes through the runtime."""
-        trainer = self.trainer
-        user_step, runtime_step = self.context.step_hooks.optimizer_step, self.context.step_hooks.runtime_optimizer_step
-        outcome: list[bool] = []
-
-        def step_through(opt: torch.optim.Optimizer, step_closure: Any = None, **kwargs: Any) -> Any:
-            outcome.append(runtime_step(opt, step_closure, **kwargs))
-
-        user_step(trainer.state.current_epoch, batch_idx, OptimizerProxy(optimizer, step_through), closure)
-        if not closure.ran:
-            raise MisconfigurationError(
-                "Your optimizer_step override did not call optimizer.step(closure=optimizer_closure); the closure "
-                "runs training_step and backward, so without it nothing is trained."
-            )
-        if len(outcome) == 1:
-            return outcome[0]  # as it is: asking whether a fused fp16 step went through waits for the device
-        return all(outcome) and bool(outcome)
-
-def _numbered(loader: Iterable, total: float, skip: int, fetch_skipped: bool) -> Iterator[tuple[int, Any, bool]]:
-    """``(batch_idx, batch, is_last)`` for the first ``total`` batches, after skipping ``skip`` of them (fetched
-    and dropped with ``fetch_skipped``; else the loader already starts past them)."""
-    if fetch_skipped:
-        batches: Iterator[Any] = itertools.islice(limited(loader, total), skip, None)
-    else:
-        batches = limited(loader, total - skip)
-    if total != INFINITE:
-        last = int(total) - 1
-        for batch_idx, batch in enumerate(batches, start=skip):
-            yield batch_idx, batch, batch_idx == last
-        return
-    # No length: look one batch ahead to know which is last.
-    batch_idx = skip
-    try:
-        current = next(batches)
-    except StopIteration:
-        return
-    for upcoming in batches:
-        yield batch_idx, current, False
-        current = upcoming
-        batch_idx += 1
-    yield batch_idx, current, True

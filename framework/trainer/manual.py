@@ -11,10 +11,25 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from framework.errors import MisconfigurationError
 from framework.trainer.step import StepHooks, check_training_output
 
 if TYPE_CHECKING:
     from framework.trainer.trainer import Trainer
+
+
+def check_manual_settings(trainer: Trainer) -> None:
+    """Refuse the Trainer's arguments that only automatic optimization acts on."""
+    if trainer.gradient_clip_val:
+        raise MisconfigurationError(
+            f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) does nothing in manual optimization; "
+            "call self.clip_gradients(optimizer, gradient_clip_val=...) in training_step instead."
+        )
+    if trainer.accumulate_grad_batches != 1:
+        raise MisconfigurationError(
+            f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) does nothing in manual "
+            "optimization; accumulate in training_step by stepping every N batches."
+        )
 
 
 class ManualOptimization:
@@ -30,8 +45,9 @@ class ManualOptimization:
             output = trainer.training_step(batch, batch_idx)
         trainer.module._record_logs_of_compiled_step()
         loss = check_training_output(output, manual=True)
-        if trainer.run_context.step_hooks.update_scale is not None:  # once, after every optimizer of the batch stepped
-            trainer.run_context.step_hooks.update_scale()
+        update_scale = trainer.run_context.step_hooks.update_scale
+        if update_scale is not None:  # once, after every optimizer of the batch stepped
+            update_scale()
         trainer.state.batches_stepped += 1
         return output, loss
 

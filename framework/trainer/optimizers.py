@@ -1,4 +1,5 @@
-"""The forms ``configure_optimizers`` may return, and LR scheduler stepping."""
+"""``configure_optimizers``: the forms it may return, asking the Module for them at fit's start, and LR scheduler
+stepping."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from torch.optim import Optimizer
 
 from framework import console
 from framework.errors import MisconfigurationError, describe
+from framework.hooks import overrides
+from framework.module import Module
 from framework.trainer.dispatch import call_refusing_logs
 from framework.utilities.types import LRSchedulerConfig
 
 if TYPE_CHECKING:
+    from framework.trainer.run_context import RunContext
     from framework.trainer.trainer import Trainer
 
 ACCEPTED_FORMS = """configure_optimizers may return:
@@ -221,3 +225,30 @@ class OptimizerProxy:
 
     def __repr__(self) -> str:
         return f"OptimizerProxy({self.optimizer!r})"
+
+
+def configure_optimizers(trainer: Trainer, context: RunContext, manual_step: Callable[..., bool]) -> None:
+    """Ask the Module for its optimizers and schedulers, check them against how it optimizes, and put them in
+    ``context`` set up by the runtime (with the proxies ``self.optimizers()`` hands a Module that steps them
+    itself, whose ``step`` is ``manual_step``)."""
+    module = trainer.module
+    optimizers, context.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
+    check_schedulers(context.lr_scheduler_configs, module.automatic_optimization,
+                     steps_itself=overrides(module, Module, "lr_scheduler_step"))
+    if module.automatic_optimization:
+        if not optimizers:
+            # Lightning trains on without updates here; the accepted forms above make it an error, which
+            # also catches a configure_optimizers that forgot its return statement.
+            raise MisconfigurationError(
+                "configure_optimizers returned None: automatic optimization needs an optimizer. Return one "
+                "from configure_optimizers, or set self.automatic_optimization = False to step (or not) "
+                "yourself in training_step."
+            )
+        if len(optimizers) > 1:
+            raise MisconfigurationError(
+                f"configure_optimizers returned {len(optimizers)} optimizers. Several optimizers need manual "
+                "optimization: set self.automatic_optimization = False and step them in training_step."
+            )
+    context.optimizers = [trainer.runtime.setup_optimizer(optimizer) for optimizer in optimizers]
+    context.manual_optimizers = [OptimizerProxy(opt, manual_step) for opt in context.optimizers]
+    context.has_step_schedulers = any(c.interval == "step" for c in context.lr_scheduler_configs)
