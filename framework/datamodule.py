@@ -1,13 +1,12 @@
 """``DataModule``: the data of a run — download, split, and the loaders for every stage."""
 
-import inspect
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
+from framework.hparams import HyperparametersMixin, build_from_hparams, read_hparams_file
 from framework.loader_hooks import LoaderHooks
 from framework.nested import move_to_device
 
@@ -15,7 +14,7 @@ if TYPE_CHECKING:
     from framework.trainer.trainer import Trainer
 
 
-class DataModule(LoaderHooks):
+class DataModule(LoaderHooks, HyperparametersMixin):
     """Groups data preparation and the loaders for fit, validate, test and predict.
 
     ``prepare_data`` runs once per node (local rank 0) and must not set state;
@@ -37,31 +36,9 @@ class DataModule(LoaderHooks):
 
     def __init__(self) -> None:
         self.trainer: Trainer | None = None
-        self._hparams = AttributeDict()
-        self._hparams_initial = AttributeDict()
-        self._log_hyperparams = False
+        self._forget_hyperparameters()
         #: False: ``prepare_data`` runs on global rank 0 only (a filesystem all nodes share), not once per node.
         self.prepare_data_per_node: bool = True
-
-    @property
-    def hparams(self) -> AttributeDict:
-        """What ``save_hyperparameters`` stored, readable as attributes; logged with the Module's."""
-        return self._hparams
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        """A copy of ``hparams`` as ``save_hyperparameters`` stored them (what the loggers receive)."""
-        return copy_of(self._hparams_initial)
-
-    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True) -> None:
-        """Store the ``__init__`` arguments in ``self.hparams`` (saved in checkpoints, sent to the loggers).
-
-        As ``Module.save_hyperparameters``: all arguments, the names given, or one dict.
-        """
-        caller = inspect.currentframe().f_back
-        self._hparams, _ = chosen_hyperparameters(caller, self, args, ignore)
-        self._hparams_initial = copy_of(self._hparams)
-        self._log_hyperparams = logger
 
     def prepare_data(self) -> None: ...
     def setup(self, stage: str) -> None: ...

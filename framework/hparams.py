@@ -1,4 +1,5 @@
-"""``save_hyperparameters``: capture a constructor's arguments, and keep them checkpoint-safe."""
+"""``save_hyperparameters``: capture a constructor's arguments, and keep them checkpoint-safe; the hyperparameter
+methods the Module and the DataModule share (``HyperparametersMixin``, as Lightning names it)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,41 @@ class AttributeDict(dict):
 
     def __setattr__(self, name: str, value: Any) -> None:
         self[name] = value
+
+class HyperparametersMixin:
+    """``hparams``, ``hparams_initial`` and ``save_hyperparameters``, for the Module and the DataModule."""
+
+    # No class-level annotations of the attributes: TorchScript would take them for the Module's attribute types.
+
+    def _forget_hyperparameters(self) -> None:
+        """None saved yet, and none to log (until ``save_hyperparameters(logger=True)``, as Lightning)."""
+        self._hparams = AttributeDict()
+        self._hparams_initial = AttributeDict()
+        self._hparams_name = "kwargs"
+        self._log_hyperparams = False
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """What ``save_hyperparameters`` stored, readable as attributes (``self.hparams.lr``)."""
+        return self._hparams
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of ``hparams`` as ``save_hyperparameters`` stored them (what the loggers receive), unaffected by
+        later changes to ``hparams``."""
+        return copy_of(self._hparams_initial)
+
+    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True,
+                             frame: Any = None) -> None:
+        """Store the ``__init__`` arguments in ``self.hparams`` (saved in checkpoints, sent to the loggers).
+
+        With no ``args`` every argument is kept; with names only those; with one dict (or
+        Namespace) that dict. ``ignore`` leaves names out (e.g. a backbone module).
+        """
+        caller = frame if frame is not None else inspect.currentframe().f_back
+        self._hparams, self._hparams_name = chosen_hyperparameters(caller, self, args, ignore)
+        self._hparams_initial = copy_of(self._hparams)
+        self._log_hyperparams = logger
 
 
 def init_arguments(frame: FrameType | None, obj: object) -> dict[str, Any]:

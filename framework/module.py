@@ -1,6 +1,5 @@
 """``Module``: the user's model, its step functions and its hooks."""
 
-import inspect
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -12,15 +11,16 @@ from torch.optim import Optimizer
 
 from framework import export
 from framework.errors import MisconfigurationError, describe, unloggable_value
-from framework.hparams import AttributeDict, build_from_hparams, chosen_hyperparameters, copy_of, read_hparams_file
+from framework.hparams import HyperparametersMixin, build_from_hparams, read_hparams_file
 from framework.loader_hooks import LoaderHooks
 from framework.module_hooks import ModuleHooks
+from framework.module_optimization import OptimizationMethods
 
 if TYPE_CHECKING:
     from framework.trainer.trainer import Trainer
 
 
-class Module(ModuleHooks, LoaderHooks, nn.Module):
+class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods, nn.Module):
     """A ``torch.nn.Module`` that also says how to train, validate, test and predict.
 
     Example::
@@ -53,10 +53,7 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
         self._results: Any = None
         self._logged_while_compiling: list[tuple] = []  # self.log calls inside a compiled step, not yet recorded
         self._logging_refused_in: str | None = None  # the running hook, where it is one that may not log
-        self._hparams = AttributeDict()
-        self._hparams_initial = AttributeDict()
-        self._hparams_name = "kwargs"
-        self._log_hyperparams = False  # until save_hyperparameters(logger=True), as Lightning
+        self._forget_hyperparameters()
         self._jit_is_scripting = False
         self.automatic_optimization: bool = True
         #: Whether ``load_from_checkpoint`` and resuming require every key of the module in the checkpoint.
@@ -150,29 +147,6 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
         """``print`` on global rank 0 only."""
         if self.global_rank == 0:
             print(*args, **kwargs)
-
-    # -- hyperparameters ---
-    @property
-    def hparams(self) -> AttributeDict:
-        """What ``save_hyperparameters`` stored, readable as attributes (``self.hparams.lr``)."""
-        return self._hparams
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        """A copy of ``hparams`` as ``save_hyperparameters`` stored them, unaffected by later changes to ``hparams``."""
-        return copy_of(self._hparams_initial)
-
-    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True,
-                             frame: Any = None) -> None:
-        """Store the ``__init__`` arguments in ``self.hparams`` (and so in checkpoints and logs).
-
-        With no ``args`` every argument is kept; with names only those; with one dict (or
-        Namespace) that dict. ``ignore`` leaves names out (e.g. a backbone module).
-        """
-        caller = frame if frame is not None else inspect.currentframe().f_back
-        self._hparams, self._hparams_name = chosen_hyperparameters(caller, self, args, ignore)
-        self._hparams_initial = copy_of(self._hparams)
-        self._log_hyperparams = logger
 
     # -- logging ---
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
@@ -303,76 +277,6 @@ class Module(ModuleHooks, LoaderHooks, nn.Module):
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Compute gradients; override to change how (the Trainer's precision scales it where needed)."""
         self.trainer.runtime.backward(loss, *args, model=self.trainer.model, **kwargs)
-
-    # -- optimization helpers ---
-    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
-        """The optimizer (or list of them) from ``configure_optimizers``; in manual optimization,
-        stepping them counts ``global_step`` and goes through the precision."""
-        optimizers = self.trainer.optimizers
-        if use_pl_optimizer and not self.automatic_optimization:
-            optimizers = self.trainer.run_context.manual_optimizers
-        return optimizers[0] if len(optimizers) == 1 else list(optimizers)
-
-    def lr_schedulers(self) -> Any:
-        """The LR scheduler (or list of them), or None."""
-        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
-        if not schedulers:
-            return None
-        return schedulers[0] if len(schedulers) == 1 else schedulers
-
-    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``loss.backward()`` for manual optimization, through the precision and the strategy."""
-        if self.automatic_optimization:
-            raise MisconfigurationError(
-                "manual_backward is for manual optimization; set self.automatic_optimization = False."
-            )
-        self.trainer.fit_loop.manual.backward(loss, *args, **kwargs)
-
-    def clip_gradients(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
-                       gradient_clip_algorithm: str | None = None) -> None:
-        """Clip the gradients of ``optimizer``'s parameters by "norm" (default) or by "value"."""
-        if gradient_clip_val is None or gradient_clip_val == 0:
-            return
-        algorithm = gradient_clip_algorithm or "norm"
-        optimizer = getattr(optimizer, "optimizer", optimizer)
-        runtime = self.trainer.runtime
-        if algorithm == "norm":
-            # fp16 overflow steps have inf gradients: the precision skips those steps, clipping must not raise
-            runtime.clip_gradients(self, optimizer, max_norm=gradient_clip_val, error_if_nonfinite=False)
-        elif algorithm == "value":
-            runtime.clip_gradients(self, optimizer, clip_val=gradient_clip_val)
-        else:
-            raise MisconfigurationError(
-                f"gradient_clip_algorithm={algorithm!r} is not supported; accepted: 'norm', 'value'."
-            )
-
-    def toggle_optimizer(self, optimizer: Any) -> None:
-        """Freeze every parameter not optimized by ``optimizer`` (for alternating updates, e.g. GANs)."""
-        optimizer = getattr(optimizer, "optimizer", optimizer)
-        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        self._toggled = {}
-        for param in self.parameters():
-            if id(param) not in own:
-                self._toggled[param] = param.requires_grad
-                param.requires_grad = False
-
-    def untoggle_optimizer(self, optimizer: Any) -> None:
-        """Undo ``toggle_optimizer``."""
-        for param, requires_grad in getattr(self, "_toggled", {}).items():
-            param.requires_grad = requires_grad
-        self._toggled = {}
-
-    def freeze(self) -> None:
-        """No gradients for any parameter, and eval mode."""
-        for param in self.parameters():
-            param.requires_grad = False
-        self.eval()
-
-    def unfreeze(self) -> None:
-        """Undo ``freeze``: gradients for every parameter, and train mode."""
-        for param in self.parameters():
-            param.requires_grad = True
-        self.train()
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather tensors (in any nesting) from every rank, stacked along a new first dimension."""

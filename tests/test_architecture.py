@@ -22,7 +22,7 @@ LAYERS: list[list[set[str]]] = [
     [{"loggers"}, {"profilers"}, {"precision"}],
     [{"callbacks"}, {"strategies"}],
     [{"runtime"}],
-    [{"module", "module_hooks", "datamodule"}],
+    [{"module", "module_hooks", "module_optimization", "datamodule"}],
     [{"trainer"}, {"accelerate"}],
     [{"tuner"}],
     [{"cli"}, {"testing"}],
