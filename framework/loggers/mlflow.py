@@ -15,11 +15,10 @@ from framework.errors import MisconfigurationError, require_package
 from framework.loggers.base import Logger, NoOpExperiment, with_prefix
 from framework.loggers.directory import as_dict
 from framework.loggers.uploads import (
+    CheckpointUploading,
     aliases_of,
     check_log_model,
     checkpoint_metadata,
-    files_to_upload,
-    upload_at_once,
 )
 from framework.utilities.rank_zero import rank_zero_only
 
@@ -29,7 +28,7 @@ _METRICS_PER_CALL = 1000
 _UNACCEPTED_IN_NAMES = re.compile(r"[^a-zA-Z0-9_/. -]+")
 
 
-class MLFlowLogger(Logger):
+class MLFlowLogger(CheckpointUploading, Logger):
     """Logs to an MLflow run: a local store in ``save_dir`` by default (``./mlruns``), or the server at
     ``tracking_uri`` (else ``$MLFLOW_TRACKING_URI``).
 
@@ -68,15 +67,13 @@ class MLFlowLogger(Logger):
         self._run_name = run_name
         self._tracking_uri = tracking_uri
         self.tags = tags
-        self._log_model = log_model
+        self._start_uploads(log_model)
         self._prefix = prefix
         self._artifact_location = artifact_location
         self._batch_options = {} if synchronous is None else {"synchronous": synchronous}
         self._experiment_id: str | None = None
         self._run_id = run_id
         self._client: Any = None
-        self._uploaded: dict[str, float] = {}  # checkpoint path -> its modification time when uploaded
-        self._to_upload_at_end: dict[int, Any] = {}  # id -> checkpoint callback, with log_model=True
 
     @property
     def experiment(self) -> Any:
@@ -154,21 +151,12 @@ class MLFlowLogger(Logger):
             self.experiment.log_batch(run_id=self.run_id, metrics=rows[start:start + _METRICS_PER_CALL],
                                       **self._batch_options)
 
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """Upload the callback's files now, or remember it for the end of training, as ``log_model`` says."""
-        if upload_at_once(self._log_model, checkpoint_callback):
-            self._upload(checkpoint_callback)
-        elif self._log_model is True:
-            self._to_upload_at_end[id(checkpoint_callback)] = checkpoint_callback
-
     def finalize(self, status: str) -> None:
         """Upload the checkpoints kept for the end and mark the run ended (``success`` → FINISHED, ``failed`` →
         FAILED, ``interrupted`` → KILLED)."""
         if rank_zero_only.rank != 0 or self._client is None:
             return
-        for checkpoint_callback in self._to_upload_at_end.values():
-            self._upload(checkpoint_callback)
-        self._to_upload_at_end.clear()
+        self._upload_kept()
         self._client.set_terminated(self._run_id, _STATUS.get(status, status))
 
     def run_state(self) -> dict[str, Any]:
@@ -185,8 +173,7 @@ class MLFlowLogger(Logger):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None  # a copy in another process connects again, to the same run
-        state["_to_upload_at_end"] = {}
-        return state
+        return self._without_kept_callbacks(state)
 
     def _connect(self) -> Any:
         import mlflow
@@ -214,20 +201,19 @@ class MLFlowLogger(Logger):
         self._run_id = client.create_run(self._experiment_id, tags=resolve_tags(tags)).info.run_id
         return client
 
-    def _upload(self, checkpoint_callback: Any) -> None:
+    def _upload_file(self, checkpoint_callback: Any, path: str, score: Any) -> None:
+        """The checkpoint, with its metadata and aliases beside it, as artifacts in a folder named after it."""
         import yaml
 
-        for modified, path, score, _tag in files_to_upload(checkpoint_callback, self._uploaded):
-            folder = os.path.splitext(os.path.basename(path))[0]
-            self.experiment.log_artifact(self.run_id, path, folder)
-            with tempfile.TemporaryDirectory() as beside:
-                metadata = checkpoint_metadata(checkpoint_callback, path, score, settings_key="Checkpoint")
-                with open(os.path.join(beside, "metadata.yaml"), "w") as file:
-                    yaml.safe_dump(metadata, file, default_flow_style=False)
-                with open(os.path.join(beside, "aliases.txt"), "w") as file:
-                    file.write(str(aliases_of(checkpoint_callback, path)))
-                self.experiment.log_artifacts(self.run_id, beside, folder)
-            self._uploaded[path] = modified
+        folder = os.path.splitext(os.path.basename(path))[0]
+        self.experiment.log_artifact(self.run_id, path, folder)
+        with tempfile.TemporaryDirectory() as beside:
+            metadata = checkpoint_metadata(checkpoint_callback, path, score, settings_key="Checkpoint")
+            with open(os.path.join(beside, "metadata.yaml"), "w") as file:
+                yaml.safe_dump(metadata, file, default_flow_style=False)
+            with open(os.path.join(beside, "aliases.txt"), "w") as file:
+                file.write(str(aliases_of(checkpoint_callback, path)))
+            self.experiment.log_artifacts(self.run_id, beside, folder)
 
 
 def _flatten(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:

@@ -56,3 +56,42 @@ def checkpoint_metadata(checkpoint_callback: Any, path: str, score: Any, setting
 def aliases_of(checkpoint_callback: Any, path: str) -> list[str]:
     """``["latest", "best"]`` for the best file, ``["latest"]`` for the others."""
     return ["latest", "best"] if path == getattr(checkpoint_callback, "best_model_path", None) else ["latest"]
+
+
+class CheckpointUploading:
+    """The bookkeeping of a logger that uploads checkpoint files (``log_model``), for MLflow's and W&B's: which
+    callbacks' files go up now and which when training ends, and which files went up already (not again unless
+    they changed). The logger says how one file goes up (``_upload_file``)."""
+
+    _log_model: bool | str
+
+    def _start_uploads(self, log_model: bool | str) -> None:
+        self._log_model = log_model
+        self._uploaded: dict[str, float] = {}  # checkpoint path -> its modification time when uploaded
+        self._to_upload_at_end: dict[int, Any] = {}  # id -> checkpoint callback, with log_model=True
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Upload the callback's files now, or remember it for the end of training, as ``log_model`` says."""
+        if upload_at_once(self._log_model, checkpoint_callback):
+            self._upload(checkpoint_callback)
+        elif self._log_model is True:
+            self._to_upload_at_end[id(checkpoint_callback)] = checkpoint_callback
+
+    def _upload_kept(self) -> None:
+        """Upload the files of the callbacks kept for the end of training."""
+        for checkpoint_callback in self._to_upload_at_end.values():
+            self._upload(checkpoint_callback)
+        self._to_upload_at_end.clear()
+
+    def _upload(self, checkpoint_callback: Any) -> None:
+        for modified, path, score, _tag in files_to_upload(checkpoint_callback, self._uploaded):
+            self._upload_file(checkpoint_callback, path, score)
+            self._uploaded[path] = modified
+
+    def _upload_file(self, checkpoint_callback: Any, path: str, score: Any) -> None:
+        raise NotImplementedError
+
+    def _without_kept_callbacks(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A pickled copy (another process's) keeps no callbacks of this one to upload at its end."""
+        state["_to_upload_at_end"] = {}
+        return state

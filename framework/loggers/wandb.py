@@ -12,18 +12,17 @@ from framework.errors import MisconfigurationError, require_package
 from framework.loggers.base import Logger, NoOpExperiment, with_prefix
 from framework.loggers.directory import as_dict
 from framework.loggers.uploads import (
+    CheckpointUploading,
     aliases_of,
     check_log_model,
     checkpoint_metadata,
-    files_to_upload,
-    upload_at_once,
 )
 from framework.utilities.rank_zero import rank_zero_only
 
 _STEP_KEY = "trainer/global_step"
 
 
-class WandbLogger(Logger):
+class WandbLogger(CheckpointUploading, Logger):
     """Logs to a W&B run, made on first use on global rank 0 (other ranks get a no-op experiment).
 
     Arguments are Lightning's: ``project`` (else ``$WANDB_PROJECT``, else ``lightning_logs``), ``name`` (the
@@ -66,13 +65,11 @@ class WandbLogger(Logger):
         if offline:  # as an argument rather than WANDB_MODE, so later runs in the process are not offline too
             self._wandb_init["mode"] = "offline"
         self._wandb_init.update(kwargs)
-        self._log_model = log_model
+        self._start_uploads(log_model)
         self._prefix = prefix
         self._experiment = experiment
         self._checkpoint_name = checkpoint_name
         self.add_file_policy = add_file_policy
-        self._uploaded: dict[str, float] = {}  # checkpoint path -> its modification time when uploaded
-        self._to_upload_at_end: dict[int, Any] = {}  # id -> checkpoint callback, with log_model=True
 
     @property
     def experiment(self) -> Any:
@@ -163,20 +160,11 @@ class WandbLogger(Logger):
             found = wandb.Api().artifact(artifact, type=artifact_type)
         return found.download(root=os.fspath(save_dir) if save_dir is not None else None)
 
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """Upload the callback's files now, or remember it for the end of training, as ``log_model`` says."""
-        if upload_at_once(self._log_model, checkpoint_callback):
-            self._upload(checkpoint_callback)
-        elif self._log_model is True:
-            self._to_upload_at_end[id(checkpoint_callback)] = checkpoint_callback
-
     def finalize(self, status: str) -> None:
         """After a successful run, upload the checkpoints kept for the end (the run goes on; see the class)."""
         if status != "success" or self._experiment is None or rank_zero_only.rank != 0:
             return
-        for checkpoint_callback in self._to_upload_at_end.values():
-            self._upload(checkpoint_callback)
-        self._to_upload_at_end.clear()
+        self._upload_kept()
 
     def run_state(self) -> dict[str, Any]:
         """The run's id (started now on rank 0 if not yet), for the other processes of the run."""
@@ -192,8 +180,7 @@ class WandbLogger(Logger):
         if self._experiment is not None:  # a copy in another process resumes the same run
             state["_wandb_init"] = {**self._wandb_init, "id": self._experiment.id}
         state["_experiment"] = None
-        state["_to_upload_at_end"] = {}
-        return state
+        return self._without_kept_callbacks(state)
 
     def _start_run(self) -> Any:
         import wandb
@@ -227,18 +214,16 @@ class WandbLogger(Logger):
                  for index, item in enumerate(items)]
         self.log_metrics({key: media}, step)
 
-    def _upload(self, checkpoint_callback: Any) -> None:
+    def _upload_file(self, checkpoint_callback: Any, path: str, score: Any) -> None:
+        """The checkpoint as a "model" artifact of the run, with its metadata and aliases."""
         import wandb
 
         run = self.experiment
-        for modified, path, score, _tag in files_to_upload(checkpoint_callback, self._uploaded):
-            metadata = checkpoint_metadata(checkpoint_callback, path, score,
-                                           settings_key=type(checkpoint_callback).__name__)
-            artifact = wandb.Artifact(name=self._checkpoint_name or f"model-{run.id}", type="model",
-                                      metadata=metadata)
-            artifact.add_file(path, name="model.ckpt", policy=self.add_file_policy)
-            run.log_artifact(artifact, aliases=aliases_of(checkpoint_callback, path))
-            self._uploaded[path] = modified
+        settings_key = type(checkpoint_callback).__name__
+        metadata = checkpoint_metadata(checkpoint_callback, path, score, settings_key=settings_key)
+        artifact = wandb.Artifact(name=self._checkpoint_name or f"model-{run.id}", type="model", metadata=metadata)
+        artifact.add_file(path, name="model.ckpt", policy=self.add_file_policy)
+        run.log_artifact(artifact, aliases=aliases_of(checkpoint_callback, path))
 
 
 def _named(value: Any) -> Any:
