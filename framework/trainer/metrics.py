@@ -25,41 +25,39 @@ def step_views(results: Results) -> Views:
     Step values of validation and test reach loggers and the progress bar but not
     ``callback_metrics``, as in Lightning: callbacks monitor their epoch values.
     """
-    log, bar, callback = {}, {}, {}
-    for_callbacks = results.training
+    views: Views = ({}, {}, {})
     for entry in results.step_values():
-        key, value = entry.key, as_tensor(entry.step_value)
-        shown = f"{entry.name}_step{entry.suffix}" if entry.on_epoch else key
-        if for_callbacks:
-            callback[key] = value
-            callback[shown] = value
-        if entry.logger:
-            log[shown] = value
-        if entry.prog_bar:
-            bar[shown] = value
-    return log, bar, callback
+        shown = f"{entry.name}_step{entry.suffix}" if entry.on_epoch else entry.key
+        _place(views, entry, shown, as_tensor(entry.step_value), for_callbacks=results.training)
+    return views
 
 
 def epoch_views(results: Results, sync: Callable[[torch.Tensor, str], torch.Tensor],
                 gather: Callable[[Any], list[Any]] | None = None, module: Any = None) -> Views:
     """The same three dicts from the epoch's reduced values (``gather``: several ranks agree on what to sync,
     standing in for a Metric of ``module`` that this rank did not log)."""
-    log, bar, callback = {}, {}, {}
+    views: Views = ({}, {}, {})
     for entry in results.entries() if gather is None else agreed_entries(results, gather, module):
-        key = entry.key
         if not entry.on_epoch:
             continue
         value = entry.epoch_value(sync)
-        if value is None:
-            continue
-        shown = f"{entry.name}_epoch{entry.suffix}" if entry.on_step else key
-        callback[key] = value
+        if value is not None:
+            shown = f"{entry.name}_epoch{entry.suffix}" if entry.on_step else entry.key
+            _place(views, entry, shown, value, for_callbacks=True)
+    return views
+
+
+def _place(views: Views, entry: Any, shown: str, value: torch.Tensor, for_callbacks: bool) -> None:
+    """Put ``value`` in the views: for callbacks under its key and the name shown, for loggers and the progress bar
+    under the name shown, where the entry goes to them."""
+    log, bar, callback = views
+    if for_callbacks:
+        callback[entry.key] = value
         callback[shown] = value
-        if entry.logger:
-            log[shown] = value
-        if entry.prog_bar:
-            bar[shown] = value
-    return log, bar, callback
+    if entry.logger:
+        log[shown] = value
+    if entry.prog_bar:
+        bar[shown] = value
 
 
 class MetricStore:
