@@ -123,3 +123,21 @@ def link(target: str, linkpath: str) -> None:
     except OSError:  # no symbolic links here (Windows without the privilege): a copy does the job
         shutil.copyfile(target, temporary)
     os.replace(temporary, linkpath)
+
+
+def removable(previous: str, current: str, resumed_from: str | None, dirpath: str) -> bool:
+    """Whether ``previous`` may be deleted: only a file of ``dirpath``, never the one being written (``current``)
+    nor one in the directory the run resumed from."""
+    if previous == current or (resumed_from is not None
+                               and resolved_dirpath(previous) == resolved_dirpath(resumed_from)):
+        return False
+    directory = dirpath.rstrip("/") + "/"
+    return previous.startswith(directory) or os.path.abspath(previous).startswith(os.path.abspath(directory))
+
+
+def write_scores(best_k_models: dict[str, Any], path: str | os.PathLike) -> None:
+    """``best_k_models`` (path: score) as YAML at ``path``, written atomically."""
+    import yaml
+
+    scores = {file: float(score) for file, score in best_k_models.items()}
+    write_bytes_atomic(path, yaml.safe_dump(scores).encode("utf-8"))

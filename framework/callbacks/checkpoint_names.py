@@ -1,4 +1,5 @@
-"""The file names of ``ModelCheckpoint``: its template filled in, ``-v1`` ... on clashes, the "last" files."""
+"""The file names of ``ModelCheckpoint``: the values they are made from, its template filled in, ``-v1`` ... on
+clashes, the "last" files."""
 
 from __future__ import annotations
 
@@ -71,3 +72,16 @@ class CheckpointNames:
         if self.dirpath is not None:
             found |= set(versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION))
         return sorted(found)
+
+    def _monitor_candidates(self, trainer: Trainer) -> dict[str, torch.Tensor]:
+        """The values file names and the top-k ranking use: rank 0's, on every rank.
+
+        Values logged without ``sync_dist`` differ between ranks (a rank without validation
+        batches may have none); decided on each rank's own, the ranks would save and name files
+        differently and wait for each other in different collectives.
+        """
+        candidates = {key: value.detach().cpu().clone() if isinstance(value, torch.Tensor) else torch.tensor(value)
+                      for key, value in trainer.callback_metrics.items()}
+        candidates.setdefault("epoch", torch.tensor(trainer.current_epoch))
+        candidates["step"] = torch.tensor(trainer.global_step)
+        return trainer.runtime.broadcast(candidates)

@@ -15,15 +15,17 @@ from framework.callbacks.checkpoint_files import (
     default_dirpath,
     holds_checkpoints,
     link,
+    removable,
     remove_unfinished_writes,
     resolved_dirpath,
     write_problem,
+    write_scores,
 )
 from framework.callbacks.checkpoint_names import CheckpointNames
 from framework.callbacks.model_checkpoint_checks import MODES, check_arguments, check_link_target, check_save_last
 from framework.errors import MisconfigurationError
 from framework.io.async_writer import AsyncCheckpointIO
-from framework.io.fs import remove, write_bytes_atomic
+from framework.io.fs import remove
 
 if TYPE_CHECKING:
     from framework.trainer.trainer import Trainer
@@ -242,19 +244,6 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
                 self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
 
-    def _monitor_candidates(self, trainer: "Trainer") -> dict[str, torch.Tensor]:
-        """The values file names and the top-k ranking use: rank 0's, on every rank.
-
-        Values logged without ``sync_dist`` differ between ranks (a rank without validation
-        batches may have none); decided on each rank's own, the ranks would save and name files
-        differently and wait for each other in different collectives.
-        """
-        candidates = {key: value.detach().cpu().clone() if isinstance(value, torch.Tensor) else torch.tensor(value)
-                      for key, value in trainer.callback_metrics.items()}
-        candidates.setdefault("epoch", torch.tensor(trainer.current_epoch))
-        candidates["step"] = torch.tensor(trainer.global_step)
-        return trainer.runtime.broadcast(candidates)
-
     # -- top k ---
     def _save_topk_checkpoint(self, trainer: "Trainer", candidates: dict[str, torch.Tensor]) -> None:
         if self.save_top_k == 0:
@@ -358,12 +347,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
 
     def _may_remove(self, trainer: "Trainer", previous: str, current: str) -> bool:
         """Only files of this callback's directory, never the one being written or the one resumed from."""
-        resumed_from = trainer.ckpt_path
-        if previous == current or (resumed_from is not None
-                                   and resolved_dirpath(previous) == resolved_dirpath(resumed_from)):
-            return False
-        directory = self.dirpath.rstrip("/") + "/"
-        return previous.startswith(directory) or os.path.abspath(previous).startswith(os.path.abspath(directory))
+        return removable(previous, current, trainer.ckpt_path, self.dirpath)
 
     # -- state ---
     def state_dict(self) -> dict[str, Any]:
@@ -400,9 +384,6 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
 
     def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
         """Write ``best_k_models`` (path: score) to ``filepath`` (default ``<dirpath>/best_k_models.yaml``)."""
-        import yaml
-
-        scores = {path: float(score) for path, score in self.best_k_models.items()}
-        path = filepath if filepath is not None else os.path.join(self.dirpath or ".", "best_k_models.yaml")
-        write_bytes_atomic(path, yaml.safe_dump(scores).encode("utf-8"))
+        write_scores(self.best_k_models, filepath if filepath is not None else
+                     os.path.join(self.dirpath or ".", "best_k_models.yaml"))
 
