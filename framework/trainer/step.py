@@ -27,11 +27,12 @@ class StepClosure:
     One instance serves a whole epoch (``prepare`` points it at the next batch), so a step allocates no closure.
     """
 
-    __slots__ = ("trainer", "batch", "batch_idx", "optimizer", "stepping", "zeroing", "output", "loss", "ran",
+    __slots__ = ("trainer", "hooks", "batch", "batch_idx", "optimizer", "stepping", "zeroing", "output", "loss", "ran",
                  "record_logs")
 
     def __init__(self, trainer: Trainer, optimizer: Any) -> None:
         self.trainer = trainer
+        self.hooks = trainer.run_context.step_hooks  # resolved once per fit, before the first epoch
         self.optimizer = optimizer
         self.record_logs = trainer.module._record_logs_of_compiled_step
         self.prepare(None, 0, False)
@@ -49,8 +50,7 @@ class StepClosure:
         self.ran = False  # an optimizer_step override must run the closure
 
     def __call__(self) -> torch.Tensor | None:
-        trainer = self.trainer
-        hooks = trainer.run_context.step_hooks
+        trainer, hooks = self.trainer, self.hooks
         self.ran = True
         with trainer.runtime.autocast():
             output = trainer.training_step(self.batch, self.batch_idx)
