@@ -185,3 +185,12 @@ def test_the_circle_finder_finds_circles_and_only_circles():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e", "d"}, "f": {"g"}, "g": {"f"}}
     assert sorted(_strongly_connected(edges)) == [["a", "b", "c"], ["f", "g"]]
     assert _strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_architecture_page_names_every_group_of_the_layers():
+    page = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    diagram = page.split("## Layers", 1)[1].split("```", 2)[1]
+    words = set(diagram.replace(",", " ").replace("|", " ").replace("(", " ").split())
+    missing = [group for layer in LAYERS for groups in layer for group in groups
+               if group not in ("", "__main__") and group not in words]
+    assert not missing, f"ARCHITECTURE.md's layer diagram does not name {missing}"
