@@ -31,7 +31,8 @@ LAYERS: list[list[set[str]]] = [
 
 # Imports that point up on purpose: a package offering, under Lightning's import path, a name that a higher layer
 # defines. Each is made inside the package's module ``__getattr__``, so importing the package does not load it.
-LAZY_REEXPORTS = {("callbacks", "tuner.finder_callbacks")}
+LAZY_REEXPORTS = {("callbacks", "tuner.finder_callbacks"), ("callbacks.batch_size_finder", "tuner.finder_callbacks"),
+                  ("callbacks.lr_finder", "tuner.finder_callbacks")}
 
 
 def _modules() -> dict[str, Path]:

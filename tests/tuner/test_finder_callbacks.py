@@ -34,3 +34,12 @@ def test_the_batch_size_finder_makes_fit_train_with_the_size_it_found():
 def test_the_batch_size_finder_refuses_loaders_passed_in():
     with pytest.raises(MisconfigurationError, match="cannot be used with dataloaders passed directly"):
         quiet_trainer(max_epochs=1, callbacks=[BatchSizeFinder()]).fit(Fits(), loader())
+
+
+def test_the_finders_import_from_lightnings_paths_and_are_the_tuners():
+    from framework.callbacks.batch_size_finder import BatchSizeFinder as by_module_path
+    from framework.callbacks.lr_finder import LearningRateFinder as lr_by_module_path
+    from framework.tuner import BatchSizeFinder as tuners
+    from framework.tuner import LearningRateFinder as lr_tuners
+
+    assert by_module_path is BatchSizeFinder is tuners and lr_by_module_path is LearningRateFinder is lr_tuners
