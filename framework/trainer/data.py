@@ -130,7 +130,8 @@ def set_sampler_epoch(loader: Iterable, epoch: int) -> None:
 
 
 def load_train_data(trainer: Trainer) -> None:
-    """Ask for the training loader and count its batches (sets ``train_loader``, ``num_training_batches``).
+    """Ask for the training loader and count its batches (the RunContext's ``train_loader``,
+    ``num_training_batches``).
 
     Called when training starts (after the sanity check, as in Lightning), earlier if
     ``estimated_stepping_batches`` is read first, and again when a reload is due.
@@ -238,7 +239,8 @@ def defines_loader(owner: Any, method: str) -> bool:
 
 
 def load_val_data(trainer: Trainer) -> None:
-    """Ask for fit's validation loaders and count their batches (sets ``val_loaders``, ``val_batch_counts``)."""
+    """Ask for fit's validation loaders and count their batches (the RunContext's ``val_loaders``,
+    ``val_batch_counts``)."""
     context = trainer.run_context
     loaders = find_loaders("val", context.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
     if trainer.overfit_batches:
