@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import time
 
 import pytest
 import torch
@@ -95,9 +96,21 @@ def test_checkpoints_become_artifacts_of_the_run(tmp_path):
     assert sorted(os.path.basename(path) for path in logger._uploaded) == ["epoch=0-step=8.ckpt",
                                                                           "epoch=1-step=16.ckpt"]
     logger.experiment.finish()  # the artifacts are written into the run's file
-    record = open(os.path.join(run_folder(tmp_path, logger.experiment.id),
-                               f"run-{logger.experiment.id}.wandb"), "rb").read()
+    path = os.path.join(run_folder(tmp_path, logger.experiment.id), f"run-{logger.experiment.id}.wandb")
+    record = _written(path, f"model-{logger.experiment.id}".encode())
     assert f"model-{logger.experiment.id}".encode() in record and b"model.ckpt" in record
+
+
+def _written(path: str, expected: bytes, patience_s: float = 30.0) -> bytes:
+    """The run file's bytes once they hold ``expected``, or as they are after ``patience_s``: W&B's service
+    process may still be writing the file when ``finish()`` returns (seen on a loaded machine)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        with open(path, "rb") as file:
+            record = file.read()
+        if expected in record or time.monotonic() > deadline:
+            return record
+        time.sleep(0.2)
 
 
 def test_media_and_tables_check_their_lists(tmp_path):
