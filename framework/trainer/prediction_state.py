@@ -1,6 +1,6 @@
 """What ``predict`` keeps for prediction writers: each batch's sample indices, and the predictions.
 
-``trainer.run_context.predict_loop`` holds them under Lightning's names (``predictions``, ``epoch_batch_indices``,
+``trainer.predict_loop`` holds them under Lightning's names (``predictions``, ``epoch_batch_indices``,
 ``current_batch_indices``), so a writer learns which dataset samples each prediction belongs to.
 """
 
