@@ -77,8 +77,7 @@ _TABLE = (
     Key("fsdp_reshard_after_forward", reshard, "fsdp_config", "FSDP_RESHARD_AFTER_FORWARD", True),
     Key("fsdp_offload_params", boolean, "fsdp_config", "FSDP_OFFLOAD_PARAMS", False),
     Key("fsdp_min_num_params", whole(0), "fsdp_config", "FSDP_MIN_NUM_PARAMS", 100_000_000),
-    Key("fsdp_auto_wrap_policy", choice(*WRAP_POLICIES), "fsdp_config",
-        "FSDP_AUTO_WRAP_POLICY", sent=False),
+    Key("fsdp_auto_wrap_policy", choice(*WRAP_POLICIES), "fsdp_config", "FSDP_AUTO_WRAP_POLICY", sent=False),
     Key("fsdp_transformer_layer_cls_to_wrap", class_names, "fsdp_config", "FSDP_TRANSFORMER_CLS_TO_WRAP", sent=False),
     Key("fsdp_backward_prefetch", choice("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"), "fsdp_config",
         "FSDP_BACKWARD_PREFETCH", sent=False),
@@ -113,7 +112,6 @@ def _section(name: str) -> dict[str, Check]:
 TOP_LEVEL = _section("")
 FSDP_KEYS = _section("fsdp_config")
 DYNAMO_KEYS = _section("dynamo_config")
-LAUNCH_ONLY = _section("launch")
 CHECKS = {key.name: key.check for key in _TABLE}
 
 

@@ -22,7 +22,8 @@ from framework.cli.errors import ConfigError
 
 _BOOL = "{true,false}"
 # The options by help section: (name, metavar (None: a switch, no value), help). Each option that takes a value
-# is a key of the config file (or launch-only, LAUNCH_ONLY), checked as the file's value would be.
+# is a key of the config file (or a launcher-only key, section "launch" in config_keys), checked as the file's
+# value would be.
 OPTIONS = {
     "where the ranks run": (
         ("cpu", None, "CPU ranks (gloo), even where there are GPUs"),

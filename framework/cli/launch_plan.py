@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from framework.accelerate.config_keys import GPU_TYPES, KEYS, USE_FSDP
+from framework.accelerate.config_keys import DYNAMO_KEYS, FSDP_KEYS, GPU_TYPES, KEYS, USE_FSDP
 from framework.cli.accelerate_config import Settings, check_fsdp
 from framework.cli.errors import ConfigError
 
@@ -78,7 +78,7 @@ def launch_plan(settings: Settings, gpus: int) -> LaunchPlan:
 def accelerate_environment(settings: Settings, on_cpu: bool) -> dict[str, str]:
     """The variables that carry ``settings`` to the ranks' ``Accelerator()`` (see the module's docstring)."""
     environment = {KEYS["use_cpu"].variable: str(on_cpu)}
-    for name in ("mixed_precision", "gradient_accumulation_steps", *_keys_of("dynamo_config")):
+    for name in ("mixed_precision", "gradient_accumulation_steps", *DYNAMO_KEYS):
         value = settings.get(name, KEYS[name].default if KEYS[name].sent else None)
         if value is not None:
             environment[KEYS[name].variable] = str(value)  # Accelerate writes these booleans as True/False
@@ -91,13 +91,9 @@ def accelerate_environment(settings: Settings, on_cpu: bool) -> dict[str, str]:
     return environment
 
 
-def _keys_of(section: str) -> list[str]:
-    return [name for name, key in KEYS.items() if key.section == section]
-
-
 def _fsdp_environment(settings: Settings) -> dict[str, str]:
     environment = {}
-    for name in _keys_of("fsdp_config"):
+    for name in FSDP_KEYS:
         key = KEYS[name]
         value = settings.get(name, key.default if key.sent else None)
         if value is not None:
