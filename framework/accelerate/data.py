@@ -69,7 +69,7 @@ class RankBatches(BatchSamplerShard):
             return list(range(length))
         if self.data_seed is not None:  # Accelerate's seedable sampler: set_epoch chooses the pass's order
             self.order_record = {}
-            return list(epoch_order(length, True, self.data_seed, self.pass_index))
+            return epoch_order(length, True, self.data_seed, self.pass_index)  # a list when shuffled
         if self.num_processes > 1 or sampler.generator is not None:
             # Several ranks: every rank's copy of the shared generator draws the same order, a new one each pass.
             # One process with the user's generator: it decides, and moves on as RandomSampler moves it.

@@ -1,4 +1,8 @@
-"""The Runtime: device, Strategy and Precision in one object, usable without the Trainer."""
+"""The Runtime: device, Strategy and Precision in one object, usable without the Trainer.
+
+This module holds its set-up and the step; the class takes its launching (``launching.py``), collectives
+(``collectives.py``), loggers (``reporting.py``) and files (``saving.py``) from the modules beside it.
+"""
 
 import contextlib
 from collections.abc import Iterator

@@ -1,8 +1,9 @@
 """What users read from a ``Trainer``: counters, metrics, ranks, loaders and callbacks, under Lightning's names.
 
-Every property here is a view of state the Trainer holds elsewhere (its ``state``,
-``metrics``, ``runtime``, loaders and callbacks); only ``estimated_stepping_batches`` does
-work, asking for the training loader when it is read before training starts.
+Every property here is a view of state the Trainer holds elsewhere (its ``state``, ``metrics``, ``runtime``,
+``run_context`` and callbacks); only ``estimated_stepping_batches`` does work, asking for the training loader
+when it is read before training starts. The few that Lightning lets users set (``should_stop``, ``optimizers``,
+``lr_scheduler_configs``, ``ckpt_path``) write to that state.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ DEFAULT_MAX_EPOCHS = 1000
 
 
 class TrainerProperties:
-    """The read-only views a ``Trainer`` offers (the Trainer subclasses this)."""
+    """The views a ``Trainer`` offers (the Trainer subclasses this)."""
 
     @property
     def current_epoch(self) -> int:
