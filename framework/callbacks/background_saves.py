@@ -4,12 +4,14 @@ failed write."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from framework import console
 from framework.errors import CheckpointError
 from framework.io.async_writer import AsyncCheckpointIO
+from framework.io.checkpoint import remove_checkpoint
 
 if TYPE_CHECKING:
     from framework.trainer.trainer import Trainer
@@ -22,15 +24,17 @@ class BackgroundSaves:
 
     Each save point first finishes the previous one's writes (every rank raises if one rank's
     failed, so none waits for the others in a collective), then collects its own. Whatever must
-    not happen before the new file is complete (deleting the file it replaces, telling the
-    loggers, which upload it) waits for the writes.
+    not happen before the new file is complete (telling the loggers, which upload it) waits for
+    the writes. The deletions asked for at a save point (``remove_after``) wait for all of its
+    writes and links, in the background too: a kill at any moment before leaves the files they
+    replace (and the file a ``last.ckpt`` link still points to) in place.
 
     Example::
 
         saves = BackgroundSaves(callback, trainer.checkpoint_io or AsyncCheckpointIO())
         with saves.save_point(trainer):
             trainer.save_checkpoint(path)                       # copied now, written in the background
-            saves.after_writes(lambda: remove(old), f"deleting {old!r}")
+            saves.remove_after(old)                             # deleted once the save point is whole
         ...
         saves.end(trainer)                                      # at the end of fit: every file complete
     """
@@ -40,20 +44,37 @@ class BackgroundSaves:
         self.writer = writer
         self._collecting = False
         self._loggers_to_tell = False
+        self._removals: list[str] | None = None  # a list while a save point collects them
+        self._written: set[str] = set()  # the paths saved at this save point
 
     @contextlib.contextmanager
     def save_point(self, trainer: Trainer) -> Iterator[None]:
-        """Every rank calls it at the same save point; the saves inside go to the background."""
-        if self.writer is None:
-            yield
-            return
-        self.finish(trainer)
-        with self.writer.save_point():
-            self._collecting = True
-            try:
-                yield
-            finally:
-                self._collecting = False
+        """Every rank calls it at the same save point; the saves inside go to the background (if there is a
+        writer), the deletions asked for inside come after all of them (and after none, if one raised)."""
+        if self.writer is not None:
+            self.finish(trainer)
+        self._removals, self._written = [], set()
+        try:
+            with self.writer.save_point() if self.writer is not None else contextlib.nullcontext():
+                self._collecting = self.writer is not None
+                try:
+                    yield
+                    for path in dict.fromkeys(self._removals):
+                        if path in self._written:  # saved again at this save point, under the same name
+                            continue
+                        self.after_writes(functools.partial(remove_checkpoint, path), f"deleting {path!r}")
+                finally:
+                    self._collecting = False
+        finally:
+            self._removals = None
+
+    def remove_after(self, path: str) -> None:
+        """Delete the checkpoint ``path`` once every file of this save point is written and linked (at once
+        outside a save point)."""
+        if self._removals is not None:
+            self._removals.append(path)
+        else:
+            remove_checkpoint(path)
 
     def after_writes(self, action: Callable[[], None], description: str) -> None:
         """Run ``action`` once this save point's files are written (at once, when nothing is in the background)."""
@@ -62,8 +83,11 @@ class BackgroundSaves:
         else:
             action()
 
-    def saved(self, trainer: Trainer) -> None:
-        """A file was saved: the loggers hear of it (``after_save_checkpoint``) once it is complete."""
+    def saved(self, trainer: Trainer, path: str | None = None) -> None:
+        """A file was saved (at ``path``): the loggers hear of it (``after_save_checkpoint``) once it is
+        complete."""
+        if path is not None:
+            self._written.add(path)
         if self._collecting:
             self._loggers_to_tell = True
         else:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from framework.callbacks.checkpoint_files import fill_template, versions_of
+from framework.io.checkpoint import SET_ASIDE_SUFFIX, complete_checkpoint_at
 from framework.io.fs import exists
 
 if TYPE_CHECKING:
@@ -66,12 +67,20 @@ class CheckpointNames:
         return trainer.runtime.broadcast(exists(filepath))
 
     def find_last_checkpoints(self) -> list[str]:
-        """The files that may be the latest "last" checkpoint: ``last_model_path`` and ``last.ckpt``,
-        ``last-v1.ckpt`` ... in ``dirpath`` (a new run can resume from an earlier run's file this way)."""
-        found = {self.last_model_path} if self.last_model_path and exists(self.last_model_path) else set()
+        """The complete checkpoints that may be the latest "last" one: ``last_model_path`` and ``last.ckpt``,
+        ``last-v1.ckpt`` ... in ``dirpath`` (a new run can resume from an earlier run's file this way).
+
+        Only complete ones (``is_complete_checkpoint``): a file or directory whose save was killed midway
+        is left out. Where a save was killed while it replaced a sharded ``last.ckpt`` (between its two
+        renames), the previous one, whole, is found at ``last.ckpt.previous`` and counts instead.
+        """
+        names = {self.last_model_path} if self.last_model_path else set()
         if self.dirpath is not None:
-            found |= set(versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION))
-        return sorted(found)
+            names |= set(versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION))
+            set_aside = versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION + SET_ASIDE_SUFFIX)
+            names |= {path.removesuffix(SET_ASIDE_SUFFIX) for path in set_aside}
+        found = (complete_checkpoint_at(name) for name in names)
+        return sorted(path for path in found if path is not None)
 
     def _monitor_candidates(self, trainer: Trainer) -> dict[str, torch.Tensor]:
         """The values file names and the top-k ranking use: rank 0's, on every rank.

@@ -25,7 +25,6 @@ from framework.callbacks.checkpoint_names import CheckpointNames
 from framework.callbacks.model_checkpoint_checks import MODES, check_arguments, check_link_target, check_save_last
 from framework.errors import MisconfigurationError
 from framework.io.async_writer import AsyncCheckpointIO
-from framework.io.fs import remove
 
 if TYPE_CHECKING:
     from framework.trainer.trainer import Trainer
@@ -332,12 +331,13 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         trainer.save_checkpoint(filepath, self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
-        self._saves.saved(trainer)
+        self._saves.saved(trainer, filepath)
 
     def _remove_once_written(self, trainer: "Trainer", filepath: str) -> None:
-        """Delete ``filepath`` on rank 0 (which writes the files), once the files saved here are complete."""
+        """Delete ``filepath`` on rank 0 (which writes the files), once every file of this save point is
+        written and linked (a kill before leaves it, and the files that still link to it, whole)."""
         if trainer.is_global_zero:
-            self._saves.after_writes(lambda: remove(filepath), f"deleting {filepath!r}")
+            self._saves.remove_after(filepath)
 
     def _link(self, trainer: "Trainer", target: str, linkpath: str) -> None:
         """Point ``linkpath`` at ``target`` once it is written (a relative link, so the directory can move)."""

@@ -7,19 +7,36 @@ Example::
 
     save_checkpoint(checkpoint, "last.ckpt")
     checkpoint = load_checkpoint("last.ckpt")      # a file or a directory a zero2/zero3 run wrote
+
+Only complete checkpoints count: ``is_complete_checkpoint`` says whether one is whole, and
+``newest_complete_checkpoint`` picks the one a resume starts from.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from framework.errors import CheckpointError
-from framework.io.checkpoint_dir import is_sharded_checkpoint, load_sharded
-from framework.io.checkpoint_file import FORMAT_VERSION, load_checkpoint_file, save_checkpoint_file
-from framework.io.fs import filesystem
+from framework.io.checkpoint_dir import (
+    META_FILE,
+    SET_ASIDE_SUFFIX,
+    is_complete_sharded,
+    is_sharded_checkpoint,
+    load_sharded,
+    remove_sharded,
+)
+from framework.io.checkpoint_file import (
+    FORMAT_VERSION,
+    is_complete_checkpoint_file,
+    load_checkpoint_file,
+    save_checkpoint_file,
+)
+from framework.io.fs import filesystem, modified_time
 
-__all__ = ["FORMAT_VERSION", "load_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT_VERSION", "SET_ASIDE_SUFFIX", "complete_checkpoint_at", "is_complete_checkpoint",
+           "load_checkpoint", "newest_complete_checkpoint", "remove_checkpoint", "save_checkpoint"]
 
 
 def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike,
@@ -46,3 +63,51 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = None, weights_o
             return load_sharded(path, leave_split_unread=leave_split_unread)
         raise CheckpointError(f"Checkpoint {os.fspath(path)!r} is a directory, but not a sharded checkpoint.")
     return load_checkpoint_file(path, map_location, weights_only)
+
+
+def is_complete_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a whole checkpoint, one a resume may start from.
+
+    A file counts when it is named as a finished file (not the ``<name>.tmp-<8 hex>`` temporary of an
+    atomic write) and is whole: a torch.save archive ending with its end record (a file in torch's legacy
+    format: when not empty). A directory counts when it is a sharded checkpoint whose commit marker
+    (``meta.pt``, written after every rank's parts and DCP's ``.metadata``) is there and whole. A link
+    counts as its target. Anything missing, partial or unreadable: False. Reads at most 64 KiB.
+    """
+    fs, inner = filesystem(path)
+    if fs.isdir(inner):
+        return is_complete_sharded(path)
+    return is_complete_checkpoint_file(path)
+
+
+def newest_complete_checkpoint(paths: Iterable[str | os.PathLike]) -> str | None:
+    """The newest of ``paths`` that ``is_complete_checkpoint``, as a string; None when none is.
+
+    Newest by modification time: of the file (a link: of its target), of a directory's commit marker
+    (``meta.pt``: a directory's own time changes whenever an entry does, and not when it is renamed). Equal
+    times go to the greater path, so every rank picks the same one.
+    """
+    complete = [os.fspath(path) for path in paths if is_complete_checkpoint(path)]
+    return max(complete, key=lambda path: (_commit_time(path), path), default=None)
+
+
+def complete_checkpoint_at(path: str | os.PathLike) -> str | None:
+    """``path`` if it holds a complete checkpoint; else the whole previous checkpoint a save killed while
+    replacing ``path`` left at ``path + SET_ASIDE_SUFFIX`` (``checkpoint_dir``'s protocol), if there is
+    one; else None."""
+    path = os.fspath(path).rstrip("/")
+    if is_complete_checkpoint(path):
+        return path
+    previous = path + SET_ASIDE_SUFFIX
+    return previous if is_complete_checkpoint(previous) else None
+
+
+def remove_checkpoint(path: str | os.PathLike) -> None:
+    """Delete the checkpoint at ``path`` (a file, a link, or a directory) if it is there; a directory is
+    first renamed away, so a kill midway never leaves a partial one under the name."""
+    remove_sharded(path)
+
+
+def _commit_time(path: str) -> float:
+    fs, inner = filesystem(path)
+    return modified_time(f"{path.rstrip('/')}/{META_FILE}" if fs.isdir(inner) else path)

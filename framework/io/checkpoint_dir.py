@@ -11,12 +11,34 @@ Example::
 
     save_sharded(checkpoint, "epoch=3.ckpt", is_writer=rank == 0, barrier=dist.barrier)  # on every rank
     checkpoint = load_sharded("epoch=3.ckpt")                                            # anywhere, whole
+
+Only whole directories count, and a save killed at any instant (SIGKILL included) leaves the previous
+checkpoint whole, under ``path`` or, for an instant, under ``path.previous``. The protocol:
+
+1. Rank 0 clears what a killed save of ``path`` left: its unfinished directory ``<path>.tmp-<hash>``, and a
+   replacement stopped between the two renames of step 4 (see 5).
+2. Every rank writes its parts into ``<path>.tmp-<hash>``; DCP's coordinator writes ``.metadata`` once
+   all parts are written.
+3. Rank 0 then writes ``meta.pt`` (atomically). It is the commit marker: a directory without a whole
+   ``meta.pt`` is never read or chosen as a checkpoint (``is_complete_sharded``).
+4. Rank 0 moves the directory into place. Where ``path`` exists (``last.ckpt`` saved again), it renames
+   ``path`` to ``path.previous``, then the new directory to ``path`` (the commit), then deletes
+   ``path.previous``. At every instant a whole checkpoint is at ``path`` or at ``path.previous``.
+5. A kill between those renames leaves ``path`` missing and ``path.previous`` whole. A resume finds it
+   there (``ModelCheckpoint.find_last_checkpoints``), and the next save of ``path`` first renames it
+   back (step 1), dropping the new directory that was never committed.
+
+Deleting a directory (``remove_sharded``) renames it to a temporary name first, so that a kill in the middle
+of deleting never leaves a partial directory under its name. Where fsspec cannot rename a directory (object
+stores copy, then delete), ``meta.pt`` is copied last and deleted first instead, with the same effect.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,10 +48,12 @@ import torch
 
 from framework.errors import CheckpointError
 from framework.io.async_writer import collecting_writer
-from framework.io.checkpoint_file import load_checkpoint_file, save_checkpoint_file
-from framework.io.fs import filesystem, is_local, write_atomic
+from framework.io.checkpoint_file import is_complete_checkpoint_file, load_checkpoint_file, save_checkpoint_file
+from framework.io.fs import filesystem, is_local, is_temporary, write_atomic
 
 META_FILE = "meta.pt"
+# Where a checkpoint being replaced waits, whole, for the instant between the two renames of a replacement.
+SET_ASIDE_SUFFIX = ".previous"
 _DCP_METADATA_FILE = ".metadata"
 _MARKER = "__sharded_tensor__"
 
@@ -51,13 +75,22 @@ def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
     return fs.isdir(inner) and fs.exists(f"{inner}/{META_FILE}") and fs.exists(f"{inner}/{_DCP_METADATA_FILE}")
 
 
+def is_complete_sharded(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a whole sharded checkpoint: a directory under a finished name (not a temporary)
+    with DCP's ``.metadata`` and a whole ``meta.pt``, the commit marker written last."""
+    path = os.fspath(path).rstrip("/")
+    return (not is_temporary(path) and is_sharded_checkpoint(path)
+            and is_complete_checkpoint_file(f"{path}/{META_FILE}"))
+
+
 def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer: bool,
                  barrier: Callable[[], None]) -> None:
     """Write ``checkpoint`` as the directory ``path``; every rank calls it, with the same structure.
 
     DTensors are written by the ranks holding their parts; plain tensors once. The directory
     is filled under a temporary name and renamed into place once complete, so a run killed
-    while saving leaves any earlier checkpoint at ``path`` whole. Inside an
+    while saving leaves any earlier checkpoint at ``path`` whole (see the module for how it is
+    replaced, and where it is for the instant between two renames). Inside an
     ``AsyncCheckpointIO.save_point()`` each rank copies its parts to host memory now and writes
     them in the background (``is_writer`` then renames the directory there, once all are written).
     """
@@ -65,9 +98,8 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer:
     skeleton, tensors = split_tensors(checkpoint)
     # The same name on every rank without a collective: from the path (a killed save's leftover is removed first).
     temporary = f"{path}.tmp-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
-    fs, inner_temporary = filesystem(temporary)
-    if is_writer and fs.exists(inner_temporary):
-        fs.rm(inner_temporary, recursive=True)
+    if is_writer:
+        _clear_interrupted_save(path, temporary)
     barrier()
     writer = collecting_writer()
     if writer is None:
@@ -203,17 +235,84 @@ def _load_meta(path: str) -> dict[str, Any]:
     return load_checkpoint_file(f"{path}/{META_FILE}", map_location="cpu")
 
 
-def _move_into_place(temporary: str, path: str) -> None:
-    """Rename the finished directory ``temporary`` to ``path``, replacing what is there."""
+def _clear_interrupted_save(path: str, temporary: str) -> None:
+    """Undo what a killed save of ``path`` left (step 1 of the module's protocol): its unfinished directory, and
+    a replacement stopped between its renames, whose previous checkpoint goes back to ``path``."""
     fs, inner = filesystem(path)
     _, inner_temporary = filesystem(temporary)
-    if fs.exists(inner):
-        old = f"{inner}.old-{os.getpid()}"
-        fs.mv(inner, old, recursive=True)
-        fs.mv(inner_temporary, inner, recursive=True)
-        fs.rm(old, recursive=True)
+    if fs.exists(inner_temporary):
+        fs.rm(inner_temporary, recursive=True)
+    previous = inner + SET_ASIDE_SUFFIX
+    if not _exists(fs, previous):
+        return
+    if is_complete_sharded(path) or is_complete_checkpoint_file(path):  # only the deletion of step 4 was missed
+        _remove(fs, previous)
+        return
+    if _exists(fs, inner):  # elsewhere than on this disk, a copy into place that was cut short
+        _remove(fs, inner)
+    _rename(fs, previous, inner)
+
+
+def _move_into_place(temporary: str, path: str) -> None:
+    """Rename the finished directory ``temporary`` to ``path``, replacing what is there without a moment
+    where no whole checkpoint is at ``path`` or ``path.previous`` (step 4 of the module's protocol)."""
+    fs, inner = filesystem(path)
+    _, inner_temporary = filesystem(temporary)
+    if not _exists(fs, inner):
+        _rename(fs, inner_temporary, inner)
+        return
+    previous = inner + SET_ASIDE_SUFFIX
+    _rename(fs, inner, previous)
+    _rename(fs, inner_temporary, inner)  # the commit
+    _remove(fs, previous)
+
+
+def remove_sharded(path: str | os.PathLike) -> None:
+    """Delete the checkpoint at ``path`` (a directory; a file or link too) if it is there, never leaving a
+    partial directory under its name: one killed midway leaves a temporary, which ``ModelCheckpoint`` clears."""
+    fs, inner = filesystem(path)
+    if _exists(fs, inner.rstrip("/")):
+        _remove(fs, inner.rstrip("/"))
+
+
+def _exists(fs: Any, inner: str) -> bool:
+    return os.path.lexists(inner) if is_local(fs) else fs.exists(inner)  # a dangling link is there, in the way
+
+
+def _rename(fs: Any, source: str, target: str) -> None:
+    """Move ``source`` to ``target``, which does not exist; here a rename, at once."""
+    if is_local(fs):
+        os.rename(source, target)  # not fs.mv: shutil.move would move a directory into an existing one
+        return
+    if not fs.isdir(source):
+        fs.mv(source, target)
+        return
+    # fsspec moves a directory by copying, then deleting: the commit marker is copied last and deleted first,
+    # so neither side passes for complete while partial.
+    meta = f"{source}/{META_FILE}"
+    for file in fs.find(source):
+        if file != meta:
+            fs.copy(file, target + file[len(source):])
+    if fs.exists(meta):
+        fs.copy(meta, f"{target}/{META_FILE}")
+    _remove(fs, source)
+
+
+def _remove(fs: Any, inner: str) -> None:
+    if is_local(fs):
+        if os.path.islink(inner) or not os.path.isdir(inner):
+            os.remove(inner)
+            return
+        doomed = f"{inner}.tmp-{uuid.uuid4().hex[:8]}"  # one rename: a kill while deleting leaves a temporary
+        os.rename(inner, doomed)
+        shutil.rmtree(doomed)
+        return
+    if fs.isdir(inner):
+        if fs.exists(f"{inner}/{META_FILE}"):
+            fs.rm(f"{inner}/{META_FILE}")  # no longer complete, before any part goes
+        fs.rm(inner, recursive=True)
     else:
-        fs.mv(inner_temporary, inner, recursive=True)
+        fs.rm(inner)
 
 
 def _writer(path: str, on_host: bool) -> Any:

@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import os
 import pickle
+import struct
 from typing import Any
 
 import torch
 
 from framework.errors import CheckpointError
 from framework.io.async_writer import collecting_writer
-from framework.io.fs import filesystem, write_atomic
+from framework.io.fs import filesystem, is_temporary, write_atomic
 from framework.version import __version__
 
 # The layout of the checkpoint dict; a reader refuses files of a newer layout instead of half-loading them.
 FORMAT_VERSION = 1
 # torch.save writes a zip archive; files from torch.save(_use_new_zipfile_serialization=False) are a bare pickle.
 _CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
+# A zip archive ends with its end-of-central-directory record: 22 bytes and a comment of at most 65535.
+_ZIP_END = b"PK\x05\x06"
+_ZIP_END_SIZE = 22
+_ZIP_END_MAX_SEARCH = _ZIP_END_SIZE + 0xFFFF
 
 
 def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike,
@@ -38,6 +43,38 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike,
                                                                storage_options))
         return
     write_atomic(path, lambda file: torch.save(checkpoint, file), storage_options)
+
+
+def is_complete_checkpoint_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a whole checkpoint file: named as a finished file (not a ``write_atomic``
+    temporary) and, for torch.save's zip archive, ending with the archive's end record.
+
+    Our writes only ever show whole files under a final name (``write_atomic``); the end record is checked
+    as well because a file may come from elsewhere (a copy that was killed, a disk that lost the last
+    blocks of an unsynced file): a truncated archive lacks it. A file in torch's legacy (non-zip) format
+    has no such record and counts when it is not empty. Reads at most 64 KiB; a link counts as its target.
+    """
+    if is_temporary(path):
+        return False
+    fs, inner = filesystem(path)
+    try:
+        with fs.open(inner, "rb") as file:
+            start = file.read(4)
+            if start[:1] == b"\x80":
+                return True
+            if start != _CHECKPOINT_STARTS[0]:
+                return False
+            size = file.seek(0, os.SEEK_END)
+            search = min(size, _ZIP_END_MAX_SEARCH)
+            file.seek(size - search)
+            tail = file.read(search)
+    except (OSError, ValueError):  # missing, a directory, unreadable
+        return False
+    end = tail.rfind(_ZIP_END)
+    if end < 0 or end + _ZIP_END_SIZE > len(tail):
+        return False
+    (comment_length,) = struct.unpack("<H", tail[end + 20:end + 22])
+    return end + _ZIP_END_SIZE + comment_length == len(tail)
 
 
 def load_checkpoint_file(

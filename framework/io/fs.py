@@ -123,6 +123,12 @@ _TEMPORARY_MARK = ".tmp-"
 _TEMPORARY = re.compile(r".+\.tmp-[0-9a-f]{8}$")
 
 
+def is_temporary(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is named as a ``write_atomic`` temporary (or a sharded checkpoint's: they share the
+    form), which is never a finished file whatever its bytes: it becomes one only by its rename."""
+    return bool(_TEMPORARY.match(os.path.basename(os.fspath(path).rstrip("/"))))
+
+
 def leftover_temporaries(directory: str | os.PathLike, suffix: str = "") -> list[str]:
     """The paths of unfinished ``write_atomic`` files in ``directory`` (a killed process leaves them),
     only those for targets ending with ``suffix``."""
