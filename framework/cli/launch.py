@@ -9,6 +9,12 @@ On several nodes (``--nnodes 2 --node-rank K --master-addr HOST``, run on each),
 ends the launch on every node, as torchrun does on one: the other nodes' launchers stop their ranks, and each
 launcher prints which rank failed first and with what error (:mod:`framework.runtime.peer_failure`).
 
+``--max-restarts N`` starts every rank again when one is killed (up to N times; the Trainer resumes from the
+newest complete checkpoint), but not after an exception in the script (:mod:`framework.cli.restarts`).
+SIGTERM, SIGUSR1 and SIGUSR2 sent to the launcher are passed on to the ranks, which save a checkpoint and stop;
+the launcher waits ``--shutdown-timeout`` seconds (torchrun's option, 30 by default) before it kills them, and
+exits with status 75 (``REQUEUE_EXIT_CODE``), as each rank does: "start the job again".
+
 ``accelerate launch``'s options and config files are the other form (:mod:`framework.cli.accelerate_launch`):
 they become torchrun options and the environment variables Accelerate's launcher sets.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,8 +64,13 @@ def launch(argv: Sequence[str]) -> int:
 
 
 def _torchrun(argv: list[str]) -> int:
-    """``torchrun <argv>`` with this launcher's two defaults (--standalone on one node, OMP_NUM_THREADS)."""
-    from torch.distributed.run import get_args_parser
+    """``torchrun <argv>`` with this launcher's defaults (--standalone on one node, OMP_NUM_THREADS, the restarts
+    of :mod:`framework.cli.restarts`, preemption signals passed on to the ranks)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.run import get_args_parser, parse_min_max_nnodes
+
+    from framework.cli.restarts import forward_preemption_signals, run_with_restarts
+    from framework.runtime.preemption import REQUEUE_EXIT_CODE
 
     parser = get_args_parser()
     options = _options_before_script(argv, _flags_of(parser))
@@ -67,11 +79,21 @@ def _torchrun(argv: list[str]) -> int:
     parsed = parser.parse_args(argv)
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(_threads_per_rank(parsed.nproc_per_node))
-    return _run_agent(parsed)
+    forward_preemption_signals(parsed)
+    try:
+        if parsed.max_restarts and parse_min_max_nnodes(parsed.nnodes)[1] == 1:
+            return run_with_restarts(parsed, _run_attempt)
+        if parsed.max_restarts:
+            os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # a new store for each restart
+        failures = _run_attempt(parsed)
+    except SignalException as received:
+        return _signalled(received.sigval)
+    return 0 if not failures else REQUEUE_EXIT_CODE if REQUEUE_EXIT_CODE in failures.values() else 1
 
 
-def _run_agent(parsed: argparse.Namespace) -> int:
-    """Run torchrun's agent for this node, and on several nodes, the watch that ends them all when one fails."""
+def _run_attempt(parsed: argparse.Namespace) -> dict[int, int]:
+    """Run torchrun's agent for this node (and, on several nodes, the watch that ends them all when one fails);
+    the failed ranks' exit codes, the first to fail first (empty when every rank succeeded)."""
     from torch.distributed.run import run
 
     watch = _node_watch(parsed)
@@ -79,14 +101,27 @@ def _run_agent(parsed: argparse.Namespace) -> int:
         run(parsed)
     except Exception as error:  # each failed rank has printed its error already
         if type(error).__name__ == "ChildFailedError":
+            failures = _exit_codes(error.failures)
             if watch is not None:
-                watch.report_failure(_exit_codes(error.failures))
-            return 1
+                watch.report_failure(failures)
+            return failures
         raise
     finally:
         if watch is not None:
             watch.finish()
-    return 0
+    return {}
+
+
+def _signalled(number: signal.Signals) -> int:
+    """The launcher's exit code after it received ``number`` and passed it on to the ranks."""
+    from framework.runtime.preemption import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE
+
+    if number in PREEMPTION_SIGNALS:
+        print(f"framework launch: {number.name} received and passed on to the ranks, which save a checkpoint "
+              f"and stop; exit status {REQUEUE_EXIT_CODE} asks for the job to be started again.", file=sys.stderr,
+              flush=True)
+        return REQUEUE_EXIT_CODE
+    return 128 + int(number)
 
 
 def _node_watch(parsed: argparse.Namespace) -> NodeWatch | None:

@@ -71,6 +71,15 @@ class Logger:
     def load_run_state(self, state: dict[str, Any]) -> None:
         """Take in what ``run_state`` returned in another process."""
 
+    def checkpoint_position(self) -> dict[str, Any]:
+        """Where this logger's output stands as a checkpoint is saved (plain data; empty when it cannot say):
+        what it buffered is written first. A run resumed from the checkpoint hands it to ``resume_at``."""
+        return {}
+
+    def resume_at(self, position: dict[str, Any]) -> None:
+        """A run resumes from a checkpoint saved at ``position`` (``checkpoint_position``'s): drop what an
+        interrupted run logged after it, which the resumed run logs again, so no row is there twice."""
+
 
 def with_prefix(metrics: dict[str, Any], prefix: str, separator: str = "-") -> dict[str, Any]:
     """``metrics`` with ``prefix-`` before each name when a prefix was given (Lightning's join)."""

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import itertools
 import os
 import warnings
 from argparse import Namespace
@@ -48,6 +49,7 @@ class CSVLogger(DirectoryLogger):
         self._written = False  # whether this logger wrote metrics.csv yet
         self._claimed = False  # whether the run's folder was taken (an earlier run's files moved aside)
         self._moved_aside: list[str] = []  # an earlier run's files, to delete once this run succeeds
+        self._rows_written = 0  # the rows metrics.csv holds
 
     @property
     @rank_zero_experiment
@@ -82,13 +84,37 @@ class CSVLogger(DirectoryLogger):
         """Also whether ``metrics.csv`` was written and with which columns, so later rows are added to it, and
         whether the folder was taken, so this run's own files are not taken for an earlier run's."""
         return {**super().run_state(), "written": self._written, "columns": self._columns,
-                "claimed": self._claimed, "moved_aside": self._moved_aside}
+                "claimed": self._claimed, "moved_aside": self._moved_aside, "rows": self._rows_written}
 
     def load_run_state(self, state: dict[str, Any]) -> None:
         """Take in what ``run_state`` returned in another process."""
         super().load_run_state(state)
         self._written, self._columns = state["written"], state["columns"]
         self._claimed, self._moved_aside = state["claimed"], state["moved_aside"]
+        self._rows_written = state.get("rows", 0)
+
+    def checkpoint_position(self) -> dict[str, Any]:
+        """The folder and how many rows ``metrics.csv`` holds, once the buffered ones are written."""
+        if rank_zero_only.rank != 0 or not self._claimed:  # type: ignore[attr-defined]
+            return {}
+        self.save()
+        return {"log_dir": self.log_dir, "rows": self._rows_written}
+
+    def resume_at(self, position: dict[str, Any]) -> None:
+        """Resuming in the folder an interrupted run wrote: go on from its first ``rows`` rows (those logged up
+        to its checkpoint), which are copied from the file moved aside into this run's ``metrics.csv``."""
+        if rank_zero_only.rank != 0 or position.get("log_dir") != self.log_dir:  # type: ignore[attr-defined]
+            return
+        _ = self.experiment  # takes the folder: the interrupted run's metrics.csv is moved aside
+        earlier = [path for path in self._moved_aside if os.path.basename(path).startswith(self.NAME_METRICS_FILE)]
+        if not earlier or self._written:
+            return
+        text = read_bytes(earlier[-1]).decode("utf-8")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        rows = list(itertools.islice(reader, position["rows"]))
+        self._columns = list(reader.fieldnames or [])
+        write_bytes_atomic(self.metrics_file, _csv_text(self._columns, rows, header=True).encode("utf-8"))
+        self._written, self._rows_written = True, len(rows)
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any) -> None:
         """Add ``params`` (a dict or an ``argparse.Namespace``) to ``hparams.yaml`` and write it now (``{}`` with
@@ -127,9 +153,10 @@ class CSVLogger(DirectoryLogger):
             self._columns = sorted(set(self._columns) | new_columns)
             old_rows = _read_rows(path) if self._written else []
             write_bytes_atomic(path, _csv_text(self._columns, old_rows + rows, header=True).encode("utf-8"))
-            self._written = True
+            self._written, self._rows_written = True, len(old_rows) + len(rows)
         else:
             append_text(path, _csv_text(self._columns, rows, header=False))
+            self._rows_written += len(rows)
 
     @rank_zero_only
     def finalize(self, status: str) -> None:

@@ -40,6 +40,7 @@ class TensorBoardLogger(DirectoryLogger):
         self._sub_dir = sub_dir
         self._writer_kwargs = writer_kwargs
         self._experiment: Any = None
+        self._next_step = 0  # the step after the last one logged
 
     @property
     def root_dir(self) -> str:
@@ -81,6 +82,8 @@ class TensorBoardLogger(DirectoryLogger):
         """One scalar per metric at ``step`` (a dict value becomes a group of scalars); nothing on global ranks
         other than 0."""
         writer = self.experiment
+        if step is not None:
+            self._next_step = max(self._next_step, step + 1)
         for key, value in self.with_prefix(metrics).items():
             if isinstance(value, dict):
                 writer.add_scalars(key, value, step)
@@ -133,6 +136,25 @@ class TensorBoardLogger(DirectoryLogger):
         else:
             with _traced(model):
                 self.experiment.add_graph(model, _on_model_device(model, example))
+
+    def checkpoint_position(self) -> dict[str, Any]:
+        """The folder and the step after the last one logged, once the event file is flushed."""
+        if rank_zero_only.rank != 0 or self._experiment is None:  # type: ignore[attr-defined]
+            return {}
+        self.save()
+        return {"log_dir": self.log_dir, "step": self._next_step}
+
+    def resume_at(self, position: dict[str, Any]) -> None:
+        """Resuming in the folder an interrupted run wrote: a new event file whose ``purge_step`` makes
+        TensorBoard drop that run's events from the checkpoint's step on, which this run logs again."""
+        if rank_zero_only.rank != 0 or position.get("log_dir") != self.log_dir:  # type: ignore[attr-defined]
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        if self._experiment is not None:
+            self._experiment.close()
+        self._experiment = SummaryWriter(log_dir=self.log_dir, purge_step=position["step"], **self._writer_kwargs)
+        self._next_step = position["step"]
 
     @rank_zero_only
     def save(self) -> None:

@@ -9,11 +9,13 @@ from framework import console
 from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.errors import MisconfigurationError, describe
 from framework.hparams import checkpoint_safe
+from framework.io.checkpoint import newest_complete_checkpoint
 from framework.io.checkpoint_file import FORMAT_VERSION
-from framework.io.fs import exists, modified_time
+from framework.io.fs import exists
 from framework.seed import rng_states
 from framework.trainer.dispatch import call_refusing_logs
 from framework.trainer.lightning_checkpoint import from_lightning, is_lightning_checkpoint, lightning_progress
+from framework.trainer.preemption import hpc_checkpoints
 from framework.trainer.state import TrainerFn
 from framework.version import __version__
 
@@ -30,10 +32,11 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
         "format_version": FORMAT_VERSION,
         "epoch": state.current_epoch,
         "global_step": state.global_step,
-        "loops": {"fit": {**state.state_dict(), "rng_states": _rng_states(trainer)}},
+        "loops": {"fit": {**state.state_dict(), "rng_states": _rng_states(trainer), **_epoch_so_far(trainer)}},
         "state_dict": trainer.runtime.strategy.module_state_dict(trainer.model),
     }
     if not weights_only:
+        checkpoint["loops"]["fit"]["logger_positions"] = [_position(logger) for logger in trainer.loggers]
         strategy, context = trainer.runtime.strategy, trainer.run_context
         checkpoint["optimizer_states"] = [strategy.optimizer_state(optimizer) for optimizer in context.optimizers]
         checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in context.lr_scheduler_configs]
@@ -53,6 +56,30 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
     return checkpoint
 
 
+def _position(logger: Any) -> dict[str, Any]:
+    position = getattr(logger, "checkpoint_position", None)
+    return position() if callable(position) else {}
+
+
+def resume_logs(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    """Resuming fit: each logger drops what an interrupted run logged after ``checkpoint`` (the resumed run logs it
+    again). Matched by position among the loggers; a logger whose folder changed starts afresh in its own."""
+    positions = checkpoint.get("loops", {}).get("fit", {}).get("logger_positions", [])
+    for logger, position in zip(trainer.loggers, positions, strict=False):
+        resume_at = getattr(logger, "resume_at", None)
+        if position and callable(resume_at):
+            resume_at(position)
+
+
+def _epoch_so_far(trainer: Trainer) -> dict[str, Any]:
+    """Inside fit: what the epoch logged so far, and whether the batch the save is taken in (from
+    ``on_train_batch_end``) ended with an optimizer step, so a run resumed from here logs what this one would."""
+    if trainer.fit_loop is None or trainer.state.fn != TrainerFn.FITTING:
+        return {}
+    results = trainer.runtime.strategy.all_gather_object(trainer.train_results.state_dict())  # every rank's
+    return {"train_results": results, "batch_stepped": trainer.fit_loop.batch_stepped}
+
+
 def _rng_states(trainer: Trainer) -> list[dict[str, Any]]:
     """The random state training goes on from, so a resumed run draws the same dropout masks (and so on)."""
     fit_loop = trainer.fit_loop
@@ -61,7 +88,8 @@ def _rng_states(trainer: Trainer) -> list[dict[str, Any]]:
 
 
 def rng_state_of_rank(saved: list[dict[str, Any]] | None, rank: int) -> dict[str, Any] | None:
-    """The saved random state for global ``rank`` (None when the checkpoint has none)."""
+    """The saved random state (or another per-rank entry) for global ``rank`` (None when the checkpoint has none;
+    rank 0's when it was saved by fewer ranks)."""
     if not saved:
         return None
     return saved[rank] if rank < len(saved) else saved[0]
@@ -108,6 +136,19 @@ def _warn_if_settings_changed(callback: Any, saved: dict[str, Any]) -> None:
             "its settings changed, so it starts afresh (for EarlyStopping: its patience count and best score) instead "
             "of going on. Resume with the checkpoint's settings to continue from its state."
         )
+
+
+def restore_for_fit(trainer: Trainer, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The part of resuming fit that comes before ``configure_optimizers``: refuse a checkpoint training cannot
+    resume from, load the weights, DataModule and callback states, and the data order (which
+    ``configure_optimizers`` may need, if it builds the training loader). Returns this rank's saved random state,
+    for the loop to put back where it was taken."""
+    check_resumable(checkpoint)
+    restore_checkpoint(trainer, checkpoint)
+    resume_logs(trainer, checkpoint)
+    saved_loop = checkpoint.get("loops", {}).get("fit", {})
+    trainer.state.shuffle_seed = int(saved_loop.get("shuffle_seed", -1))
+    return rng_state_of_rank(saved_loop.get("rng_states"), trainer.global_rank)
 
 
 def check_resumable(checkpoint: dict[str, Any]) -> None:
@@ -236,9 +277,15 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
             console.warn_user("ckpt_path='last' is set, but there is no last checkpoint yet, so none is loaded. "
                               "ModelCheckpoint(save_last=True) writes one.")
             return None
-        return max(candidates, key=modified_time)
+        return newest_complete_checkpoint(candidates)
+    if ckpt_path == "hpc":
+        found = newest_complete_checkpoint(hpc_checkpoints(trainer.default_root_dir))
+        if found is None:
+            raise MisconfigurationError(f"ckpt_path='hpc': there is no complete preemption checkpoint "
+                                        f"(hpc_ckpt_<n>.ckpt) in default_root_dir={trainer.default_root_dir!r}.")
+        return found
     if not isinstance(ckpt_path, (str, os.PathLike)):
         raise MisconfigurationError(
-            f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', or a path to a checkpoint file."
+            f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', 'hpc', or a path to a checkpoint file."
         )
     return os.fspath(ckpt_path)

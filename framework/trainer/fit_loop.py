@@ -18,11 +18,11 @@ from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.profilers.base import profiled_batches
 from framework.seed import isolated_rng, restore_rng_states, rng_states
+from framework.trainer.auto_resume import automatic_ckpt_path, forget_preemption_checkpoint
 from framework.trainer.automatic import AutomaticOptimization
 from framework.trainer.checkpoint import (
-    check_resumable,
     load_for,
-    restore_checkpoint,
+    restore_for_fit,
     restore_optimizer_states,
     restore_training_state,
     rng_state_of_rank,
@@ -43,6 +43,7 @@ from framework.trainer.eval_loop import run_evaluation
 from framework.trainer.manual import ManualOptimization, check_manual_settings
 from framework.trainer.metrics import step_views
 from framework.trainer.optimizers import configure_optimizers, step_schedulers
+from framework.trainer.preemption import PreemptionStop
 from framework.trainer.sampler import skip_in_sampler
 from framework.trainer.state import RunningStage
 from framework.trainer.step import StepHooks, outputs_for_hooks
@@ -69,6 +70,9 @@ class FitLoop:
         # trainer that was interrupted or cut short: its batch_idx and order_epoch); later ones start afresh.
         self._continuing = True
         self._stop_agreed = False  # should_stop is True because all ranks agreed (after a validation, a vote)
+        self.preemption = PreemptionStop(trainer)
+        self.batch_stepped = False  # whether the batch being finished ended with an optimizer step
+        self._resumed_epoch: dict[str, Any] = {}  # a checkpoint's epoch results and unfinished batch, if it has them
 
     # -- the whole fit ---
     def fit(self, ckpt_path: Any) -> None:
@@ -82,14 +86,12 @@ class FitLoop:
             console.warn_user("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
         # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
         # (which may ask for the training loader), the optimizers' and the loops' state after it.
+        if ckpt_path is None:
+            ckpt_path = trainer.runtime.broadcast(automatic_ckpt_path(trainer) if trainer.is_global_zero else None)
         checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None
         if checkpoint is not None:
-            check_resumable(checkpoint)
-            restore_checkpoint(trainer, checkpoint)
-            saved_loop = checkpoint.get("loops", {}).get("fit", {})
-            # the data order is needed before configure_optimizers, which may already build the training loader
-            trainer.state.shuffle_seed = int(saved_loop.get("shuffle_seed", -1))
-            self._resumed_rng = rng_state_of_rank(saved_loop.get("rng_states"), trainer.global_rank)
+            self._resumed_rng = restore_for_fit(trainer, checkpoint)
+            self._resumed_epoch = checkpoint.get("loops", {}).get("fit", {})
         configure_optimizers(trainer, self.context, self.manual.optimizer_step)
         trainer.state.stage = RunningStage.TRAINING
         self.context.step_hooks = StepHooks(trainer)
@@ -108,9 +110,14 @@ class FitLoop:
                 f"{type(module).__qualname__} is in eval mode at the start of fit, so dropout and batch norm behave "
                 "as in evaluation while training. Call model.train() first if that is not intended.",
             )
-        with torch.autograd.set_detect_anomaly(trainer.detect_anomaly):  # restores the caller's setting on exit
-            self.run()
+        self.preemption.watch.install()
+        try:
+            with torch.autograd.set_detect_anomaly(trainer.detect_anomaly):  # restores the caller's setting on exit
+                self.run()
+        finally:
+            self.preemption.watch.restore()
         trainer.hooks.call(Hook.ON_FIT_END)
+        forget_preemption_checkpoint(trainer)
 
     def _check_settings(self) -> None:
         trainer, module = self.trainer, self.trainer.module
@@ -220,6 +227,8 @@ class FitLoop:
         total = self.context.num_training_batches
         first = self._first_batch(total)  # > 0 only when resuming inside an epoch
         set_sampler_epoch(loader, state.order_epoch if state.order_epoch >= 0 else state.current_epoch)
+        if first:
+            self._finish_resumed_batch(first - 1, total)
         if first and first >= total:  # resumed from a checkpoint written after the epoch's last batch
             self._put_back_resumed_rng()
             self._end_epoch()
@@ -254,6 +263,8 @@ class FitLoop:
         agree_skip = vote is not None and overrides(trainer.module, Module, "on_train_batch_start")
         plateau_each_step = context.has_step_schedulers
         results = trainer.train_results
+        signals = self.preemption.watch
+        preempted = False
 
         batches = numbered_batches(context.train_loader, total, first, fetch_skipped)
         for batch_idx, batch, is_last in profiled_batches(trainer._profiling, "train_dataloader_next", batches):
@@ -268,30 +279,44 @@ class FitLoop:
                     break
             stepped_before = state.batches_stepped
             output, loss = step(batch, batch_idx, is_last)
+            self.batch_stepped = state.batches_stepped != stepped_before
             state.batch_idx = batch_idx + 1
             state.total_batch_idx += 1
             if batch_end is not None:
                 batch_end(outputs_for_hooks(output, loss), batch, batch_idx)
             results.in_batch = False
             if vote is not None:  # a stop asked for on any rank stops every rank after the same batch
-                state.should_stop = vote.exchange(state.should_stop, already_agreed=self._stop_agreed)
+                state.should_stop = vote.exchange(state.should_stop, already_agreed=self._stop_agreed,
+                                                  preempt=signals.received is not None)
                 self._stop_agreed = state.should_stop
-            stepped = state.batches_stepped != stepped_before
-            # While should_stop waits for min_epochs/min_steps, every step is logged (as Lightning does).
-            if log_every and stepped and (state.batches_stepped % log_every == 0 or state.should_stop):
-                trainer.metrics.log_step(results, state.batches_stepped - 1, state.current_epoch)
-            if validates and self._should_validate(batch_idx, is_last):
-                self._validate(after_step=stepped)
-            if plateau_each_step and stepped and self.automatic.applied:  # after validation: they see its metrics
-                step_schedulers(trainer, "step", plateau=True)
+            self._finish_batch(batch_idx, is_last, log_every, validates, plateau_each_step)
             if max_steps != -1 and state.global_step >= max_steps:
                 break
             if state.should_stop and self.can_stop_early():
                 break
+            # Every rank at the same batch: the vote's agreement, or this process's own note when it is alone; and at
+            # an optimizer step, since gradients accumulated for the next one are not in a checkpoint.
+            if (vote.preempted if vote is not None else signals.received is not None) and self.batch_stepped:
+                preempted = True
+                break
         else:  # the loader ran out: the epoch is whole, also where its length was unknown
             self._end_epoch(ended_early=False, vote=vote)
             return
+        if preempted:
+            self.preemption.save_and_leave()
         self._end_epoch(ended_early=state.batch_idx < total, vote=vote)
+
+    def _finish_batch(self, batch_idx: int, is_last: bool, log_every: int, validates: bool, plateau: bool) -> None:
+        """What a batch does after ``on_train_batch_end`` (and the stop vote): log its step, validate when due, step
+        the schedulers that follow each step. Also run for the batch a checkpoint saved in that hook was taken in."""
+        trainer, state, stepped = self.trainer, self.trainer.state, self.batch_stepped
+        # While should_stop waits for min_epochs/min_steps, every step is logged (as Lightning does).
+        if log_every and stepped and (state.batches_stepped % log_every == 0 or state.should_stop):
+            trainer.metrics.log_step(trainer.train_results, state.batches_stepped - 1, state.current_epoch)
+        if validates and self._should_validate(batch_idx, is_last):
+            self._validate(after_step=stepped)
+        if plateau and stepped and self.automatic.applied:  # after validation: they see its metrics
+            step_schedulers(trainer, "step", plateau=True)
 
     def _first_batch(self, total: float) -> int:
         """Where this epoch starts in its data: past the batches already trained when it continues one, else 0."""
@@ -302,6 +327,22 @@ class FitLoop:
         if state.order_epoch >= 0 and state.batch_idx >= total:  # the epoch saved had run to its end after all
             state.batch_idx, state.order_epoch = 0, -1
         return state.batch_idx
+
+    def _finish_resumed_batch(self, batch_idx: int, total: float) -> None:
+        """Resuming inside an epoch: take back its logged values, and when the checkpoint was saved in
+        ``on_train_batch_end``, finish that batch as the interrupted run did (its log row, its validation)."""
+        saved, self._resumed_epoch = self._resumed_epoch, {}
+        if "train_results" not in saved:
+            return
+        results = rng_state_of_rank(saved["train_results"], self.trainer.global_rank)  # each rank's own
+        self.trainer.train_results.load_state_dict(results)
+        if results["in_batch"]:
+            self.batch_stepped = bool(saved.get("batch_stepped", True))
+            log_every = self.trainer.log_every_n_steps if self.trainer.loggers else 0
+            validates = self.context.validates_in_fit and self._validates_in_epoch()
+            plateau = self.context.has_step_schedulers
+            self._finish_batch(batch_idx, batch_idx + 1 >= total, log_every, validates, plateau)
+        self.trainer.train_results.in_batch = False
 
     def _load_train_loader_if_due(self) -> None:
         """Ask for the training loader when training starts, and again every ``reload_dataloaders_every_n_epochs``."""
@@ -356,6 +397,8 @@ class FitLoop:
         trainer, state = self.trainer, self.trainer.state
         if vote is not None and vote.finish():
             state.should_stop = True
+        if vote is not None and vote.preempted:  # a wish sent at the last batch: saved before the epoch's end
+            self.preemption.save_and_leave()
         # An epoch cut short is not finished: a checkpoint saved in its epoch-end hooks resumes inside it, under
         # its own number and without its start hooks, as in Lightning
         state.epoch_finished = not ended_early

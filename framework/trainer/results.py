@@ -125,6 +125,27 @@ class LoggedValue:
             self._fold()
         return self.folded.dtype if self.folded is not None else None
 
+    _SAVED = ("name", "suffix", "on_step", "on_epoch", "prog_bar", "logger", "reduce_fx", "sync_dist", "step_value",
+              "step_stamp", "pending", "weights", "folded", "folded_weight", "standing_in")
+
+    def state(self) -> dict[str, Any] | None:
+        """This entry as plain data (``from_state`` makes it again); None for one holding a Metric or a callable."""
+        if self.metric is not None or self.reduce == "callable":
+            return None
+        return {**{name: getattr(self, name) for name in self._SAVED}, "loaders": sorted(self.loaders),
+                "empty_dtype": str(self.empty_dtype).removeprefix("torch.")}
+
+    @classmethod
+    def from_state(cls, fields: dict[str, Any]) -> LoggedValue:
+        """The entry ``state()`` described."""
+        entry = cls(fields["name"], fields["suffix"], fields["on_step"], fields["on_epoch"], fields["prog_bar"],
+                    fields["logger"], fields["reduce_fx"], fields["sync_dist"])
+        for name in cls._SAVED[8:]:
+            setattr(entry, name, fields[name])
+        entry.loaders = set(fields["loaders"])
+        entry.empty_dtype = getattr(torch, fields["empty_dtype"])
+        return entry
+
     def reset_epoch(self) -> None:
         """Empty the epoch accumulator (and reset a logged Metric)."""
         self.pending, self.weights, self.folded, self.folded_weight = [], [], None, 0.0
@@ -292,6 +313,22 @@ class Results:
         """Every entry: the batch-time ones, then the epoch hooks' (so theirs win where names clash)."""
         return [*self.batch_entries.values(), *self.epoch_entries.values()]
 
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's accumulators and step values as plain data, for a checkpoint saved inside an epoch: the
+        run resumed from it gives the epoch the same values, to the bit. Entries a checkpoint cannot hold (a
+        logged torchmetrics ``Metric``, a callable ``reduce_fx``) are left out: they restart from the resume."""
+        return {"stamp": self.stamp, "in_batch": self.in_batch, "batch_entries": _saved_entries(self.batch_entries),
+                "epoch_entries": _saved_entries(self.epoch_entries)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back what ``state_dict`` returned."""
+        self.stamp, self.in_batch = int(state["stamp"]), bool(state["in_batch"])
+        for entries, kind in ((self.batch_entries, "batch_entries"), (self.epoch_entries, "epoch_entries")):
+            saved = state[kind]
+            entries.clear()
+            for key, fields in saved.items():
+                entries[key] = LoggedValue.from_state(fields)
+
     def reset(self) -> None:
         """Forget every entry (resetting logged Metrics), so the next epoch starts empty."""
         for entry in self.entries():
@@ -300,6 +337,11 @@ class Results:
         self.epoch_entries.clear()
         self.in_batch = False
         self.dataloader_idx = None
+
+
+def _saved_entries(entries: dict[str, LoggedValue]) -> dict[str, dict[str, Any]]:
+    states = {key: entry.state() for key, entry in entries.items()}
+    return {key: state for key, state in states.items() if state is not None}
 
 
 def _reduction(key: str, reduce_fx: Any) -> str | Callable:

@@ -1,0 +1,180 @@
+"""Preemption: the signals a scheduler sends before it takes the machine, and the exit that asks to be run again.
+
+SLURM sends ``SIGUSR1`` (``--signal=USR1@90``) or ``SIGTERM`` (its grace time before ``SIGKILL``), Kubernetes and
+cloud spot VMs ``SIGTERM``. The handler installed here only notes which signal came: saving a checkpoint inside a
+signal handler can deadlock (the handler may interrupt a write or a collective). The training loop reads the note
+at its next step boundary, the ranks agree on it (:mod:`framework.trainer.stop_vote`), every rank saves the same
+step, and each process ends with ``REQUEUE_EXIT_CODE``: "preempted, the checkpoint is saved, start me again".
+
+Example::
+
+    watch = PreemptionWatch()
+    watch.install()
+    ...                       # at a step boundary:
+    if watch.received is not None:
+        save_and_leave()      # raises Preempted, so the process exits with REQUEUE_EXIT_CODE
+    watch.restore()
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from types import FrameType
+from typing import Any
+
+# sysexits.h's EX_TEMPFAIL, "a temporary failure; the user is invited to retry": the process saved a checkpoint
+# on a preemption signal and a new start resumes from it.
+REQUEUE_EXIT_CODE = 75
+
+PREEMPTION_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2") if hasattr(signal, name))
+
+
+class Preempted(SystemExit):
+    """Raised on every rank once the preemption checkpoint is saved: the process exits with ``REQUEUE_EXIT_CODE``
+    (a ``SystemExit``, so no traceback is printed and ``except Exception`` in user code does not swallow it)."""
+
+    def __init__(self, reason: str, checkpoint_path: str | None) -> None:
+        super().__init__(REQUEUE_EXIT_CODE)
+        self.reason = reason  # "SIGUSR1 received"
+        self.checkpoint_path = checkpoint_path
+
+    def __reduce__(self) -> tuple[Any, ...]:  # sent back from a rank process to the one that started it
+        return type(self), (self.reason, self.checkpoint_path)
+
+    def __str__(self) -> str:
+        return (f"{self.reason}: saved {self.checkpoint_path} and stopped; exit status "
+                f"{REQUEUE_EXIT_CODE} asks for the job to be started again, which resumes from it.")
+
+
+class PreemptionWatch:
+    """Notes the first preemption signal this process receives (``received``, a signal number, else None).
+
+    Installed only from the main thread (Python delivers signals there). A handler the program had before is
+    called too, so a user's own handler keeps working.
+    """
+
+    def __init__(self, signals: tuple[signal.Signals, ...] = PREEMPTION_SIGNALS) -> None:
+        self.signals = signals
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> bool:
+        """Handle the signals from now on; False (and nothing done) off the main thread."""
+        global _watching
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for number in self.signals:
+            self._previous[number] = signal.signal(number, self._note)
+        _watching += 1
+        return True
+
+    def restore(self) -> None:
+        """Give the signals back to the handlers they had before ``install``."""
+        global _watching
+        if not self._previous:
+            return
+        for number, handler in self._previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+        _watching -= 1
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.received).name if self.received is not None else ""
+
+    def _note(self, number: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = number
+        previous = self._previous.get(number)
+        if callable(previous):
+            previous(number, frame)
+
+
+# How many watches are installed. A process forked meanwhile (a DataLoader worker) blocks the signals: SLURM signals
+# every process of a job step, and a worker would die of SIGUSR1 or of torch's SIGTERM handler, failing the batch
+# its rank is waiting for instead of letting the rank save. Such a worker cannot be stopped with SIGTERM any more, so
+# at exit this process stops the ones still running with SIGKILL (before multiprocessing would wait for them).
+_watching = 0
+_forked_while_watching = False
+
+
+def _block_in_forked_child() -> None:
+    global _watching, _forked_while_watching
+    if _watching:
+        signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPTION_SIGNALS)
+        _watching, _forked_while_watching = 0, False
+
+
+def _note_fork_in_parent() -> None:
+    global _forked_while_watching
+    if _watching:
+        _forked_while_watching = True
+
+
+def _kill_deaf_children() -> None:
+    if not _forked_while_watching:
+        return
+    import multiprocessing
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # torch's handler would report the workers' deaths as errors
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_block_in_forked_child, after_in_parent=_note_fork_in_parent)
+    atexit.register(_kill_deaf_children)
+
+
+def slurm_requeue(environ: os._Environ[str] | dict[str, str] | None = None) -> str:
+    """Ask SLURM to requeue this job (``scontrol requeue``; for an array task, that task). Returns what happened,
+    to be printed; never raises, since the checkpoint is saved and the exit status still says "requeue me"."""
+    environ = os.environ if environ is None else environ
+    job = slurm_job_id(environ)
+    if job is None:
+        return ""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return (f"SLURM job {job}: scontrol is not on PATH here (a container?), so the job was not requeued; the "
+                f"exit status {REQUEUE_EXIT_CODE} says it should be.")
+    try:
+        done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"SLURM job {job}: `scontrol requeue {job}` failed ({error})."
+    if done.returncode != 0:
+        return (f"SLURM job {job}: `scontrol requeue {job}` failed: {done.stderr.strip() or done.stdout.strip()} "
+                "(was the job submitted with --requeue, and does the cluster allow JobRequeue?)")
+    return f"SLURM job {job} requeued; it resumes from the checkpoint when it starts again."
+
+
+def slurm_job_id(environ: os._Environ[str] | dict[str, str]) -> str | None:
+    """The id ``scontrol`` requeues: an array task's ``<array job>_<task>``, else the job's id; None outside a
+    batch job (``srun`` run by hand in a shell starts no job to requeue)."""
+    if "SLURM_JOB_ID" not in environ or environ.get("SLURM_JOB_NAME") in ("bash", "interactive"):
+        return None
+    if "SLURM_ARRAY_JOB_ID" in environ and "SLURM_ARRAY_TASK_ID" in environ:
+        return f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
+    return environ["SLURM_JOB_ID"]
+
+
+def restart_count(environ: os._Environ[str] | dict[str, str] | None = None) -> int:
+    """How many times this job was started again after a failure or a preemption: by ``framework launch
+    --max-restarts`` or torchrun (``TORCHELASTIC_RESTART_COUNT``), or by SLURM's requeue (``SLURM_RESTART_COUNT``)."""
+    environ = os.environ if environ is None else environ
+    counts = [environ.get(name, "0") for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT",
+                                                  RESTART_COUNT_VARIABLE)]
+    return max(int(count) if count.isdigit() else 0 for count in counts)
+
+
+# Set by ``framework launch`` on the ranks of its k-th restart (torchrun's own count starts at 0 in each attempt the
+# launcher makes).
+RESTART_COUNT_VARIABLE = "FRAMEWORK_RESTART_COUNT"
+# Set by ``framework launch`` on the ranks of a restart: why the last attempt ended (which rank, and how).
+RESTART_REASON_VARIABLE = "FRAMEWORK_RESTART_REASON"

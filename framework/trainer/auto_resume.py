@@ -1,0 +1,65 @@
+"""Which checkpoint a ``fit`` without ``ckpt_path`` resumes from by itself: the job was started again after a lost
+rank or a preemption, so the same command goes on where the last complete checkpoint left it.
+
+- A preemption checkpoint (``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, written when a signal stopped the run)
+  is resumed from whenever one exists: it means the run was stopped to be started again. Once a fit that resumed
+  from it ends, it is removed, so a later run of the same script starts afresh.
+- On a restart (``framework launch --max-restarts``/torchrun's ``TORCHELASTIC_RESTART_COUNT``, or SLURM's
+  ``SLURM_RESTART_COUNT`` after a requeue), the checkpoints of the run's ModelCheckpoint callbacks count too.
+
+The newest complete one of these wins; an incomplete one (a save cut short) never does. A ``ckpt_path`` the user
+passes always wins over this; ``"hpc"`` names the newest preemption checkpoint, as in Lightning.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from framework import console
+from framework.io.checkpoint import newest_complete_checkpoint
+from framework.io.fs import names_in, remove
+from framework.runtime.preemption import RESTART_REASON_VARIABLE, restart_count
+from framework.trainer.preemption import hpc_checkpoints, in_directory
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
+
+
+def automatic_ckpt_path(trainer: Trainer) -> str | None:
+    """The checkpoint a ``fit(ckpt_path=None)`` resumes from (see the module's docstring), or None to start afresh."""
+    candidates = hpc_checkpoints(trainer.default_root_dir)
+    restarts = restart_count()
+    if restarts:
+        candidates += _model_checkpoint_files(trainer)
+    path = newest_complete_checkpoint(candidates)
+    if path is not None and trainer.is_global_zero:
+        why = f"restart {restarts} of this job" if restarts else "a preemption checkpoint was left by the last run"
+        reason = _reason()
+        console.info(f"Resuming from {path} ({why}{': ' + reason if reason else ''}). Pass fit(ckpt_path=...) "
+                     "to choose another checkpoint.")
+    return path
+
+
+def forget_preemption_checkpoint(trainer: Trainer) -> None:
+    """After a fit that resumed from a preemption checkpoint has ended: remove it, so it is not resumed again."""
+    path = trainer.ckpt_path
+    if trainer.is_global_zero and path is not None and path in hpc_checkpoints(trainer.default_root_dir):
+        remove(path)
+
+
+def _model_checkpoint_files(trainer: Trainer) -> list[str]:
+    found: list[str] = []
+    for callback in trainer.checkpoint_callbacks:
+        directory = getattr(callback, "dirpath", None)
+        extension = getattr(callback, "FILE_EXTENSION", ".ckpt")
+        if directory:
+            found += [in_directory(directory, name) for name in names_in(directory) if name.endswith(extension)]
+        last: Any = getattr(callback, "last_model_path", "")
+        if last:
+            found.append(str(last))
+    return found
+
+
+def _reason() -> str:
+    return os.environ.get(RESTART_REASON_VARIABLE, "")

@@ -1,0 +1,72 @@
+"""What the fit loop does on a preemption signal: at the step boundary every rank agreed on, save the run and leave
+with the exit status that asks for a new start (:mod:`framework.runtime.preemption`).
+
+The checkpoint is Lightning's "hpc" checkpoint: ``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, written by
+``trainer.save_checkpoint`` (a file, or a directory for a sharded strategy). The next start of the job finds it
+(:mod:`framework.trainer.auto_resume`); the older ones are removed once the new one is whole.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+from framework import console
+from framework.io.fs import names_in, remove
+from framework.runtime.preemption import Preempted, PreemptionWatch, slurm_requeue
+
+if TYPE_CHECKING:
+    from framework.trainer.trainer import Trainer
+
+HPC_PREFIX = "hpc_ckpt_"
+_HPC_NAME = re.compile(rf"^{HPC_PREFIX}(\d+)\.ckpt$")
+
+
+def hpc_checkpoints(directory: str) -> list[str]:
+    """The ``hpc_ckpt_<n>.ckpt`` paths in ``directory``, oldest (lowest n) first."""
+    numbered = [(int(match.group(1)), name) for name in names_in(directory) if (match := _HPC_NAME.match(name))]
+    return [in_directory(directory, name) for _, name in sorted(numbered)]
+
+
+class PreemptionStop:
+    """The fit loop's side of preemption: the signal watch for the length of a fit, and the save-and-leave."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.watch = PreemptionWatch()
+
+    @property
+    def wished(self) -> bool:
+        """This process received a preemption signal."""
+        return self.watch.received is not None
+
+    def save_and_leave(self) -> None:
+        """Save the run as it is now (every rank, at the same step), requeue a SLURM job, and raise ``Preempted``."""
+        trainer = self.trainer
+        path = trainer.runtime.broadcast(self._next_path() if trainer.is_global_zero else None)
+        trainer.save_checkpoint(path)
+        trainer.runtime.barrier("preemption checkpoint saved")
+        if trainer.is_global_zero:
+            for older in hpc_checkpoints(trainer.default_root_dir)[:-1]:
+                if older != path:
+                    remove(older)
+            console.info(f"{self._signal_name()} at global step {trainer.global_step}: saved {path}.")
+            requeued = slurm_requeue()
+            if requeued:
+                console.info(requeued)
+        raise Preempted(self._signal_name(), path)
+
+    def _signal_name(self) -> str:
+        return f"{self.watch.signal_name} received" if self.wished else "A preemption signal received by another rank"
+
+    def _next_path(self) -> str:
+        directory = self.trainer.default_root_dir
+        existing = hpc_checkpoints(directory)
+        number = int(_HPC_NAME.match(os.path.basename(existing[-1])).group(1)) + 1 if existing else 1
+        return in_directory(directory, f"{HPC_PREFIX}{number}.ckpt")
+
+
+def in_directory(directory: str, name: str) -> str:
+    """``name`` in ``directory``, a local path or an fsspec URL."""
+    return f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(directory, name)

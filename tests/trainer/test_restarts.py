@@ -1,0 +1,91 @@
+"""Jobs that recover by themselves: a Lightning-form DDP script (``restart_run.py``: shuffling, dropout,
+accumulation, a scheduler, two loader workers, a CSV log), started by ``framework launch``, loses a rank or receives
+a preemption signal, and the same command, unchanged, ends with the weights, optimizer state, global step and CSV
+rows of the run never interrupted, to the bit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from framework.runtime.preemption import REQUEUE_EXIT_CODE
+
+ROOT = Path(__file__).parents[2]
+SCRIPT = str(ROOT / "tests" / "trainer" / "restart_run.py")
+
+
+def _launch(work: Path, fault: str = "", restarts: int = 0) -> subprocess.CompletedProcess:
+    work.mkdir(exist_ok=True)
+    command = [sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2", "--max-restarts", str(restarts),
+               SCRIPT, str(work), *([fault] if fault else [])]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def _outcome(work: Path) -> tuple[dict, str]:
+    return torch.load(work / "result.pt", weights_only=True), (work / "logs" / "version_0" / "metrics.csv").read_text()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    work = tmp_path_factory.mktemp("uninterrupted")
+    done = _launch(work)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _outcome(work)
+
+
+def _assert_same_run(outcome: tuple[dict, str], expected: tuple[dict, str]) -> None:
+    (result, rows), (reference, reference_rows) = outcome, expected
+    assert result["global_step"] == reference["global_step"] == 9
+    for name, tensor in reference["weights"].items():
+        assert torch.equal(result["weights"][name], tensor), name
+    for index, state in reference["optimizer"]["state"].items():
+        assert torch.equal(result["optimizer"]["state"][index]["momentum_buffer"], state["momentum_buffer"])
+    assert rows == reference_rows  # no step row missing or twice, the epoch means exact
+
+
+def test_a_killed_rank_is_restarted_and_the_run_resumes_from_the_newest_complete_checkpoint(tmp_path, uninterrupted):
+    done = _launch(tmp_path, "kill:1:4", restarts=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 2)" in done.stderr
+    assert "(restart 1 of this job: rank 1 was killed by SIGKILL)" in done.stdout + done.stderr
+    assert sorted((tmp_path / "starts").read_text().split("\n")[:-1]) == ["0 0", "0 1", "1 0", "1 1"]
+    _assert_same_run(_outcome(tmp_path), uninterrupted)
+
+
+def test_an_exception_in_the_script_is_not_retried(tmp_path):
+    done = _launch(tmp_path, "raise:1:4", restarts=2)
+    assert done.returncode == 1
+    assert "ValueError: a bug in the training script" in done.stderr
+    assert sorted((tmp_path / "starts").read_text().split("\n")[:-1]) == ["0 0", "1 0"]  # one attempt only
+
+
+@pytest.mark.parametrize("fault", [
+    "SIGUSR2:0:0",          # at the first step, to rank 0
+    "SIGTERM:1:3:val",      # during validation
+    "SIGUSR1:0:5:save",     # while a checkpoint is being saved
+    "SIGUSR1:1:2:worker",   # while a loader worker fetches: to the rank and to the worker
+])
+def test_a_preemption_signal_to_one_rank_saves_every_rank_at_one_step_and_the_next_start_resumes(
+        tmp_path, uninterrupted, fault):
+    stopped = _launch(tmp_path, fault)
+    assert stopped.returncode == REQUEUE_EXIT_CODE, stopped.stderr[-3000:]
+    assert not (tmp_path / "result.pt").exists()
+    [saved] = [name for name in os.listdir(tmp_path) if name.startswith("hpc_ckpt_")]
+    assert saved == "hpc_ckpt_1.ckpt"
+    checkpoint = torch.load(tmp_path / saved, weights_only=True)
+    assert f"at global step {checkpoint['global_step']}: saved {tmp_path / saved}" in stopped.stdout + stopped.stderr
+    # taken between batches (not inside one) and right after an optimizer step: no accumulated gradient is lost
+    assert not any(results["in_batch"] for results in checkpoint["loops"]["fit"]["train_results"])
+    assert checkpoint["loops"]["fit"]["batch_stepped"]
+
+    resumed = _launch(tmp_path, fault)  # the same command: the job started again
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {tmp_path / saved}" in resumed.stdout + resumed.stderr
+    assert not (tmp_path / saved).exists()  # done with: a later run of the script starts afresh
+    _assert_same_run(_outcome(tmp_path), uninterrupted)
