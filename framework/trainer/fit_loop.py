@@ -17,7 +17,7 @@ from framework.errors import MisconfigurationError
 from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.profilers.base import profiled_batches
-from framework.seed import isolated_rng, restore_rng_states, rng_states
+from framework.seed import restore_rng_states, rng_states
 from framework.trainer.auto_resume import automatic_ckpt_path, forget_preemption_checkpoint
 from framework.trainer.automatic import AutomaticOptimization
 from framework.trainer.checkpoint import (
@@ -28,8 +28,6 @@ from framework.trainer.checkpoint import (
     rng_state_of_rank,
 )
 from framework.trainer.data import (
-    INFINITE,
-    any_rank_has_batches,
     has_loader_source,
     load_train_data,
     load_val_data,
@@ -39,7 +37,7 @@ from framework.trainer.data import (
     set_sampler_epoch,
     val_is_defined,
 )
-from framework.trainer.eval_loop import run_evaluation
+from framework.trainer.fit_validation import ValidationInFit
 from framework.trainer.manual import ManualOptimization, check_manual_settings
 from framework.trainer.metrics import step_views
 from framework.trainer.optimizers import configure_optimizers, step_schedulers
@@ -56,7 +54,7 @@ if TYPE_CHECKING:
 _SHOULD_STOP = "`trainer.should_stop` was set."
 
 
-class FitLoop:
+class FitLoop(ValidationInFit):
     """Runs sanity checking, then training epochs with validation when due, for one ``fit`` call."""
 
     def __init__(self, trainer: Trainer) -> None:
@@ -190,19 +188,6 @@ class FitLoop:
         if self.trainer.world_size == 1:
             return decision
         return self.trainer.runtime.reduce_boolean_decision(decision, all=False)
-
-    def _sanity_check(self) -> None:
-        trainer = self.trainer
-        trainer.state.stage = RunningStage.SANITY_CHECKING
-        trainer.hooks.call(Hook.ON_SANITY_CHECK_START)
-        if reload_due(trainer, "val"):
-            load_val_data(trainer)
-        if any_rank_has_batches(trainer, self.context.val_batch_counts):
-            with isolated_rng():  # a seeded run trains the same with or without the sanity check
-                run_evaluation(trainer, "validate", self.context.val_loaders, trainer.num_sanity_val_batches)
-        trainer.hooks.call(Hook.ON_SANITY_CHECK_END)
-        trainer.metrics.clear()
-        trainer.state.stage = RunningStage.TRAINING
 
     # -- one epoch ---
     def _run_epoch(self) -> None:
@@ -349,34 +334,6 @@ class FitLoop:
         if reload_due(self.trainer, "train"):
             load_train_data(self.trainer)
 
-    def _validate(self, after_step: bool) -> None:
-        """One validation pass inside fit; nothing when no loader has batches.
-
-        ``after_step``: the last batch ended with an optimizer step, so no accumulated gradients
-        are pending and ``on_validation_model_zero_grad`` may run (as in Lightning).
-        """
-        trainer = self.trainer
-        if reload_due(trainer, "val"):
-            load_val_data(trainer)
-        if not any_rank_has_batches(trainer, self.context.val_batch_counts):
-            return
-        trainer.state.stage = RunningStage.VALIDATING
-        if after_step:
-            trainer.hooks.call(Hook.ON_VALIDATION_MODEL_ZERO_GRAD)
-        trainer.state.validated = True  # from here on a missing monitored metric is an error, not "not yet"
-        # Validation leaves the random state as it found it, so training goes on the same whether a resumed run
-        # repeats a validation or not (and with or without validation, as with the sanity check).
-        self._rng_before_validation = rng_states()
-        try:
-            run_evaluation(trainer, "validate", self.context.val_loaders, self.context.val_batch_counts)
-        finally:
-            restore_rng_states(self._rng_before_validation)
-            self._rng_before_validation = None
-        # A validation hook may have set should_stop on one rank: agreed now, so all stop after this batch.
-        trainer.state.should_stop = self._stop_agreed = self._agreed(trainer.state.should_stop)
-        trainer.state.stage = RunningStage.TRAINING
-        trainer.module._results = trainer.train_results
-
     def training_rng_states(self) -> dict[str, Any]:
         """The random state training goes on from (during validation: the one it will be put back to)."""
         return self._rng_before_validation if self._rng_before_validation is not None else rng_states()
@@ -419,17 +376,3 @@ class FitLoop:
         state.current_epoch += 1
         state.epoch_finished = False
         step_schedulers(trainer, "epoch", plateau=True)
-
-    def _validates_in_epoch(self) -> bool:
-        every_n = self.trainer.check_val_every_n_epoch
-        return every_n is None or (self.trainer.state.current_epoch + 1) % every_n == 0
-
-    def _should_validate(self, batch_idx: int, is_last: bool) -> bool:
-        trainer, state = self.trainer, self.trainer.state
-        if state.should_stop and self.can_stop_early():
-            return True
-        check_batch = self.context.val_check_batch
-        if check_batch == INFINITE:
-            return is_last
-        position = state.total_batch_idx - 1 if trainer.check_val_every_n_epoch is None else batch_idx
-        return (position + 1) % check_batch == 0
