@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
+from framework.runtime.heartbeat import INTERVAL_S, end_silent_ranks, silent_ranks, start_heartbeat
+
 FIRST_FAILURE_KEY = "framework/first_failure"  # a RankFailure, as JSON: the first rank that died of an exception
 FAILED_NODE_KEY = "framework/failed_node"  # set by the first launcher whose ranks failed: the others stop theirs
 LAUNCHERS_DONE_KEY = "framework/launchers_done"  # how many launchers have ended
@@ -87,6 +89,9 @@ def share_failures_with_peers() -> None:
     if _hook_installed or "TORCHELASTIC_RUN_ID" not in os.environ:
         return
     _hook_installed = True
+    beats = open_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), _RANK_CONNECT_S)
+    if beats is not None:
+        start_heartbeat(beats, int(os.environ["RANK"]))
     previous = sys.excepthook
 
     def share_then_print(kind: type[BaseException], error: BaseException, trace: Any) -> None:
@@ -106,6 +111,9 @@ def _share_or_explain(error: BaseException, text: str) -> None:
     if store is None:
         return
     rank = int(os.environ["RANK"])
+    if _timed_out(error):
+        _name_silent_ranks(error, store)
+        return
     if not lost_a_peer(error):
         # The process's connections close only after this hook: the record is there before any peer notices.
         failure = RankFailure(rank, int(os.environ["WORLD_SIZE"]), int(os.environ.get("GROUP_RANK", "0")),
@@ -115,6 +123,26 @@ def _share_or_explain(error: BaseException, text: str) -> None:
     first = _wait_for_first_failure(store)
     if first is not None and first.rank != rank:
         _add_note(error, f"[framework] {first.summary()}; this rank's collective lost its connection to it.")
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is a collective that waited its whole timeout (``DDPStrategy(timeout=...)``) for a peer."""
+    text = str(error).lower()  # gloo says "Timed out waiting ...", or "Application timeout caused pair closure"
+    return isinstance(error, RuntimeError) and ("timed out" in text or "timeout" in text)
+
+
+def _name_silent_ranks(error: BaseException, store: Any) -> None:
+    silent = silent_ranks(store, int(os.environ["WORLD_SIZE"]), older_than_s=3 * INTERVAL_S)
+    if not silent:
+        _add_note(error, "[framework] this rank's collective timed out waiting; every rank is still alive, so one "
+                         "is busy elsewhere (an endless loop, a rank taking another path through the code?).")
+        return
+    names = ", ".join(f"rank {rank} ({age:.0f} s)" for rank, (age, _, _) in sorted(silent.items()))
+    ended = end_silent_ranks(silent)
+    _add_note(error, f"[framework] this rank's collective timed out waiting; not heard from since: {names}: stopped "
+                     f"(SIGSTOP), frozen, or its machine gone."
+                     + (f" Killed rank(s) {', '.join(map(str, ended))} on this machine" if ended else "")
+                     + " so that the launcher can end the attempt (and, with --max-restarts, start every rank again).")
 
 
 def _wait_for_first_failure(store: Any) -> RankFailure | None:

@@ -86,3 +86,16 @@ def test_the_exit_codes_of_the_failed_ranks_decide_what_is_retried():
     assert signal_of(2) is None and signal_of(-9) == signal.SIGKILL
     assert describe_failure({0: 1, 1: -9}) == "rank 1 was killed by SIGKILL"
     assert describe_failure({1: 3}) == "rank 1 exited with status 3"
+
+
+def test_a_stopped_rank_ends_the_attempt_at_the_timeout_named_and_the_launcher_starts_every_rank_again():
+    script = str(ROOT / "tests" / "cli" / "stuck_rank.py")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2", "--max-restarts", "1",
+                           "--shutdown-timeout", "2", script], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "done 5" in done.stdout
+    assert "collective timed out waiting; not heard from since: rank 1" in done.stderr
+    assert "starting all ranks again (restart 1 of 1)" in done.stderr
+    assert "Killed rank(s) 1 on this machine" in done.stderr
+    assert time.monotonic() - started < 60  # the 5 s timeout, not torch's 30 minutes, nor its agent's 30 s wait

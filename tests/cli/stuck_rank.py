@@ -1,0 +1,37 @@
+"""A Trainer script for ``framework launch --max-restarts 1`` in which rank 1 stops itself (SIGSTOP) at step 3 of the
+first attempt, so the other rank's collective times out (``DDPStrategy(timeout=5)``); the second attempt trains to
+the end and rank 0 prints ``done <global_step>``."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import torch
+from torch import nn
+
+import framework
+from framework.strategies import DDPStrategy
+
+
+class Stopping(framework.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and self.global_step == 3 and os.environ["FRAMEWORK_RESTART_COUNT"] == "0":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return self.layer(batch).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+if __name__ == "__main__":
+    trainer = framework.Trainer(max_epochs=1, accelerator="cpu", devices=2, strategy=DDPStrategy(timeout=5),
+                                logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                                enable_model_summary=False)
+    trainer.fit(Stopping(), torch.utils.data.DataLoader(torch.randn(40, 2), batch_size=4))
+    if trainer.is_global_zero:
+        print("done", trainer.global_step)
