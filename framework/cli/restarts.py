@@ -30,6 +30,7 @@ import sys
 from collections.abc import Callable
 
 from framework.runtime.preemption import (
+    MAX_RESTARTS_VARIABLE,
     PREEMPTION_SIGNALS,
     REQUEUE_EXIT_CODE,
     RESTART_COUNT_VARIABLE,
@@ -44,6 +45,7 @@ def run_with_restarts(parsed: argparse.Namespace, run_once: Callable[[argparse.N
     """Run ``run_once(parsed)`` (one torchrun attempt; the failed ranks' exit codes, empty when all succeeded) until
     it succeeds, fails in a way not retried, or ``parsed.max_restarts`` restarts are spent. Returns the exit code."""
     restarts, parsed.max_restarts = parsed.max_restarts, 0
+    os.environ[MAX_RESTARTS_VARIABLE] = str(restarts)
     for attempt in range(restarts + 1):
         os.environ[RESTART_COUNT_VARIABLE] = str(attempt)
         failures = run_once(parsed)

@@ -71,6 +71,11 @@ class Logger:
     def load_run_state(self, state: dict[str, Any]) -> None:
         """Take in what ``run_state`` returned in another process."""
 
+    def log_restart(self, record: dict[str, Any]) -> None:
+        """The run was started again and resumed by itself: ``record`` says which restart (``restart``, of
+        ``max_restarts``), why (``reason``), from which ``checkpoint`` and at which ``global_step``. Kept beside the
+        metrics, never as a metric row (a resumed run's metrics equal an uninterrupted run's)."""
+
     def checkpoint_position(self) -> dict[str, Any]:
         """Where this logger's output stands as a checkpoint is saved (plain data; empty when it cannot say):
         what it buffered is written first. A run resumed from the checkpoint hands it to ``resume_at``."""

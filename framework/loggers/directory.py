@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
 from framework.errors import MisconfigurationError, describe
-from framework.io.fs import make_dirs, names_in, write_bytes_atomic
+from framework.io.fs import append_text, make_dirs, names_in, write_bytes_atomic
 from framework.loggers.base import Logger, with_prefix
+from framework.utilities.rank_zero import rank_zero_only
 
 
 class DirectoryLogger(Logger):
@@ -91,6 +93,12 @@ class DirectoryLogger(Logger):
         """Remember ``params`` (a dict or an ``argparse.Namespace``) for ``hparams.yaml``, written by ``save``."""
         self.hparams.update(as_dict(params))
         self.hparams_logged = True
+
+    @rank_zero_only
+    def log_restart(self, record: dict[str, Any]) -> None:
+        """Add ``record`` as one JSON line to ``restarts.jsonl`` in the run's folder."""
+        make_dirs(self.log_dir)
+        append_text(os.path.join(self.log_dir, "restarts.jsonl"), json.dumps(record) + "\n")
 
     def write_hparams(self) -> None:
         """Write ``hparams.yaml`` in the run's folder when it changed (plain YAML: other values as their ``repr``).

@@ -1,6 +1,7 @@
 """``MLFlowLogger``: metrics, hyperparameters and checkpoints in an MLflow run (``pip install "framework[mlflow]"``)."""
 
 import dataclasses
+import json
 import os
 import re
 import tempfile
@@ -150,6 +151,11 @@ class MLFlowLogger(CheckpointUploading, Logger):
         for start in range(0, len(rows), _METRICS_PER_CALL):
             self.experiment.log_batch(run_id=self.run_id, metrics=rows[start:start + _METRICS_PER_CALL],
                                       **self._batch_options)
+
+    @rank_zero_only
+    def log_restart(self, record: dict[str, Any]) -> None:
+        """The record as the run's tag ``framework.restart.<n>``."""
+        self.experiment.set_tag(self.run_id, f"framework.restart.{record['restart']}", json.dumps(record))
 
     def finalize(self, status: str) -> None:
         """Upload the checkpoints kept for the end and mark the run ended (``success`` → FINISHED, ``failed`` →

@@ -1,6 +1,7 @@
 """``TensorBoardLogger``: scalars, hyperparameters and the model graph as TensorBoard event files."""
 
 import contextlib
+import json
 import os
 import warnings
 from argparse import Namespace
@@ -136,6 +137,12 @@ class TensorBoardLogger(DirectoryLogger):
         else:
             with _traced(model):
                 self.experiment.add_graph(model, _on_model_device(model, example))
+
+    @rank_zero_only
+    def log_restart(self, record: dict[str, Any]) -> None:
+        """``restarts.jsonl`` (as every folder logger), and the record as text under ``restarts`` at its step."""
+        super().log_restart(record)
+        self.experiment.add_text("restarts", json.dumps(record), record["global_step"])
 
     def checkpoint_position(self) -> dict[str, Any]:
         """The folder and the step after the last one logged, once the event file is flushed."""

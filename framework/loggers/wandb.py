@@ -160,6 +160,11 @@ class WandbLogger(CheckpointUploading, Logger):
             found = wandb.Api().artifact(artifact, type=artifact_type)
         return found.download(root=os.fspath(save_dir) if save_dir is not None else None)
 
+    @rank_zero_only
+    def log_restart(self, record: dict[str, Any]) -> None:
+        """The record in the run's summary, as ``framework/restart_<n>``."""
+        self.experiment.summary[f"framework/restart_{record['restart']}"] = json.dumps(record)
+
     def finalize(self, status: str) -> None:
         """After a successful run, upload the checkpoints kept for the end (the run goes on; see the class)."""
         if status != "success" or self._experiment is None or rank_zero_only.rank != 0:

@@ -178,3 +178,5 @@ def restart_count(environ: os._Environ[str] | dict[str, str] | None = None) -> i
 RESTART_COUNT_VARIABLE = "FRAMEWORK_RESTART_COUNT"
 # Set by ``framework launch`` on the ranks of a restart: why the last attempt ended (which rank, and how).
 RESTART_REASON_VARIABLE = "FRAMEWORK_RESTART_REASON"
+# Set by ``framework launch --max-restarts N`` on its ranks: N.
+MAX_RESTARTS_VARIABLE = "FRAMEWORK_MAX_RESTARTS"

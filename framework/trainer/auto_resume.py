@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from framework import console
 from framework.io.checkpoint import newest_complete_checkpoint
 from framework.io.fs import names_in, remove
-from framework.runtime.preemption import RESTART_REASON_VARIABLE, restart_count
+from framework.runtime.preemption import MAX_RESTARTS_VARIABLE, RESTART_REASON_VARIABLE, restart_count
 from framework.trainer.preemption import hpc_checkpoints, in_directory
 
 if TYPE_CHECKING:
@@ -29,16 +29,29 @@ if TYPE_CHECKING:
 def automatic_ckpt_path(trainer: Trainer) -> str | None:
     """The checkpoint a ``fit(ckpt_path=None)`` resumes from (see the module's docstring), or None to start afresh."""
     candidates = hpc_checkpoints(trainer.default_root_dir)
-    restarts = restart_count()
-    if restarts:
+    if restart_count():
         candidates += _model_checkpoint_files(trainer)
-    path = newest_complete_checkpoint(candidates)
-    if path is not None and trainer.is_global_zero:
-        why = f"restart {restarts} of this job" if restarts else "a preemption checkpoint was left by the last run"
-        reason = _reason()
-        console.info(f"Resuming from {path} ({why}{': ' + reason if reason else ''}). Pass fit(ckpt_path=...) "
-                     "to choose another checkpoint.")
-    return path
+    return newest_complete_checkpoint(candidates)
+
+
+def announce_resume(trainer: Trainer, path: str, checkpoint: dict[str, Any]) -> None:
+    """Say, on rank 0, in the console and to each logger (``Logger.log_restart``), that the run resumes by itself
+    from ``path``: which restart this is and why the last attempt ended."""
+    if not trainer.is_global_zero:
+        return
+    restarts, most = restart_count(), os.environ.get(MAX_RESTARTS_VARIABLE, "")
+    record = {"restart": restarts, "max_restarts": int(most) if most.isdigit() else None,
+              "reason": os.environ.get(RESTART_REASON_VARIABLE, "") if restarts else "preempted",
+              "checkpoint": path, "global_step": int(checkpoint.get("global_step", 0))}
+    which = f"restart {restarts}{' of ' + most if most else ''} of this job" if restarts else \
+        "a preemption checkpoint was left by the last run"
+    reason = f": {record['reason']}" if restarts and record["reason"] else ""
+    console.info(f"Resuming from {path} at global step {record['global_step']} ({which}{reason}). Pass "
+                 "fit(ckpt_path=...) to choose another checkpoint.")
+    for logger in trainer.loggers:
+        log_restart = getattr(logger, "log_restart", None)
+        if callable(log_restart):
+            log_restart(record)
 
 
 def forget_preemption_checkpoint(trainer: Trainer) -> None:
@@ -61,5 +74,3 @@ def _model_checkpoint_files(trainer: Trainer) -> list[str]:
     return found
 
 
-def _reason() -> str:
-    return os.environ.get(RESTART_REASON_VARIABLE, "")
