@@ -3,6 +3,7 @@
 import contextlib
 import gc
 import os
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -105,8 +106,9 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
-        self._save_state_pre_hooks: dict[int, Any] = {}
-        self._load_state_pre_hooks: dict[int, Any] = {}
+        # OrderedDict, not dict: torch's RemovableHandle keeps a weak reference to it, which a dict cannot have.
+        self._save_state_pre_hooks: dict[int, Any] = OrderedDict()
+        self._load_state_pre_hooks: dict[int, Any] = OrderedDict()
         self._requested_trackers = tracking.requested_trackers(log_with)
         self.trackers: list[Any] = []
         register_accelerator(self)

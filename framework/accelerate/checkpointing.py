@@ -2,38 +2,36 @@
 Accelerate's (``model.safetensors``, ``optimizer.bin``, ``scheduler.bin``, ``random_states_<rank>.pkl`` ...),
 every file loadable with ``torch.load(weights_only=True)`` or safetensors.
 
-The folder is written under a temporary name and renamed into place once complete, so a crash
-while saving leaves the previous state (and an older one that ``total_limit`` would drop) intact.
+The folder is written elsewhere and renamed into place once complete, with a commit marker, so a save killed at any
+instant leaves the states saved before it whole, and ``load_state()`` never picks a partial one
+(``state_folders`` has the protocol).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 from collections.abc import Callable
 from typing import Any
 
+from framework.accelerate import state_folders
 from framework.accelerate.weights import read_weights, weights_file, write_weights
 from framework.errors import MisconfigurationError
 from framework.io.checkpoint import load_checkpoint, save_checkpoint
 from framework.runtime.wrappers import forward_module, original_optimizer
 from framework.seed import restore_rng_states, rng_states
 
-_CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
-
 
 def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_serialization: bool,
                pre_hooks: list[Callable[..., None]]) -> str:
     """Write the prepared objects' states, the registered objects', every rank's random state, the dataloaders'
     positions and the accumulation count to ``output_dir`` (or the next automatically named folder), after
-    ``pre_hooks(models, weights, output_dir)`` had their say on the weights."""
+    ``pre_hooks(models, weights, folder)`` had their say on the weights. ``folder`` is the one being written,
+    renamed to its name once complete: files a hook writes there become part of the state."""
     target = _output_dir(accelerator, output_dir)
-    partial = f"{target}.partial"
+    partial = state_folders.staging_folder(target, accelerator.project_configuration.automatic_checkpoint_naming)
     runtime, main = accelerator._runtime, accelerator.is_main_process
     if main:
-        shutil.rmtree(partial, ignore_errors=True)
-        os.makedirs(partial)
+        state_folders.begin_save(target, partial)
     runtime.barrier("save_state")
     strategy = runtime.strategy
     if _sharded(strategy):
@@ -43,7 +41,7 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
     weights = [] if _sharded(strategy) else [strategy.module_state_dict(forward_module(model))
                                              for model in accelerator._models]
     for hook in pre_hooks:
-        hook(accelerator._models, weights, target)
+        hook(accelerator._models, weights, partial)
     for index, state in enumerate(weights if main else []):
         write_weights(state, os.path.join(partial, weights_file(index, safe_serialization)))
     for index, optimizer in enumerate(accelerator._optimizers):
@@ -58,9 +56,12 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
                      "dataloaders": [loader.rank_state() for loader in accelerator._dataloaders]},
                     os.path.join(partial, f"random_states_{accelerator.process_index}.pkl"))
     runtime.barrier("save_state")
-    if main:
-        _move_into_place(partial, target)
-        _drop_old_checkpoints(accelerator)
+    if main:  # every process has written its files: commit, then drop what total_limit no longer keeps
+        state_folders.commit(partial, target)
+        config = accelerator.project_configuration
+        if config.automatic_checkpoint_naming and config.total_limit:
+            state_folders.drop_old_states(config.project_dir, config.total_limit)
+        state_folders.end_save(partial)
     runtime.barrier("save_state")
     if accelerator.project_configuration.automatic_checkpoint_naming:
         accelerator.project_configuration.iteration += 1
@@ -71,7 +72,8 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike | None, strict: bo
                pre_hooks: list[Callable[..., None]]) -> None:
     """Put back what ``save_state`` wrote into the prepared and registered objects, in the order they were
     prepared; each rank takes its own random state. ``pre_hooks(models, input_dir)`` run first; the models they
-    remove from the list are not loaded."""
+    remove from the list are not loaded. Without ``input_dir`` (automatic naming) it loads the newest complete
+    state, and the next ``save_state`` takes the number after it."""
     source = _input_dir(accelerator, input_dir)
     runtime, strategy = accelerator._runtime, accelerator._runtime.strategy
     models = list(accelerator._models)
@@ -99,9 +101,9 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike | None, strict: bo
     accelerator.step = saved["step"]
     for loader, state in zip(accelerator._dataloaders, saved.get("dataloaders", []), strict=False):
         loader.load_rank_state(state)
-    found = _CHECKPOINT.search(os.path.basename(os.path.normpath(source)))
-    if accelerator.project_configuration.automatic_checkpoint_naming and found:
-        accelerator.project_configuration.iteration = int(found.group(1)) + 1
+    number = state_folders.state_number(source)
+    if accelerator.project_configuration.automatic_checkpoint_naming and number is not None:
+        accelerator.project_configuration.iteration = number + 1
     runtime.barrier("load_state")
 
 
@@ -113,7 +115,7 @@ def _output_dir(accelerator: Any, output_dir: str | os.PathLike | None) -> str:
                 "save_state() needs output_dir=..., or Accelerator(project_config=ProjectConfiguration(project_dir="
                 "..., automatic_checkpoint_naming=True)) to name the folders itself."
             )
-        return os.fspath(output_dir)
+        return os.path.normpath(os.path.expanduser(os.fspath(output_dir)))  # "state/" and "state": one folder
     folder = os.path.join(config.project_dir or ".", "checkpoints", f"checkpoint_{config.iteration}")
     if os.path.isdir(folder) and os.listdir(folder):
         raise MisconfigurationError(
@@ -126,43 +128,28 @@ def _output_dir(accelerator: Any, output_dir: str | os.PathLike | None) -> str:
 
 def _input_dir(accelerator: Any, input_dir: str | os.PathLike | None) -> str:
     if input_dir is not None:
-        if not os.path.isdir(input_dir):
+        found = state_folders.complete_state_at(os.path.expanduser(os.fspath(input_dir)))
+        if found is None:
             raise FileNotFoundError(f"load_state({os.fspath(input_dir)!r}): no such folder.")
-        return os.fspath(input_dir)
+        return found
     config = accelerator.project_configuration
-    folders = _numbered_checkpoints(config.project_dir) if config.automatic_checkpoint_naming else []
-    if not folders:
+    if not config.automatic_checkpoint_naming:
+        raise MisconfigurationError("load_state() needs input_dir=..., or Accelerator(project_config="
+                                    "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True)).")
+    # The main process picks, so every process loads the same state even if their views of the folder differ.
+    runtime = accelerator._runtime
+    found = runtime.broadcast(state_folders.newest_complete_state(config.project_dir)
+                              if accelerator.is_main_process else None)
+    if found is None:
+        parent = os.path.join(config.project_dir or ".", "checkpoints")
+        incomplete = [os.path.basename(path) for _, path in state_folders.numbered_states(config.project_dir)]
         raise MisconfigurationError(
-            "load_state() needs input_dir=..., or automatic checkpoint naming with a saved checkpoint in "
-            f"{os.path.join(config.project_dir or '.', 'checkpoints')}."
+            f"load_state(): no complete saved state in {parent}" + (
+                f" ({', '.join(incomplete)} lack {state_folders.COMMIT_FILE}, the marker save_state writes last: "
+                "a save cut short, or folders Accelerate itself wrote; name one to load it: load_state(folder))."
+                if incomplete else ".")
         )
-    return folders[-1]
-
-
-def _numbered_checkpoints(project_dir: str | None) -> list[str]:
-    parent = os.path.join(project_dir or ".", "checkpoints")
-    if not os.path.isdir(parent):
-        return []
-    found = [(int(match.group(1)), name) for name in os.listdir(parent) if (match := _CHECKPOINT.match(name))]
-    return [os.path.join(parent, name) for _, name in sorted(found)]
-
-
-def _drop_old_checkpoints(accelerator: Any) -> None:
-    config = accelerator.project_configuration
-    if not config.automatic_checkpoint_naming or not config.total_limit:
-        return
-    for folder in _numbered_checkpoints(config.project_dir)[:-config.total_limit]:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _move_into_place(partial: str, target: str) -> None:
-    """Rename the complete ``partial`` folder to ``target``; an older ``target`` goes only once it is replaced."""
-    older = f"{target}.old"
-    if os.path.exists(target):
-        shutil.rmtree(older, ignore_errors=True)
-        os.rename(target, older)
-    os.rename(partial, target)
-    shutil.rmtree(older, ignore_errors=True)
+    return found
 
 
 def _numbered(stem: str, index: int, suffix: str = ".bin", always: bool = False) -> str:

@@ -119,7 +119,10 @@ class PreparedDataLoader:
         self._passes = 0  # passes started (the next one's number when none runs)
         self._position = 0  # batches handed out in the current pass
         self._in_pass = False
+        self._at_end = False  # the batch handed out last was its pass's last
         self._resume: dict[str, Any] | None = None
+        # A restored position at the end of its pass: what skip_first_batches(loader, n >= position) finishes.
+        self._finished: dict[str, Any] | None = None
         # torch's random state from just before the batch fetched ahead was loaded: a resumed pass loads that
         # batch from it again, so masks drawn while loading come out as in the uninterrupted run
         self._ahead_rng: torch.Tensor | None = None
@@ -157,11 +160,14 @@ class PreparedDataLoader:
         """One pass, from batch ``skip`` when given (``skip_first_batches``), else from where a restored
         position left it, else from its start."""
         resume, self._resume = self._resume, None
+        finished, self._finished = self._finished, None
+        if skip is not None and finished is not None and skip >= finished["position"]:
+            return  # "skip what the saved pass had done" of a pass that was done: the next iteration is the next pass
         pass_index, start, replay = (resume["pass"], resume["position"], resume["order"]) if resume else (
             self._passes, 0, None)
         if skip is not None:
             start = skip
-        self._passes, self._position, self._in_pass = pass_index + 1, start, True
+        self._passes, self._position, self._in_pass, self._at_end = pass_index + 1, start, True, False
         if self._batches is not None:
             self._batches.prepare_pass(pass_index, start, replay)
             batches = self._indexed_pass(resume is not None)
@@ -171,7 +177,8 @@ class PreparedDataLoader:
         try:
             for batch, last, remainder in batches:
                 self._position += 1
-                current.at_end, current.remainder = last, remainder
+                self._at_end = current.at_end = last
+                current.remainder = remainder
                 yield self._place(batch)
             self._in_pass = False
         finally:
@@ -223,28 +230,34 @@ class PreparedDataLoader:
     # -- the position, for save_state ---
     def state_dict(self) -> dict[str, Any]:
         """Where this loader stands: passes started, whether one runs and how many of its batches were handed out,
-        and the randomness of its order."""
-        record = self._batches.order_record if self._batches is not None and self._in_pass else None
+        and the randomness of its order. A pass whose last batch was handed out counts as done (``in_pass`` False,
+        ``finished`` True), as Accelerate marks it (``_iterator_finished``): the resumed loop's next pass is the
+        next one, as its own epoch count expects."""
+        running = self._in_pass and not self._at_end
+        record = self._batches.order_record if self._batches is not None and running else None
         shared = self._batches.shared_generator if self._batches is not None else None
-        return {"passes": self._passes, "in_pass": self._in_pass, "position": self._position, "order": record,
+        return {"passes": self._passes, "in_pass": running, "position": self._position, "order": record,
+                "finished": self._in_pass and self._at_end,
                 "shared_generator": shared.get_state() if shared is not None else None}
 
     def rank_state(self) -> dict[str, Any]:
         """What this rank alone knows of its position (saved with the rank's random state): torch's random state
         from before the batch it fetched ahead was loaded, or None."""
-        return {"ahead_rng": self._ahead_rng if self._in_pass else None}
+        return {"ahead_rng": self._ahead_rng if self._in_pass and not self._at_end else None}
 
     def load_rank_state(self, state: dict[str, Any]) -> None:
         """Restore ``rank_state()``; the next pass, if it continues an interrupted one, reloads that batch from it."""
         self._ahead_rng = state.get("ahead_rng")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``: the next iteration finishes the pass it was in, or starts the one after."""
+        """Continue from ``state``: the next iteration finishes the pass it was in, or starts the one after (a pass
+        saved at its last batch is done; ``skip_first_batches`` past its position then yields nothing)."""
         self._passes = state["passes"]
         shared = self._batches.shared_generator if self._batches is not None else None
         if shared is not None and state.get("shared_generator") is not None:  # the next pass draws as it would have
             shared.set_state(state["shared_generator"])
         self._resume = None
+        self._finished = {"position": state["position"]} if state.get("finished") else None
         if state["in_pass"]:
             self._resume = {"pass": state["passes"] - 1, "position": state["position"], "order": state["order"]}
 

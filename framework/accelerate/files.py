@@ -43,7 +43,8 @@ class FileMethods:
                                      ) -> RemovableHandle:
         """Call ``hook(models, weights, output_dir)`` in ``save_state`` before the weights are written: it may
         change ``weights`` (one state dict per prepared model; empty when sharded models save themselves), or
-        remove entries to leave those weights out. ``handle.remove()`` unregisters it."""
+        remove entries to leave those weights out. ``output_dir`` is the folder being written, renamed to its name
+        once complete: files the hook writes there are part of the state. ``handle.remove()`` unregisters it."""
         return _register(self._save_state_pre_hooks, hook)
 
     def register_load_state_pre_hook(self, hook: Callable[[list[nn.Module], str], None]) -> RemovableHandle:
@@ -74,13 +75,17 @@ class FileMethods:
                    **save_model_func_kwargs: Any) -> str:
         """Save everything a loop needs to continue exactly: the prepared models, optimizers, schedulers and
         dataloaders' positions, the fp16 scaler, every process's random state and the registered objects.
-        Returns the folder."""
+        Returns the folder. Under automatic naming: ``<project_dir>/checkpoints/checkpoint_<i>``, the oldest past
+        ``total_limit`` dropped. The folder appears only once complete (with ``state_complete.json``, written
+        last): a save killed at any instant leaves the states saved before it whole."""
         return checkpointing.save_state(self, output_dir, safe_serialization, list(self._save_state_pre_hooks.values()))
 
     def load_state(self, input_dir: str | os.PathLike | None = None, strict: bool = True,
                    **load_model_func_kwargs: Any) -> None:
         """Restore what ``save_state`` saved into the prepared (and registered) objects: the next pass of a
-        prepared dataloader continues where the saved one stood."""
+        prepared dataloader continues where the saved one stood (the next pass, where it was saved at its last
+        batch). Without ``input_dir`` under automatic naming: the newest complete state in
+        ``<project_dir>/checkpoints``, and the next ``save_state`` takes the number after it."""
         checkpointing.load_state(self, input_dir, strict, list(self._load_state_pre_hooks.values()))
 
 
