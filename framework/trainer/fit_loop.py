@@ -325,6 +325,8 @@ class FitLoop(ValidationInFit):
         results = rng_state_of_rank(saved["train_results"], self.trainer.global_rank)  # each rank's own
         self.trainer.train_results.load_state_dict(results)
         if results["in_batch"]:
+            if self._resumed_rng is not None:  # the state the interrupted run finished this batch with
+                restore_rng_states(self._resumed_rng)
             self.batch_stepped = bool(saved.get("batch_stepped", True))
             log_every = self.trainer.log_every_n_steps if self.trainer.loggers else 0
             validates = self.context.validates_in_fit and self._validates_in_epoch()

@@ -6,8 +6,9 @@ It trains with shuffling, dropout, gradient accumulation, a scheduler and two lo
 checkpoint every step and resumes by itself (``fit`` without ``ckpt_path``). ``FAULT`` is
 ``KIND:RANK:STEP[:WHERE]`` (KIND one of kill, raise, SIGUSR1, SIGTERM, SIGUSR2): at that global step, rank RANK is
 killed, raises, or receives the signal, at the end of a training batch, or WHERE says: ``val`` (in a validation
-batch), ``save`` (while a checkpoint is saved), ``worker`` (sent by a loader worker of the rank while it fetches, to
-the rank and to itself). It happens once: a marker file in WORKDIR remembers it. Each start of a rank appends
+batch), ``save`` (while a checkpoint is saved), ``epochend`` (in ``on_train_epoch_end``), ``worker`` (sent by a loader
+worker of the rank while it fetches, to the rank and to itself). It happens once: a marker file in WORKDIR remembers
+it. Several faults, separated by commas, each happen once. Each start of a rank appends
 a line to ``WORKDIR/starts``; rank 0 writes the final weights, optimizer state and global step to
 ``WORKDIR/result.pt``.
 """
@@ -51,10 +52,11 @@ class Noisy(framework.Module):
 class Fault(framework.Callback):
     """Does ``kind`` to rank ``rank`` once, at ``step`` (the marker file says it is done), where ``where`` says."""
 
-    def __init__(self, spec: str, work: Path) -> None:
+    def __init__(self, spec: str, work: Path, number: int = 0) -> None:
         kind, rank, step, *where = spec.split(":")
         self.kind, self.rank, self.step, self.where = kind, int(rank), int(step), where[0] if where else "batch"
-        self.marker, self.go = work / "fault-done", work / "fault-go"
+        suffix = f"-{number}" if number else ""
+        self.marker, self.go = work / f"fault-done{suffix}", work / "fault-go"
 
     def _due(self, trainer, where: str) -> bool:
         return (self.where == where and trainer.global_rank == self.rank and trainer.global_step == self.step
@@ -74,6 +76,10 @@ class Fault(framework.Callback):
 
     def on_save_checkpoint(self, trainer, module, checkpoint):
         if self._due(trainer, "save"):
+            self._do()
+
+    def on_train_epoch_end(self, trainer, module):
+        if self._due(trainer, "epochend"):
             self._do()
 
     def _do(self) -> None:
@@ -117,7 +123,7 @@ def main(workdir: str, fault: str = "") -> None:
     framework.seed_everything(0, verbose=False)
     callbacks = [ModelCheckpoint(dirpath=work / "checkpoints", save_last=True, every_n_train_steps=1)]
     if fault:
-        callbacks.append(Fault(fault, work))
+        callbacks += [Fault(spec, work, number) for number, spec in enumerate(fault.split(","))]
     workers = int(os.environ.get("RESTART_RUN_WORKERS", "2"))
     trainer = framework.Trainer(max_epochs=3, accelerator="cpu", devices=2, strategy="ddp", default_root_dir=work,
                                 logger=CSVLogger(work, name="logs", version=0), log_every_n_steps=1,

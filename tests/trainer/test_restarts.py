@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -94,4 +95,27 @@ def test_a_preemption_signal_to_one_rank_saves_every_rank_at_one_step_and_the_ne
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from {tmp_path / saved}" in resumed.stdout + resumed.stderr
     assert not (tmp_path / saved).exists()  # done with: a later run of the script starts afresh
+    _assert_same_run(_outcome(tmp_path), uninterrupted)
+
+
+def test_a_run_through_a_sequence_of_random_faults_ends_as_the_uninterrupted_run(tmp_path, uninterrupted):
+    """Five faults (SIGKILL, SIGTERM, SIGUSR1 to one rank; in a batch, a validation, a save, an epoch's end), drawn
+    with a fixed seed so CI runs the same sequence. The test's loop plays the scheduler: it starts the job again
+    when it exits with the requeue status, as SLURM's requeue would; nothing else steps in."""
+    draw = random.Random(35)
+    places = [("batch", step) for step in range(1, 9)] + [("save", step) for step in range(1, 9)] + \
+        [("val", 3), ("val", 6), ("epochend", 3), ("epochend", 6)]
+    chosen = sorted(draw.sample(places, 5), key=lambda place: place[1])
+    kinds = ["kill", "SIGTERM", "SIGUSR1", *draw.choices(["kill", "SIGTERM", "SIGUSR1"], k=2)]
+    draw.shuffle(kinds)
+    faults = ",".join(f"{kind}:{draw.randrange(2)}:{step}:{where}" for kind, (where, step) in zip(kinds, chosen,
+                                                                                                  strict=True))
+    statuses = []
+    while not statuses or statuses[-1] == REQUEUE_EXIT_CODE:
+        assert len(statuses) < 8, statuses
+        done = _launch(tmp_path, faults, restarts=5)
+        statuses.append(done.returncode)
+    assert statuses[-1] == 0, (faults, statuses, done.stderr[-3000:])
+    fired = sorted(name for name in os.listdir(tmp_path) if name.startswith("fault-done"))
+    assert len(fired) == 5, (faults, fired)  # every fault happened
     _assert_same_run(_outcome(tmp_path), uninterrupted)
