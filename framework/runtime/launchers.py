@@ -31,7 +31,12 @@ TERMINATE_GRACE_S = 5.0
 
 
 class RankExitedError(RuntimeError):
-    """A rank ended without returning or raising: killed by a signal, ``os._exit``, or out of memory."""
+    """A rank ended without returning or raising: killed by a signal, ``os._exit``, or out of memory. ``rank`` and
+    ``exitcode`` (negative: the signal's number) say which and how."""
+
+    def __init__(self, message: str, rank: int = -1, exitcode: int | None = None) -> None:
+        super().__init__(message)
+        self.rank, self.exitcode = rank, exitcode
 
 
 class _RemoteTraceback(Exception):
@@ -273,7 +278,7 @@ def _exited(rank: int, world_size: int, exitcode: int | None) -> RankExitedError
         hint = _SIGNAL_HINTS.get(-exitcode, "")
     else:
         how, hint = f"exited with code {exitcode} before returning", ""
-    return RankExitedError(f"Rank {rank} of {world_size} {how}{hint}; the other ranks were stopped.")
+    return RankExitedError(f"Rank {rank} of {world_size} {how}{hint}; the other ranks were stopped.", rank, exitcode)
 
 
 def _with_origin(error: BaseException, text: str, rank: int, world_size: int) -> BaseException:

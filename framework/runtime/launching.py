@@ -74,10 +74,10 @@ class LaunchMethods:
             raise TypeError(f"launch(function={describe(function)}): the function must be callable.")
         method = self.start_method()
         if method in ("fork", "forkserver", "spawn"):
-            from framework.runtime.launchers import start_processes
+            from framework.runtime.restarting import start_with_restarts
 
-            return start_processes(_run_as_rank, (self, rng_states(), function, args, kwargs), self.world_size,
-                                   method, self._rank_environment())
+            return start_with_restarts(_run_as_rank, (self, rng_states(), function, args, kwargs), self.world_size,
+                                       method, self._rank_environment(), getattr(self.strategy, "max_restarts", 0))
         if method == "popen":
             self.become_rank_zero()
         self.setup_environment()
@@ -87,7 +87,9 @@ class LaunchMethods:
         """Start ranks 1 .. N-1 as new runs of this script and join them as rank 0 (everything after runs on every
         rank)."""
         from framework.runtime.relaunch import relaunch_script
+        from framework.runtime.restarting import become_launcher
 
+        become_launcher(self.world_size, getattr(self.strategy, "max_restarts", 0))  # returns only without restarts
         relaunch_script(self.world_size)
         self._join_launched()
 

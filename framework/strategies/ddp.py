@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from framework.errors import MisconfigurationError
 from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
 
 
@@ -24,8 +25,10 @@ class DDPStrategy(ParallelStrategy):
     ``"forkserver"`` and ``"popen"`` choose (see ``ParallelStrategy``). ``timeout`` bounds every
     collective. ``ddp_comm_hook`` replaces the gradient all-reduce with a communication hook
     (``torch.distributed.algorithms.ddp_comm_hooks``: fp16/bf16 compression, PowerSGD), called with
-    ``ddp_comm_state`` and wrapped in ``ddp_comm_wrapper`` when given, as in Lightning. Other keyword
-    arguments go to ``torch.nn.parallel.DistributedDataParallel``.
+    ``ddp_comm_state`` and wrapped in ``ddp_comm_wrapper`` when given, as in Lightning. ``max_restarts``:
+    where the Trainer starts the ranks itself, it starts them all again when one is killed (up to that many
+    times; the run resumes from its newest complete checkpoint), as ``framework launch --max-restarts`` does.
+    Other keyword arguments go to ``torch.nn.parallel.DistributedDataParallel``.
 
     Example::
 
@@ -38,8 +41,11 @@ class DDPStrategy(ParallelStrategy):
     def __init__(self, start_method: str = "auto", timeout: timedelta | float | None = None,
                  process_group_backend: str | None = None, ddp_comm_state: Any = None,
                  ddp_comm_hook: Callable[..., Any] | None = None, ddp_comm_wrapper: Callable[..., Any] | None = None,
-                 **ddp_kwargs: Any) -> None:
+                 max_restarts: int = 0, **ddp_kwargs: Any) -> None:
         super().__init__(start_method, timeout, process_group_backend)
+        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+            raise MisconfigurationError(f"DDPStrategy(max_restarts={max_restarts!r}): accepted a whole number >= 0.")
+        self.max_restarts = max_restarts
         self.ddp_kwargs = ddp_kwargs
         self.ddp_comm_state = ddp_comm_state
         self.ddp_comm_hook = ddp_comm_hook

@@ -10,7 +10,8 @@ batch), ``save`` (while a checkpoint is saved), ``epochend`` (in ``on_train_epoc
 worker of the rank while it fetches, to the rank and to itself). It happens once: a marker file in WORKDIR remembers
 it. Several faults, separated by commas, each happen once. Each start of a rank appends
 a line to ``WORKDIR/starts``; rank 0 writes the final weights, optimizer state and global step to
-``WORKDIR/result.pt``.
+``WORKDIR/result.pt``. Run as ``python restart_run.py WORKDIR [FAULT]`` with ``RESTART_RUN_RESTARTS=N``, the Trainer
+starts the ranks itself with ``DDPStrategy(max_restarts=N, start_method=$RESTART_RUN_START)``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import framework
 from framework.callbacks import ModelCheckpoint
 from framework.loggers import CSVLogger
+from framework.strategies import DDPStrategy
 
 
 class Noisy(framework.Module):
@@ -125,15 +127,21 @@ def main(workdir: str, fault: str = "") -> None:
     if fault:
         callbacks += [Fault(spec, work, number) for number, spec in enumerate(fault.split(","))]
     workers = int(os.environ.get("RESTART_RUN_WORKERS", "2"))
-    trainer = framework.Trainer(max_epochs=3, accelerator="cpu", devices=2, strategy="ddp", default_root_dir=work,
+    # RESTART_RUN_RESTARTS: run as a plain script, the Trainer starting the ranks itself and restarting them
+    strategy = "ddp"
+    if "RESTART_RUN_RESTARTS" in os.environ:
+        strategy = DDPStrategy(max_restarts=int(os.environ["RESTART_RUN_RESTARTS"]),
+                               start_method=os.environ.get("RESTART_RUN_START", "auto"))
+    trainer = framework.Trainer(max_epochs=3, accelerator="cpu", devices=2, strategy=strategy, default_root_dir=work,
                                 logger=CSVLogger(work, name="logs", version=0), log_every_n_steps=1,
                                 accumulate_grad_batches=2, enable_progress_bar=False, enable_model_summary=False,
                                 callbacks=callbacks)
     model = Noisy()
     trainer.fit(model, data(workers, work), data(0))
     if trainer.is_global_zero:
-        torch.save({"weights": model.state_dict(), "optimizer": trainer.optimizers[0].state_dict(),
-                    "global_step": trainer.global_step}, work / "result.pt")
+        optimizer = trainer.optimizers[0].state_dict() if trainer.optimizers else None  # not where ranks were forked
+        torch.save({"weights": model.state_dict(), "optimizer": optimizer, "global_step": trainer.global_step},
+                   work / "result.pt")
 
 
 if __name__ == "__main__":

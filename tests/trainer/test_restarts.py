@@ -119,3 +119,29 @@ def test_a_run_through_a_sequence_of_random_faults_ends_as_the_uninterrupted_run
     fired = sorted(name for name in os.listdir(tmp_path) if name.startswith("fault-done"))
     assert len(fired) == 5, (faults, fired)  # every fault happened
     _assert_same_run(_outcome(tmp_path), uninterrupted)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "popen"])
+def test_the_trainers_own_launcher_restarts_its_ranks_too(tmp_path, uninterrupted, start_method):
+    """``python train.py`` with ``DDPStrategy(max_restarts=2)``: ranks the Trainer forks are started again by it;
+    where it would run the script again for them ("popen", a GPU machine), it becomes ``framework launch``."""
+    environment = {**os.environ, "PYTHONWARNINGS": "ignore", "RESTART_RUN_RESTARTS": "2",
+                   "RESTART_RUN_START": start_method}
+    done = subprocess.run([sys.executable, SCRIPT, str(tmp_path), "kill:1:4"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180, env=environment)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 2)" in done.stderr
+    result, rows = _outcome(tmp_path)
+    reference, reference_rows = uninterrupted
+    assert result["global_step"] == reference["global_step"]
+    for name, tensor in reference["weights"].items():
+        assert torch.equal(result["weights"][name], tensor), name
+    assert rows == reference_rows
+
+
+def test_max_restarts_must_be_a_whole_number():
+    from framework.errors import MisconfigurationError
+    from framework.strategies import DDPStrategy
+
+    with pytest.raises(MisconfigurationError, match=r"DDPStrategy\(max_restarts=-1\): accepted a whole number >= 0"):
+        DDPStrategy(max_restarts=-1)
