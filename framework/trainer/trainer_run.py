@@ -16,6 +16,7 @@ from framework.module import Module
 from framework.nested import move_to_device
 from framework.precision import Precision
 from framework.profilers.base import profiled
+from framework.runtime.preemption import Preempted
 from framework.runtime.reporting import agree_on_runs, finalize, logs_on_every_rank
 from framework.trainer.data import forget_fit_data
 from framework.trainer.dispatch import HookRunner, lend_logging, merge_module_callbacks
@@ -70,7 +71,7 @@ class TrainerRun(TrainerProperties):
         except BaseException as error:
             self.state.status = TrainerStatus.INTERRUPTED
             self._on_exception(error)
-            self._finalize_loggers("failed")
+            self._finalize_loggers("interrupted" if isinstance(error, Preempted) else "failed")
             raise
         finally:
             self.state.stage = None
