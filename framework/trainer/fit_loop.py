@@ -84,7 +84,7 @@ class FitLoop(ValidationInFit):
             console.warn_user("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
         # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
         # (which may ask for the training loader), the optimizers' and the loops' state after it.
-        automatic = ckpt_path is None
+        automatic = ckpt_path is None and trainer.auto_resume
         if automatic:
             ckpt_path = trainer.runtime.broadcast(automatic_ckpt_path(trainer) if trainer.is_global_zero else None)
         checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None

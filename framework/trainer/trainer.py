@@ -36,6 +36,11 @@ from framework.trainer.trainer_run import TrainerRun
 class Trainer(TrainerRun):
     """Runs a ``Module``'s fit, validate, test and predict loops; arguments as in Lightning.
 
+    Two arguments are this framework's own: ``compile`` (compile each step whole, see the README) and
+    ``auto_resume``: a ``fit`` without ``ckpt_path`` resumes by itself from the newest complete checkpoint when
+    the job was started again after a lost rank or a preemption (:mod:`framework.trainer.auto_resume`);
+    ``auto_resume=False`` starts every fit afresh unless given a ``ckpt_path``.
+
     Example::
 
         trainer = Trainer(max_epochs=5, accelerator="cpu", log_every_n_steps=10)
@@ -88,6 +93,7 @@ class Trainer(TrainerRun):
         default_root_dir: str | os.PathLike | None = None,
         enable_autolog_hparams: bool = True,
         compile: bool | dict[str, Any] = False,
+        auto_resume: bool = True,
     ) -> None:
         self.runtime = Runtime(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes,
                                precision=precision, compile=compile)
@@ -100,6 +106,7 @@ class Trainer(TrainerRun):
             if self.runtime.global_rank == 0:
                 console.info("Trainer(barebones=True): checkpointing, logging, the progress bar, the model summary and "
                              "the sanity check are off, to measure the Trainer's own speed.")
+        self.auto_resume = check.check_bool("auto_resume", auto_resume)
         self.fast_dev_run = check.check_fast_dev_run(fast_dev_run)
         self.max_steps = check.check_int("max_steps", max_steps, -1)
         self.min_steps = check.check_int("min_steps", min_steps, 0, none_means=None)

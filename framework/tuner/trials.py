@@ -23,7 +23,7 @@ def trial_trainer(trainer: Trainer, callbacks: list[Any], **settings: Any) -> An
     and ``settings``; of ``trainer``'s own class, so the tuner needs no import of the Trainer."""
     arguments = {**trainer._init_arguments, "callbacks": callbacks, "logger": False, "enable_checkpointing": False,
                  "enable_progress_bar": False, "enable_model_summary": False, "fast_dev_run": False,
-                 "barebones": False, "profiler": None, **settings}
+                 "barebones": False, "profiler": None, "auto_resume": False, **settings}
     return type(trainer)(**arguments)
 
 
