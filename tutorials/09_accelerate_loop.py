@@ -81,7 +81,7 @@ def main() -> None:
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
     if args.resume:
-        accelerator.load_state()  # the newest folder in <project-dir>/checkpoints
+        accelerator.load_state()  # the newest complete state in <project-dir>/checkpoints
         accelerator.print(f"resumed in epoch {progress.epoch} after {progress.batches_done} batches")
 
     steps = 0

@@ -20,7 +20,7 @@ def test_a_resumed_loop_ends_as_the_uninterrupted_one(tmp_path, resume, masks):
     whole = train(str(tmp_path / "unused"), masks=masks)
     saved = train(str(tmp_path / "state"), stop=True, masks=masks)
     assert saved["saved"] == ["custom_checkpoint_0.pkl", "dl_state_dict.bin", "model.safetensors", "optimizer.bin",
-                              "random_states_0.pkl", "scheduler.bin"]
+                              "random_states_0.pkl", "scheduler.bin", "state_complete.json"]
     resumed = train(str(tmp_path / "state"), resume=resume, masks=masks)
     assert resumed["lr"] == whole["lr"]
     for name, value in whole["weights"].items():
