@@ -87,8 +87,16 @@ def _torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
 
 
 def _interactive_slurm(environ: Mapping[str, str]) -> bool:
-    """``srun --pty bash`` and ``salloc`` give a shell, not ranks: the user launches from inside it."""
-    return environ.get("SLURM_JOB_NAME") in ("bash", "interactive") or int(environ.get("SLURM_NTASKS", "1")) < 2
+    """``srun --pty bash`` and ``salloc`` give a shell, not ranks: the user launches from inside it.
+
+    In such a job (named ``bash`` or ``interactive``, salloc's name) the tasks of a step that ``srun -n 2 python
+    train.py`` started in the shell are ranks all the same: they have a step (``SLURM_STEP_ID``) and no terminal of
+    their own (``SLURM_PTY_PORT``, which ``srun --pty`` sets and nested steps inherit)."""
+    if int(environ.get("SLURM_NTASKS", "1")) < 2:
+        return True
+    if environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        return False
+    return "SLURM_STEP_ID" not in environ or "SLURM_PTY_PORT" in environ
 
 
 def _slurm(environ: Mapping[str, str]) -> ClusterEnvironment:
