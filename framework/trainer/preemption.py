@@ -1,6 +1,9 @@
 """What the fit loop does on a preemption signal: at the step boundary every rank agreed on, save the run and leave
 with the exit status that asks for a new start (:mod:`framework.runtime.preemption`).
 
+Under SLURM, rank 0 then requeues the job (``requeue_when_done``), last of all: ``scontrol requeue`` kills every
+process of the job within milliseconds.
+
 The checkpoint is Lightning's "hpc" checkpoint: ``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, written by
 ``trainer.save_checkpoint`` (a file, or a directory for a sharded strategy). The next start of the job finds it
 (:mod:`framework.trainer.auto_resume`); the older ones are removed once the new one is whole.
@@ -52,9 +55,6 @@ class PreemptionStop:
                 if older != path:
                     remove(older)
             console.info(f"{self._signal_name()} at global step {trainer.global_step}: saved {path}.")
-            requeued = slurm_requeue()
-            if requeued:
-                console.info(requeued)
         raise Preempted(self._signal_name(), path)
 
     def _signal_name(self) -> str:
@@ -70,3 +70,13 @@ class PreemptionStop:
 def in_directory(directory: str, name: str) -> str:
     """``name`` in ``directory``, a local path or an fsspec URL."""
     return f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(directory, name)
+
+
+def requeue_when_done(trainer: Trainer) -> None:
+    """The last thing a preempted run does (after ``on_exception`` and the loggers' last writes): once every rank
+    is here, rank 0 asks SLURM to requeue the job, which kills every process of the job at once."""
+    trainer.runtime.barrier("preempted run done")
+    if trainer.is_global_zero:
+        requeued = slurm_requeue()
+        if requeued:
+            console.info(requeued)

@@ -24,6 +24,7 @@ from framework.trainer.eval_loop import run_predict, run_validate_or_test
 from framework.trainer.fit_loop import FitLoop
 from framework.trainer.launch import predictions_of_every_rank, run_launched
 from framework.trainer.metrics import log_hyperparams
+from framework.trainer.preemption import requeue_when_done
 from framework.trainer.properties import TrainerProperties
 from framework.trainer.signatures import without_unaccepted_batch_idx
 from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
@@ -72,6 +73,8 @@ class TrainerRun(TrainerProperties):
             self.state.status = TrainerStatus.INTERRUPTED
             self._on_exception(error)
             self._finalize_loggers("interrupted" if isinstance(error, Preempted) else "failed")
+            if isinstance(error, Preempted):
+                requeue_when_done(self)
             raise
         finally:
             self.state.stage = None
