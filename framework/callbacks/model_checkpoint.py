@@ -162,8 +162,11 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         self._last_time_checked = time.monotonic()
 
     def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Save when ``every_n_train_steps`` optimizer steps or ``train_time_interval`` have passed."""
-        if not self._per_batch or self._skips(trainer):
+        """Save when ``every_n_train_steps`` optimizer steps or ``train_time_interval`` have passed, after a batch that
+        ended with an optimizer step: gradients accumulated for the next step are not in a checkpoint, so one saved
+        between accumulated batches would not resume exactly (the first batch of a run resumed between two of its
+        steps, or a time-based save, would otherwise save there)."""
+        if not self._per_batch or self._skips(trainer) or not _stepped(trainer):
             return
         due_by_steps = self._every_n_train_steps > 0 and trainer.global_step % self._every_n_train_steps == 0
         due_by_time = False
@@ -387,3 +390,8 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         write_scores(self.best_k_models, filepath if filepath is not None else
                      os.path.join(self.dirpath or ".", "best_k_models.yaml"))
 
+
+
+def _stepped(trainer: "Trainer") -> bool:
+    """Whether the batch ending now ended with an optimizer step (True outside a fit loop that knows)."""
+    return getattr(getattr(trainer, "fit_loop", None), "batch_stepped", True)

@@ -54,11 +54,15 @@ def announce_resume(trainer: Trainer, path: str, checkpoint: dict[str, Any]) -> 
             log_restart(record)
 
 
-def forget_preemption_checkpoint(trainer: Trainer) -> None:
-    """After a fit that resumed from a preemption checkpoint has ended: remove it, so it is not resumed again."""
-    path = trainer.ckpt_path
-    if trainer.is_global_zero and path is not None and path in hpc_checkpoints(trainer.default_root_dir):
-        remove(path)
+def forget_preemption_checkpoints(trainer: Trainer) -> None:
+    """After a fit that went on from an interruption (it resumed by itself, or this is a restart) has ended: remove
+    the preemption checkpoints in ``default_root_dir``, so a later run of the script starts afresh instead of
+    resuming an old one. (A restart may have resumed from a newer ModelCheckpoint file than the preemption one.)"""
+    if not trainer.is_global_zero or not trainer.auto_resume:
+        return
+    if restart_count() or trainer.ckpt_path in hpc_checkpoints(trainer.default_root_dir):
+        for path in hpc_checkpoints(trainer.default_root_dir):
+            remove(path)
 
 
 def _model_checkpoint_files(trainer: Trainer) -> list[str]:

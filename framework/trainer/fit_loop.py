@@ -18,7 +18,7 @@ from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.profilers.base import profiled_batches
 from framework.seed import restore_rng_states, rng_states
-from framework.trainer.auto_resume import announce_resume, automatic_ckpt_path, forget_preemption_checkpoint
+from framework.trainer.auto_resume import announce_resume, automatic_ckpt_path, forget_preemption_checkpoints
 from framework.trainer.automatic import AutomaticOptimization
 from framework.trainer.checkpoint import (
     load_for,
@@ -118,7 +118,7 @@ class FitLoop(ValidationInFit):
         finally:
             self.preemption.watch.restore()
         trainer.hooks.call(Hook.ON_FIT_END)
-        forget_preemption_checkpoint(trainer)
+        forget_preemption_checkpoints(trainer)
 
     def _check_settings(self) -> None:
         trainer, module = self.trainer, self.trainer.module
