@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import framework
 from framework.callbacks import ModelCheckpoint
-from framework.loggers import CSVLogger
+from framework.loggers import CSVLogger, TensorBoardLogger
 from framework.strategies import DDPStrategy
 
 
@@ -133,7 +133,8 @@ def main(workdir: str, fault: str = "") -> None:
         strategy = DDPStrategy(max_restarts=int(os.environ["RESTART_RUN_RESTARTS"]),
                                start_method=os.environ.get("RESTART_RUN_START", "auto"))
     trainer = framework.Trainer(max_epochs=3, accelerator="cpu", devices=2, strategy=strategy, default_root_dir=work,
-                                logger=CSVLogger(work, name="logs", version=0), log_every_n_steps=1,
+                                logger=[CSVLogger(work, name="logs", version=0),
+                                        TensorBoardLogger(work, name="tensorboard", version=0)], log_every_n_steps=1,
                                 accumulate_grad_batches=2, enable_progress_bar=False, enable_model_summary=False,
                                 callbacks=callbacks)
     model = Noisy()

@@ -29,8 +29,19 @@ def _launch(work: Path, fault: str = "", restarts: int = 0) -> subprocess.Comple
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
-def _outcome(work: Path) -> tuple[dict, str]:
-    return torch.load(work / "result.pt", weights_only=True), (work / "logs" / "version_0" / "metrics.csv").read_text()
+def _outcome(work: Path) -> tuple[dict, str, dict]:
+    rows = (work / "logs" / "version_0" / "metrics.csv").read_text()
+    return torch.load(work / "result.pt", weights_only=True), rows, _scalars(work / "tensorboard" / "version_0")
+
+
+def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series as TensorBoard shows it: across the folder's event files, a restart's ``purge_step``
+    dropping what the interrupted run logged from that step on."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), purge_orphaned_data=True)
+    events.Reload()
+    return {tag: [(event.step, event.value) for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +52,9 @@ def uninterrupted(tmp_path_factory):
     return _outcome(work)
 
 
-def _assert_same_run(outcome: tuple[dict, str], expected: tuple[dict, str]) -> None:
-    (result, rows), (reference, reference_rows) = outcome, expected
+def _assert_same_run(outcome: tuple[dict, str, dict], expected: tuple[dict, str, dict]) -> None:
+    (result, rows, scalars), (reference, reference_rows, reference_scalars) = outcome, expected
+    assert scalars == reference_scalars and reference_scalars["loss_step"]  # each step once, in order, the same
     assert result["global_step"] == reference["global_step"] == 9
     for name, tensor in reference["weights"].items():
         assert torch.equal(result["weights"][name], tensor), name
@@ -131,8 +143,9 @@ def test_the_trainers_own_launcher_restarts_its_ranks_too(tmp_path, uninterrupte
                           text=True, timeout=180, env=environment)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 2)" in done.stderr
-    result, rows = _outcome(tmp_path)
-    reference, reference_rows = uninterrupted
+    result, rows, scalars = _outcome(tmp_path)
+    reference, reference_rows, reference_scalars = uninterrupted
+    assert scalars == reference_scalars
     assert result["global_step"] == reference["global_step"]
     for name, tensor in reference["weights"].items():
         assert torch.equal(result["weights"][name], tensor), name
