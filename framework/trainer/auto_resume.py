@@ -2,13 +2,14 @@
 rank or a preemption, so the same command goes on where the last complete checkpoint left it.
 
 - A preemption checkpoint (``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, written when a signal stopped the run)
-  is resumed from whenever one exists: it means the run was stopped to be started again. Once a fit that resumed
-  from it ends, it is removed, so a later run of the same script starts afresh.
+  is resumed from whenever one exists: it means the run was stopped to be started again. Once a fit that went on
+  from an interruption ends, the preemption checkpoints are removed, so a later run of the script starts afresh.
 - On a restart (``framework launch --max-restarts``/torchrun's ``TORCHELASTIC_RESTART_COUNT``, or SLURM's
   ``SLURM_RESTART_COUNT`` after a requeue), the checkpoints of the run's ModelCheckpoint callbacks count too.
 
 The newest complete one of these wins; an incomplete one (a save cut short) never does. A ``ckpt_path`` the user
 passes always wins over this; ``"hpc"`` names the newest preemption checkpoint, as in Lightning.
+``Trainer(auto_resume=False)`` turns all of this off.
 """
 
 from __future__ import annotations
