@@ -48,3 +48,21 @@ def test_the_checkpoint_benchmarks_training_table_runs_at_a_small_size(tmp_path)
         assert float(row[2]) >= 0 and float(row[4]) > 0
         assert (row[3].strip() == "-") == (row[1].strip() == "none")
     assert os.listdir(tmp_path) == []  # its checkpoints are removed
+
+
+RECOVERY_BENCHMARK = BENCHMARK.parent / "recovery.py"
+
+
+def test_the_recovery_benchmark_runs_at_its_smallest_size(tmp_path):
+    command = [sys.executable, str(RECOVERY_BENCHMARK), "--models", "small", "--ranks", "1", "--runs", "1",
+               "--dir", str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in completed.stdout.splitlines() if line.startswith("| small ")]
+    assert [(row[1].strip(), row[2].strip()) for row in rows] == [
+        ("1", "SIGKILL -> first new step"), ("1", "SIGUSR1 -> checkpoint complete"), ("1", "SIGUSR1 -> exited (75)")]
+    for row in rows:
+        assert float(row[3]) > 0
+        parts = dict(part.rsplit(" ", 1) for part in row[4].strip().split(", "))
+        assert all(float(value) >= -0.1 for value in parts.values()), row  # a part may span two processes' stamps
+    assert os.listdir(tmp_path) == []  # the runs' directories and checkpoints are removed
