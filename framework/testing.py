@@ -188,8 +188,10 @@ def _local_bytes(tensor: Any) -> int:
 def _in_process_group(fn: Callable[..., Any], args: tuple, timeout: float) -> Any:
     import torch.distributed as dist
 
+    from framework.strategies.parallel import start_process_group
+
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout))
+    start_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout))
     result = fn(rank, *args)
     dist.barrier()
     dist.destroy_process_group()

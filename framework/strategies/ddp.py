@@ -121,11 +121,13 @@ _WRAPPED: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 
 
 def release_at_exit(wrapped: DistributedDataParallel) -> None:
-    """Have ``wrapped``'s gradient reducer released when the process exits, while the interpreter is still whole.
+    """Have ``wrapped``'s gradient reducer and process group dropped when the process exits, while the interpreter
+    is still whole.
 
-    A reducer left to interpreter finalization (a prepared model held in a script's global) can
-    abort the process there, after the script finished ("terminate called without an active
-    exception", gloo on CPU, torch 2.14: seen in about one run in ten on two ranks).
+    A wrapper the script still holds at exit (a prepared model in a global, the Trainer's model)
+    keeps gloo's threads running past ``destroy_process_group()``; left to C++'s teardown after
+    Python's, they can abort a rank that had finished ("terminate called without an active
+    exception", SIGABRT, and the launcher reports a failure).
     """
     if not _WRAPPED:
         atexit.register(_release_reducers)  # runs before the process group is destroyed at exit (registered later)
@@ -134,6 +136,6 @@ def release_at_exit(wrapped: DistributedDataParallel) -> None:
 
 def _release_reducers() -> None:
     for wrapped in list(_WRAPPED):
-        for name in ("logger", "reducer"):  # DDP's logger holds the reducer too
+        for name in ("logger", "reducer", "process_group"):  # DDP's logger holds the reducer too
             wrapped.__dict__.pop(name, None)
     _WRAPPED.clear()

@@ -34,7 +34,13 @@ from framework.strategies.fsdp_options import (
     sharding_name,
 )
 from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard, wrap_policy
-from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
+from framework.strategies.parallel import (
+    ParallelStrategy,
+    StepRouter,
+    broadcast_from_rank_zero,
+    routed,
+    start_process_group,
+)
 
 # Where a sharded module keeps the root that shards it, for the next run to reuse.
 ROOT_ATTRIBUTE = "_framework_sharded_root"
@@ -129,7 +135,7 @@ class FSDPStrategy(ParallelStrategy):
         """Start the process group (fully_shard needs one even on one process) and the device mesh."""
         super().setup_environment()
         if not dist.is_initialized():
-            dist.init_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
+            start_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
             self._started_group = True
 
     def module_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager:

@@ -22,6 +22,21 @@ _EXIT_BARRIER_TIMEOUT = timedelta(seconds=60)
 _REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 
 
+def start_process_group(backend: str, **options: Any) -> None:
+    """``torch.distributed.init_process_group(backend, **options)``, made safe to end.
+
+    ``torch.distributed.nn``'s functions take the default group as a default argument, evaluated
+    when that module is first imported (``DistributedDataParallel`` imports it, through
+    ``torch._dynamo``). Imported after the group started, they hold it past
+    ``destroy_process_group()`` until C++ tears down at exit, where gloo can abort a rank that
+    had finished ("terminate called without an active exception", SIGABRT). Imported before,
+    their default is None.
+    """
+    import torch.distributed.nn  # noqa: F401  (see the docstring)
+
+    dist.init_process_group(backend, **options)
+
+
 class StepRouter(nn.Module):
     """Makes a wrapper's forward run the user's ``training_step``: DDP syncs gradients only of what its
     forward ran, and FSDP gathers parameters in the hooks around it. Otherwise it calls the module
@@ -135,7 +150,7 @@ class ParallelStrategy(Strategy):
                 "MASTER_ADDR/MASTER_PORT. Let the Trainer or runtime.launch() start the processes, or use "
                 "`framework launch` / torchrun."
             )
-        dist.init_process_group(self.backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout)
+        start_process_group(self.backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout)
         self._started_group = True
         # A rank that leaves with the group alive can abort gloo in a peer still closing it (SIGABRT at exit).
         atexit.register(self._end_at_exit)
