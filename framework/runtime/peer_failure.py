@@ -10,8 +10,13 @@ collective (joining the process group), until the 30-minute timeout. So:
 - ``framework launch`` on each of several nodes watches the store (``NodeWatch``): a node whose ranks failed
   says so there, the other nodes stop their ranks, and every launcher prints which rank failed first, and why.
 
-Nothing here runs while training: a rank touches the store only when it dies, and the launchers poll it from
-a thread of their own.
+Nothing here runs in the training step: a rank touches the store from its heartbeat's thread, and when it dies; the
+launchers poll the store from a thread of their own.
+
+torchrun's agent stops the ranks left after one failed with SIGTERM, which a Trainer's rank takes as a preemption
+wish (save, then leave). With a peer gone no checkpoint can be saved, since every rank takes part, so the heartbeat
+ends such a rank at once (``leave_if_unanswerable``), as SIGTERM would without the wish; otherwise the launcher would
+wait for it until its ``--shutdown-timeout`` (30 s), or a collective's timeout on NCCL.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
-from framework.runtime.heartbeat import INTERVAL_S, end_silent_ranks, silent_ranks, start_heartbeat
+from framework.runtime.heartbeat import INTERVAL_S, end_silent_ranks, gone_ranks, silent_ranks, start_heartbeat
+from framework.runtime.preemption import unanswered_signal
 
 FIRST_FAILURE_KEY = "framework/first_failure"  # a RankFailure, as JSON: the first rank that died of an exception
 FAILED_NODE_KEY = "framework/failed_node"  # set by the first launcher whose ranks failed: the others stop theirs
@@ -40,6 +46,7 @@ _POLL_S = 0.5  # how often a launcher looks for another node's failure
 _RANKS_GRACE_S = 3.0  # how long a launcher lets its ranks end by themselves once another node failed
 _JOIN_WAIT_S = 900.0  # how long a launcher waits for the store to come up (torchrun's rendezvous join timeout)
 _KEEP_STORE_S = 15.0  # how long a failed launcher keeps the store (node 0's) up for the others to read it
+_GONE_ELSEWHERE_S = 15.0  # a rank on another machine not heard from for this long is taken as gone
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,8 @@ def share_failures_with_peers() -> None:
     _hook_installed = True
     beats = open_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), _RANK_CONNECT_S)
     if beats is not None:
-        start_heartbeat(beats, int(os.environ["RANK"]))
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        start_heartbeat(beats, rank, each_beat=lambda: leave_if_unanswerable(beats, rank, world_size))
     previous = sys.excepthook
 
     def share_then_print(kind: type[BaseException], error: BaseException, trace: Any) -> None:
@@ -102,6 +110,23 @@ def share_failures_with_peers() -> None:
         previous(kind, error, trace)
 
     sys.excepthook = share_then_print
+
+
+def leave_if_unanswerable(store: Any, rank: int, world_size: int) -> None:
+    """End this process (exit status 128 + the signal) if it received a preemption signal it has not begun to answer
+    while another rank is gone: see the module's docstring."""
+    number = unanswered_signal()
+    if number is None:
+        return
+    gone = [other for other in gone_ranks(store, world_size, _GONE_ELSEWHERE_S) if other != rank]
+    if not gone:
+        return
+    names = ", ".join(f"rank {other}" for other in gone)
+    message = (f"[framework] rank {rank}: {signal.Signals(number).name} received while {names} "
+               f"{'is' if len(gone) == 1 else 'are'} gone; a preemption checkpoint needs every rank, so this rank "
+               "ends now.\n")
+    os.write(2, message.encode())  # from this thread: the main thread may hold sys.stderr's lock
+    os._exit(128 + number)
 
 
 def _share_or_explain(error: BaseException, text: str) -> None:

@@ -56,12 +56,14 @@ class PreemptionWatch:
     """Notes the first preemption signal this process receives (``received``, a signal number, else None).
 
     Installed only from the main thread (Python delivers signals there). A handler the program had before is
-    called too, so a user's own handler keeps working.
+    called too, so a user's own handler keeps working. The loop sets ``answering`` once it begins to save and
+    leave (see ``unanswered_signal``).
     """
 
     def __init__(self, signals: tuple[signal.Signals, ...] = PREEMPTION_SIGNALS) -> None:
         self.signals = signals
         self.received: int | None = None
+        self.answering = False
         self._previous: dict[int, Any] = {}
 
     def install(self) -> bool:
@@ -72,6 +74,7 @@ class PreemptionWatch:
         for number in self.signals:
             self._previous[number] = signal.signal(number, self._note)
         _watching += 1
+        _installed.append(self)
         return True
 
     def restore(self) -> None:
@@ -83,6 +86,7 @@ class PreemptionWatch:
             signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
         _watching -= 1
+        _installed.remove(self)
 
     @property
     def signal_name(self) -> str:
@@ -95,6 +99,20 @@ class PreemptionWatch:
         if callable(previous):
             previous(number, frame)
 
+
+def unanswered_signal() -> int | None:
+    """The preemption signal an installed watch received and its loop has not begun to answer, else None.
+
+    Read from another thread (the heartbeat's): when a peer is gone meanwhile, no checkpoint can be saved, since
+    every rank takes part (:mod:`framework.runtime.peer_failure`).
+    """
+    for watch in list(_installed):
+        if watch.received is not None and not watch.answering:
+            return watch.received
+    return None
+
+
+_installed: list[PreemptionWatch] = []
 
 # How many watches are installed. A process forked meanwhile (a DataLoader worker) blocks the signals: SLURM signals
 # every process of a job step, and a worker would die of SIGUSR1 or of torch's SIGTERM handler, failing the batch

@@ -47,6 +47,7 @@ class PreemptionStop:
     def save_and_leave(self) -> None:
         """Save the run as it is now (every rank, at the same step), requeue a SLURM job, and raise ``Preempted``."""
         trainer = self.trainer
+        self.watch.answering = True
         path = trainer.runtime.broadcast(self._next_path() if trainer.is_global_zero else None)
         trainer.save_checkpoint(path)
         trainer.runtime.barrier("preemption checkpoint saved")

@@ -64,9 +64,12 @@ def _assert_same_run(outcome: tuple[dict, str, dict], expected: tuple[dict, str,
 
 
 def test_a_killed_rank_is_restarted_and_the_run_resumes_from_the_newest_complete_checkpoint(tmp_path, uninterrupted):
-    done = _launch(tmp_path, "kill:1:4", restarts=2)
+    # rank 0 is busy outside any collective when rank 1 dies; torchrun's agent then sends it SIGTERM, a preemption
+    # wish it cannot answer without rank 1: it ends at once instead of holding the restart for the agent's 30 s
+    done = _launch(tmp_path, "kill:1:4,stall:0:4", restarts=2)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 2)" in done.stderr
+    assert "rank 0: SIGTERM received while rank 1 is gone; a preemption checkpoint needs every rank" in done.stderr
     assert "of this job: rank 1 was killed by SIGKILL)" in done.stdout + done.stderr
     assert sorted((tmp_path / "starts").read_text().split("\n")[:-1]) == ["0 0", "0 1", "1 0", "1 1"]
     _assert_same_run(_outcome(tmp_path), uninterrupted)
