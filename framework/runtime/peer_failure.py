@@ -33,7 +33,14 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
-from framework.runtime.heartbeat import INTERVAL_S, end_silent_ranks, gone_ranks, silent_ranks, start_heartbeat
+from framework.runtime.heartbeat import (
+    INTERVAL_S,
+    busy_ranks,
+    end_ranks_here,
+    gone_ranks,
+    silent_ranks,
+    start_heartbeat,
+)
 from framework.runtime.preemption import unanswered_signal
 
 FIRST_FAILURE_KEY = "framework/first_failure"  # a RankFailure, as JSON: the first rank that died of an exception
@@ -137,7 +144,7 @@ def _share_or_explain(error: BaseException, text: str) -> None:
         return
     rank = int(os.environ["RANK"])
     if _timed_out(error):
-        _name_silent_ranks(error, store)
+        _name_ranks_keeping_it_waiting(error, store)
         return
     if not lost_a_peer(error):
         # The process's connections close only after this hook: the record is there before any peer notices.
@@ -156,16 +163,24 @@ def _timed_out(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and ("timed out" in text or "timeout" in text)
 
 
-def _name_silent_ranks(error: BaseException, store: Any) -> None:
-    silent = silent_ranks(store, int(os.environ["WORLD_SIZE"]), older_than_s=3 * INTERVAL_S)
-    if not silent:
-        _add_note(error, "[framework] this rank's collective timed out waiting; every rank is still alive, so one "
-                         "is busy elsewhere (an endless loop, a rank taking another path through the code?).")
+def _name_ranks_keeping_it_waiting(error: BaseException, store: Any) -> None:
+    world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    silent = silent_ranks(store, world_size, older_than_s=3 * INTERVAL_S)
+    busy = {other: beat for other, beat in busy_ranks(store, world_size, 3 * INTERVAL_S).items() if other != rank}
+    if silent:
+        names = ", ".join(f"rank {other} ({beat.age:.0f} s)" for other, beat in sorted(silent.items()))
+        why, culprits = f"not heard from since: {names}: stopped (SIGSTOP), frozen, or its machine gone.", silent
+    elif busy:
+        names = ", ".join(f"rank {other} ({beat.busy_at})" for other, beat in sorted(busy.items()))
+        why, culprits = (f"alive but not in a collective: {names}: an endless loop, or a wait that does not end?",
+                         busy)
+    else:
+        _add_note(error, "[framework] this rank's collective timed out waiting; every rank is alive and waiting, "
+                         "so they wait in different collectives (do the ranks take different paths through the "
+                         "code?).")
         return
-    names = ", ".join(f"rank {rank} ({age:.0f} s)" for rank, (age, _, _) in sorted(silent.items()))
-    ended = end_silent_ranks(silent)
-    _add_note(error, f"[framework] this rank's collective timed out waiting; not heard from since: {names}: stopped "
-                     f"(SIGSTOP), frozen, or its machine gone."
+    ended = end_ranks_here(culprits)
+    _add_note(error, f"[framework] this rank's collective timed out waiting; {why}"
                      + (f" Killed rank(s) {', '.join(map(str, ended))} on this machine" if ended else "")
                      + " so that the launcher can end the attempt (and, with --max-restarts, start every rank again).")
 

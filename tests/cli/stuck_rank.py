@@ -1,11 +1,13 @@
-"""A Trainer script for ``framework launch --max-restarts 1`` in which rank 1 stops itself (SIGSTOP) at step 3 of the
-first attempt, so the other rank's collective times out (``DDPStrategy(timeout=5)``); the second attempt trains to
-the end and rank 0 prints ``done <global_step>``."""
+"""A Trainer script for ``framework launch --max-restarts 1`` in which rank 1 gets stuck at step 3 of the first
+attempt, so the other rank's collective times out (``DDPStrategy(timeout=5)``); the second attempt trains to the end
+and rank 0 prints ``done <global_step>``. ``stuck_rank.py stop`` stops rank 1 (SIGSTOP), ``stuck_rank.py loop`` sends
+it into an endless loop."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import torch
 from torch import nn
@@ -21,7 +23,10 @@ class Stopping(framework.Module):
 
     def training_step(self, batch, batch_idx):
         if self.global_rank == 1 and self.global_step == 3 and os.environ["FRAMEWORK_RESTART_COUNT"] == "0":
-            os.kill(os.getpid(), signal.SIGSTOP)
+            if sys.argv[1] == "stop":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            while True:
+                pass
         return self.layer(batch).sum()
 
     def configure_optimizers(self):

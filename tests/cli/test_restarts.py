@@ -4,6 +4,7 @@ time; an exception in the script is not retried; preemption signals sent to the 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,14 +89,20 @@ def test_the_exit_codes_of_the_failed_ranks_decide_what_is_retried():
     assert describe_failure({1: 3}) == "rank 1 exited with status 3"
 
 
-def test_a_stopped_rank_ends_the_attempt_at_the_timeout_named_and_the_launcher_starts_every_rank_again():
+@pytest.mark.parametrize("stuck", ["stop", "loop"])
+def test_a_stuck_rank_ends_the_attempt_at_the_timeout_named_and_the_launcher_starts_every_rank_again(stuck):
     script = str(ROOT / "tests" / "cli" / "stuck_rank.py")
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2", "--max-restarts", "1",
-                           "--shutdown-timeout", "2", script], cwd=ROOT, capture_output=True, text=True, timeout=180)
+                           "--shutdown-timeout", "2", script, stuck], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "done 5" in done.stdout
-    assert "collective timed out waiting; not heard from since: rank 1" in done.stderr
-    assert "starting all ranks again (restart 1 of 1)" in done.stderr
+    if stuck == "stop":  # its beat goes stale
+        assert "collective timed out waiting; not heard from since: rank 1" in done.stderr
+    else:  # it beats, from a thread that also says where its main thread is
+        assert re.search(r"collective timed out waiting; alive but not in a collective: rank 1 \(stuck_rank\.py:\d+ in "
+                         r"training_step\): an endless loop", done.stderr), done.stderr[-3000:]
     assert "Killed rank(s) 1 on this machine" in done.stderr
+    assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 1)" in done.stderr
     assert time.monotonic() - started < 60  # the 5 s timeout, not torch's 30 minutes, nor its agent's 30 s wait
