@@ -131,7 +131,7 @@ def leave_if_unanswerable(store: Any, rank: int, world_size: int) -> None:
     names = ", ".join(f"rank {other}" for other in gone)
     message = (f"[framework] rank {rank}: {signal.Signals(number).name} received while {names} "
                f"{'is' if len(gone) == 1 else 'are'} gone; a preemption checkpoint needs every rank, so this rank "
-               "ends now.\n")
+               "ends now, as the signal would end it without the Trainer.\n")
     os.write(2, message.encode())  # from this thread: the main thread may hold sys.stderr's lock
     os._exit(128 + number)
 

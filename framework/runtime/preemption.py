@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from types import FrameType
 from typing import Any
@@ -74,19 +75,33 @@ class PreemptionWatch:
         for number in self.signals:
             self._previous[number] = signal.signal(number, self._note)
         _watching += 1
+        if not _installed:
+            _hear_signals_at_once()
         _installed.append(self)
         return True
 
     def restore(self) -> None:
-        """Give the signals back to the handlers they had before ``install``."""
-        global _watching
+        """Give the signals back to the handlers they had before ``install``.
+
+        Called while an exception ends the loop (a collective lost a peer), a signal received and not answered
+        stays ``unanswered_signal()``'s: Python drops a signal whose handler it had not run yet once the handler
+        is gone, so torchrun's SIGTERM to a rank whose peer died would otherwise be lost while the rank's error
+        is still being reported.
+        """
+        global _watching, _unanswered_at_error
         if not self._previous:
             return
+        if sys.exc_info()[0] is not None:
+            unanswered_signal()  # takes in a signal whose number is in the pipe
+            if self.received is not None and not self.answering:
+                _unanswered_at_error = self.received
         for number, handler in self._previous.items():
             signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
         _watching -= 1
         _installed.remove(self)
+        if not _installed:
+            _stop_hearing_signals_at_once()
 
     @property
     def signal_name(self) -> str:
@@ -101,18 +116,67 @@ class PreemptionWatch:
 
 
 def unanswered_signal() -> int | None:
-    """The preemption signal an installed watch received and its loop has not begun to answer, else None.
+    """The preemption signal an installed watch received and its loop has not begun to answer (or one that a
+    watch ended by an error left unanswered), else None.
 
     Read from another thread (the heartbeat's): when a peer is gone meanwhile, no checkpoint can be saved, since
-    every rank takes part (:mod:`framework.runtime.peer_failure`).
+    every rank takes part (:mod:`framework.runtime.peer_failure`). A signal counts as soon as it arrives, even while
+    the main thread is in a long C call (a backward, a collective waiting for a dead peer) and Python's handler
+    has not run yet: Python's C-level handler writes its number into a pipe at once (``signal.set_wakeup_fd``).
     """
+    arrived = _signals_arrived()
     for watch in list(_installed):
+        if watch.received is None:
+            watch.received = next((number for number in arrived if number in watch.signals), None)
         if watch.received is not None and not watch.answering:
             return watch.received
-    return None
+    return _unanswered_at_error
 
+
+_unanswered_at_error: int | None = None  # see PreemptionWatch.restore
 
 _installed: list[PreemptionWatch] = []
+# Made once and never closed: its read end is read from the heartbeat's thread, which must never read a number
+# the process has given to another file meanwhile.
+_wakeup_pipe: tuple[int, int] | None = None
+_hearing = False
+
+
+def _hear_signals_at_once() -> None:
+    """Have Python's C-level signal handler write each signal's number into ``_wakeup_pipe``, unless the process
+    uses that already (an asyncio loop does)."""
+    global _wakeup_pipe, _hearing
+    if _wakeup_pipe is None:
+        _wakeup_pipe = os.pipe()
+        for end in _wakeup_pipe:
+            os.set_blocking(end, False)
+    try:
+        previous = signal.set_wakeup_fd(_wakeup_pipe[1], warn_on_full_buffer=False)
+    except ValueError:  # not the main thread of the main interpreter
+        return
+    if previous != -1:
+        signal.set_wakeup_fd(previous)
+        return
+    _hearing = True
+
+
+def _stop_hearing_signals_at_once() -> None:
+    global _hearing
+    if _hearing:
+        signal.set_wakeup_fd(-1)
+        _hearing = False
+        _signals_arrived()
+
+
+def _signals_arrived() -> bytes:
+    """The numbers of the signals that arrived since the last call (each a byte), while ``_hearing``."""
+    if not _hearing or _wakeup_pipe is None:
+        return b""
+    try:
+        return os.read(_wakeup_pipe[0], 4096)
+    except OSError:  # nothing arrived (EAGAIN)
+        return b""
+
 
 # How many watches are installed. A process forked meanwhile (a DataLoader worker) blocks the signals: SLURM signals
 # every process of a job step, and a worker would die of SIGUSR1 or of torch's SIGTERM handler, failing the batch

@@ -5,8 +5,8 @@
 It trains with shuffling, dropout, gradient accumulation, a scheduler and two loader workers, saves a last
 checkpoint every step and resumes by itself (``fit`` without ``ckpt_path``). ``FAULT`` is
 ``KIND:RANK:STEP[:WHERE]`` (KIND one of kill, raise, stall, SIGUSR1, SIGTERM, SIGUSR2): at that global step, rank
-RANK is killed, raises, stalls (five minutes outside any collective, as in a long kernel), or receives the signal, at
-the end of a training batch, or WHERE says: ``val`` (in a validation
+RANK is killed, raises, stalls (five minutes in a C++ call that is not a collective, as in a long kernel), or
+receives the signal, at the end of a training batch, or WHERE says: ``val`` (in a validation
 batch), ``save`` (while a checkpoint is saved), ``epochend`` (in ``on_train_epoch_end``), ``worker`` (sent by a loader
 worker of the rank while it fetches, to the rank and to itself). It happens once: a marker file in WORKDIR remembers
 it. Several faults, separated by commas, each happen once. Each start of a rank appends
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -92,8 +92,8 @@ class Fault(framework.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.kind == "raise":
             raise ValueError("a bug in the training script")
-        elif self.kind == "stall":
-            time.sleep(300)
+        elif self.kind == "stall":  # in a C++ call that runs no Python signal handler, as a collective waiting
+            torch.distributed.distributed_c10d._get_default_store().wait(["never set"], timedelta(seconds=300))
         else:
             os.kill(os.getpid(), getattr(signal, self.kind))
 
