@@ -2,6 +2,7 @@
 ``test_complete_checkpoints`` can SIGKILL it exactly there (real processes, real files).
 
     python -m tests.io.interrupted_save '<spec as JSON>'
+    python -m tests.io.interrupted_save --serve     # then one spec per line on stdin: see ``serve``
 
 The spec: ``dirpath``, ``signals`` (a directory), ``form`` ("file" or "dir": a sharded checkpoint written by
 ``ranks`` gloo ranks), ``mode`` ("sync" or "async": through an ``AsyncCheckpointIO``), ``phase`` and
@@ -27,6 +28,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from typing import Any
 
 import torch
@@ -220,5 +222,46 @@ def main(spec: dict[str, Any]) -> None:
         save_points(0, spec)
 
 
+def serve() -> None:
+    """For each spec read from stdin (a line of JSON, with ``log``: a file for its output), fork a process that runs
+    ``main(spec)`` in a session of its own and print its process id. Everything is imported once, here: a fork
+    starts in milliseconds where a new interpreter takes two seconds. The process writes its exit status to
+    ``<log>.exit`` when it ends by itself (not when killed)."""
+    import torch.distributed.checkpoint  # noqa: F401  (what the sharded saves import on first use)
+
+    import framework  # noqa: F401
+    import framework.testing  # noqa: F401
+    from framework.callbacks import ModelCheckpoint  # noqa: F401
+
+    for line in sys.stdin:
+        spec = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _run_forked(spec)
+        print(pid, flush=True)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:  # the ones that ended (or were killed) meanwhile
+                pass
+
+
+def _run_forked(spec: dict[str, Any]) -> None:
+    status = 1
+    try:
+        os.setsid()
+        log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        main(spec)
+        status = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with open(f"{spec['log']}.exit", "w") as exit_file:
+            exit_file.write(str(status))
+        os._exit(status)
+
+
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    serve() if sys.argv[1] == "--serve" else main(json.loads(sys.argv[1]))

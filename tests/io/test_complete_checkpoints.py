@@ -41,28 +41,54 @@ pytestmark = [
 ]
 
 
-def _stop_and_kill(tmp_path: Path, **spec) -> Path:
+@pytest.fixture(scope="module")
+def saver():
+    """``interrupted_save --serve``: it forks each saving process from an interpreter that imported everything."""
+    server = subprocess.Popen([sys.executable, "-m", "tests.io.interrupted_save", "--serve"], cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    yield server
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
+def _start(saver: subprocess.Popen, spec: dict) -> int:
+    """Start the saving process of ``spec`` (its output in ``spec["log"]``); its process id, also its group's."""
+    saver.stdin.write(json.dumps(spec) + "\n")
+    saver.stdin.flush()
+    return int(saver.stdout.readline())
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a process that ended stays a zombie until the server reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _stop_and_kill(tmp_path: Path, saver: subprocess.Popen, **spec) -> Path:
     """Run the saving process of ``spec`` until it stops at its phase, SIGKILL it and its ranks; its dirpath."""
     dirpath, signals = tmp_path / "checkpoints", tmp_path / "signals"
     dirpath.mkdir()
     signals.mkdir()
+    log = tmp_path / "stderr.log"
     spec = {"dirpath": str(dirpath), "signals": str(signals), "ranks": 1, "target": "last.ckpt",
-            "occurrence": 1, "run": "io", **spec}
+            "occurrence": 1, "run": "io", "log": str(log), **spec}
     expected = {f"{spec['phase']}-r1", "written-r0"} if spec["phase"] == "middle" and spec["ranks"] > 1 \
         else {f"{spec['phase']}-r0"}
-    log = tmp_path / "stderr.log"
-    with open(log, "w") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "tests.io.interrupted_save", json.dumps(spec)], cwd=ROOT,
-                                   stdout=stderr, stderr=stderr, start_new_session=True)
+    pid = _start(saver, spec)
     try:
         deadline = time.monotonic() + 90
         while not expected <= set(os.listdir(signals)):
-            assert process.poll() is None, f"the saving process ended before {expected}:\n{log.read_text()[-3000:]}"
+            assert _running(pid), f"the saving process ended before {expected}:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no stop at {expected}:\n{log.read_text()[-3000:]}"
             time.sleep(0.02)
     finally:
-        os.killpg(process.pid, signal.SIGKILL)  # the process and the ranks it forked, wherever they are
-        process.wait(timeout=30)
+        os.killpg(pid, signal.SIGKILL)  # the process and the ranks it forked, wherever they are
+        deadline = time.monotonic() + 30
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
     assert "finished-r0" not in os.listdir(signals)
     return dirpath
 
@@ -97,11 +123,11 @@ IO_CASES = [("file", 1, mode, phase) for mode in ("sync", "async") for phase in 
 
 
 @pytest.mark.parametrize(("form", "ranks", "mode", "phase"), IO_CASES)
-def test_a_save_killed_at_any_phase_leaves_the_previous_checkpoint_as_the_latest(tmp_path, form, ranks, mode,
-                                                                                 phase):
+def test_a_save_killed_at_any_phase_leaves_the_previous_checkpoint_as_the_latest(tmp_path, saver, form, ranks,
+                                                                                 mode, phase):
     # Save point 1 wrote last.ckpt and step=1.ckpt; save point 2 wrote step=2.ckpt whole, then was killed
     # while it replaced last.ckpt, before deleting step=1.ckpt.
-    dirpath = _stop_and_kill(tmp_path, form=form, ranks=ranks, mode=mode, phase=phase)
+    dirpath = _stop_and_kill(tmp_path, saver, form=form, ranks=ranks, mode=mode, phase=phase)
     if form == "dir" and phase == "middle":  # killed between the ranks' writes: one part is there, not the other
         unfinished = [path for path in _entries(dirpath) if is_temporary(path)]
         assert len(unfinished) == 1 and sorted(name for name in os.listdir(unfinished[0])
@@ -141,10 +167,10 @@ TRAINER_CASES = [
 
 
 @pytest.mark.parametrize(("spec", "picked"), TRAINER_CASES)
-def test_model_checkpoint_killed_in_its_second_save_resumes_from_the_first(tmp_path, spec, picked):
+def test_model_checkpoint_killed_in_its_second_save_resumes_from_the_first(tmp_path, saver, spec, picked):
     # ModelCheckpoint(every_n_train_steps=1, save_top_k=1, save_last=...): step 2's save point is killed while
     # it writes (or links) last.ckpt, after writing epoch=0-step=2.ckpt, before deleting epoch=0-step=1.ckpt.
-    dirpath = _stop_and_kill(tmp_path, run="trainer", occurrence=2, **spec)
+    dirpath = _stop_and_kill(tmp_path, saver, run="trainer", occurrence=2, **spec)
     _assert_only_whole_checkpoints_under_final_names(dirpath)
     last = _last(dirpath)
     assert [os.path.basename(path) for path in last] == [picked] and _step(last[0]) == 1
@@ -155,11 +181,15 @@ def test_model_checkpoint_killed_in_its_second_save_resumes_from_the_first(tmp_p
     # The next run resumes from it and saves over what the kill left.
     for name in os.listdir(tmp_path / "signals"):
         os.remove(tmp_path / "signals" / name)
+    log = tmp_path / "resume.log"
     resume = {"dirpath": str(dirpath), "signals": str(tmp_path / "signals"), "ranks": 1, "target": "",
-              "occurrence": 0, **spec, "run": "resume", "phase": "none"}
-    completed = subprocess.run([sys.executable, "-m", "tests.io.interrupted_save", json.dumps(resume)], cwd=ROOT,
-                               capture_output=True, text=True, timeout=180)
-    assert completed.returncode == 0, completed.stderr[-3000:]
+              "occurrence": 0, **spec, "run": "resume", "phase": "none", "log": str(log)}
+    _start(saver, resume)
+    deadline = time.monotonic() + 180
+    while not Path(f"{log}.exit").exists():
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    assert Path(f"{log}.exit").read_text() == "0", log.read_text()[-3000:]
     assert "finished-r0" in os.listdir(tmp_path / "signals")
     assert leftover_temporaries(dirpath) == [] and not os.path.lexists(dirpath / "last.ckpt.previous")
     assert _step(newest_complete_checkpoint(_last(dirpath))) == 4
