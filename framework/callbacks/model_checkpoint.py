@@ -391,7 +391,6 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
                      os.path.join(self.dirpath or ".", "best_k_models.yaml"))
 
 
-
 def _stepped(trainer: "Trainer") -> bool:
     """Whether the batch ending now ended with an optimizer step (True outside a fit loop that knows)."""
     return getattr(getattr(trainer, "fit_loop", None), "batch_stepped", True)

@@ -130,11 +130,11 @@ def release_at_exit(wrapped: DistributedDataParallel) -> None:
     exception", SIGABRT, and the launcher reports a failure).
     """
     if not _WRAPPED:
-        atexit.register(_release_reducers)  # runs before the process group is destroyed at exit (registered later)
+        atexit.register(_release_wrapped)  # runs before the process group is destroyed at exit (registered later)
     _WRAPPED.add(wrapped)
 
 
-def _release_reducers() -> None:
+def _release_wrapped() -> None:
     for wrapped in list(_WRAPPED):
         for name in ("logger", "reducer", "process_group"):  # DDP's logger holds the reducer too
             wrapped.__dict__.pop(name, None)

@@ -1140,9 +1140,9 @@ def _reducer_released_at_exit(rank: int) -> tuple[bool, bool]:
     runtime.backward(model(torch.ones(2, 4)).sum())
     wrapped = model._forward_module
     before = "reducer" in wrapped.__dict__
-    atexit.unregister(ddp._release_reducers)  # run here what the exit runs
-    ddp._release_reducers()
-    return before, "reducer" in wrapped.__dict__ or "logger" in wrapped.__dict__
+    atexit.unregister(ddp._release_wrapped)  # run here what the exit runs
+    ddp._release_wrapped()
+    return before, any(name in wrapped.__dict__ for name in ("reducer", "logger", "process_group"))
 
 
 def test_ddp_reducers_are_released_at_exit_before_interpreter_finalization():
