@@ -16,9 +16,12 @@ def parse_duration(owner: str, name: str, value: Any) -> timedelta | None:
 
     A number is seconds. Zero is allowed, as in Lightning: the time is up at the first check.
 
-    Example::
+    Example:
 
-        parse_duration("Trainer", "max_time", "00:12:00:00")    # timedelta(hours=12)
+    >>> parse_duration("Trainer", "max_time", "00:12:00:00")
+    datetime.timedelta(seconds=43200)
+    >>> parse_duration("Timer", "duration", {"minutes": 90})
+    datetime.timedelta(seconds=5400)
     """
     if value is None:
         return None

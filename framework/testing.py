@@ -14,6 +14,8 @@ import torch
 from framework.runtime.launchers import start_processes
 from framework.runtime.start_method import choose_start_method
 
+__all__ = ["HOST_READS", "HostReads", "SavedActivations", "count_host_reads", "spawn", "state_bytes"]
+
 
 def spawn(world_size: int, fn: Callable[..., Any], *args: Any, start_method: str = "auto",
           timeout: float = 60.0) -> list[Any]:

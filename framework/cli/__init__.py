@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["CommandRun", "ConfigError", "run"]
+
 
 def __getattr__(name: str) -> Any:
     # Loaded on first use: ``framework launch`` and ``framework env`` should not import the Trainer.

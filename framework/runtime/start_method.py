@@ -36,9 +36,8 @@ def fork_hazard() -> str | None:
 
     Example::
 
-        >>> fork_hazard()          # on a laptop CPU
-        >>> fork_hazard()          # on a GPU machine
-        'this machine has 8 CUDA devices: ...'
+        fork_hazard()   # None on a laptop CPU
+        fork_hazard()   # "this machine has 8 CUDA devices: once anything in this process ran ..." on a GPU machine
     """
     platform = _platform_hazard()
     if platform is not None:

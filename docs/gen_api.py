@@ -1,0 +1,155 @@
+"""Write the API reference: ``docs/api/<package>.rst`` for each public package, documenting exactly its ``__all__``.
+
+``conf.py`` runs this at the start of every build, so the reference cannot drift from ``__all__``: a name added
+to a package's ``__all__`` gets its entry in the next build, and one without a docstring still gets its
+signature. One page per package (not one per object) keeps the build fast.
+
+An object exported by several packages (``framework.Trainer`` is ``framework.trainer.Trainer``) is documented
+once, under its *home*: the top-level ``framework`` when it exports it, else the exporting package that is the
+longest prefix of the module defining it. The others list it as an alias, and ``conf.py`` enters the alias in
+the inventory, so ``framework.trainer.Trainer`` resolves too.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import framework
+
+HERE = Path(__file__).parent
+API = HERE / "api"
+MODULES = ("framework.testing",)  # public modules that are not packages
+
+
+def public_packages() -> list[str]:
+    """Every package (and public module) of ``framework`` with an ``__all__``, in reading order."""
+    found = ["framework"] + [m.name for m in pkgutil.walk_packages(framework.__path__, "framework.") if m.ispkg]
+    found += MODULES
+    return sorted((name for name in found if hasattr(importlib.import_module(name), "__all__")),
+                  key=lambda name: (name != "framework", name))
+
+
+@functools.cache
+def exported() -> dict[str, dict[str, object]]:
+    """``{package: {name: object}}`` for every public package's ``__all__``."""
+    return {pkg: {name: getattr(importlib.import_module(pkg), name) for name in importlib.import_module(pkg).__all__}
+            for pkg in public_packages()}
+
+
+def homes() -> dict[int, str]:
+    """The package each shared object is documented under, by ``id``: see the module docstring."""
+    exporters: dict[int, list[str]] = {}
+    objects: dict[int, object] = {}
+    for pkg, names in exported().items():
+        for obj in names.values():
+            if not _is_constant(obj):
+                exporters.setdefault(id(obj), []).append(pkg)
+                objects[id(obj)] = obj
+    return {key: _home(objects[key], packages) for key, packages in exporters.items()}
+
+
+def _home(obj: object, packages: list[str]) -> str:
+    if "framework" in packages:
+        return "framework"
+    defined_in = getattr(obj, "__module__", None) or ""
+    fitting = [p for p in packages if defined_in == p or defined_in.startswith(p + ".")]
+    return max(fitting, key=len) if fitting else packages[0]
+
+
+def aliases() -> dict[str, str]:
+    """``{"framework.trainer.Trainer": "framework.Trainer", ...}``: each name documented under another path."""
+    home_of = homes()
+    found = {}
+    for pkg, names in exported().items():
+        for name, obj in names.items():
+            if not _is_constant(obj) and home_of[id(obj)] != pkg:
+                found[f"{pkg}.{name}"] = f"{home_of[id(obj)]}.{name}"
+    return found
+
+
+def _is_constant(obj: object) -> bool:
+    return isinstance(obj, (str, int, float, bytes, tuple, frozenset))
+
+
+def _members(cls: type) -> list[str]:
+    """The public members a class page lists: its own and those of its private ``framework`` bases (mixins such
+    as ``Module``'s hooks), not those of documented bases (``Callback``'s hooks stay on ``Callback``'s entry) or
+    of torch and the standard library."""
+    public = _public_ids()
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if klass is not cls and (id(klass) in public or not klass.__module__.startswith("framework")):
+            continue
+        for name in vars(klass):
+            if not name.startswith("_") and name not in names:
+                names.append(name)
+    return names
+
+
+@functools.cache
+def _public_ids() -> frozenset[int]:
+    return frozenset(id(obj) for names in exported().values() for obj in names.values())
+
+
+def _directive(pkg: str, name: str, obj: object) -> list[str]:
+    if inspect.isclass(obj):
+        kind = "autoexception" if issubclass(obj, BaseException) else "autoclass"
+        members = _members(obj)
+        lines = [f".. {kind}:: {name}", "   :show-inheritance:"]
+        if members:
+            lines += [f"   :members: {', '.join(members)}", "   :undoc-members:"]
+        return lines + [""]
+    if callable(obj):
+        return [f".. autofunction:: {name}", ""]
+    return [f".. autodata:: {name}", ""]
+
+
+def render(pkg: str, names: dict[str, object], home_of: dict[int, str]) -> str:
+    title = f"``{pkg}``"
+    lines = [f".. _api-{pkg}:", "", title, "=" * len(title), "",
+             f".. automodule:: {pkg}", "   :no-members:", "", f".. currentmodule:: {pkg}", ""]
+    own = [n for n, obj in sorted(names.items(), key=lambda item: item[0].lower())
+           if _is_constant(obj) or home_of[id(obj)] == pkg]
+    shared = [n for n in sorted(names, key=str.lower) if n not in own]
+    if own:
+        lines += [".. autosummary::", "   :nosignatures:", ""] + [f"   {n}" for n in own] + [""]
+    if shared:
+        lines += ["Also exported here, documented under another path:", ""]
+        lines += [f"- ``{pkg}.{n}`` is :py:obj:`{home_of[id(names[n])]}.{n}`" for n in shared] + [""]
+    for name in own:
+        lines += _directive(pkg, name, names[name])
+    return "\n".join(lines)
+
+
+def index(packages: list[str]) -> str:
+    lines = ["API reference", "=============", "",
+             "Every name in the ``__all__`` of ``framework`` and of each of its subpackages, one page per package. "
+             "This reference is generated from the code at each build (``docs/gen_api.py``).", "",
+             ".. toctree::", "   :maxdepth: 1", ""]
+    return "\n".join(lines + [f"   {pkg}" for pkg in packages]) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:  # an unchanged file keeps incremental builds incremental
+        path.write_text(text)
+
+
+def main() -> None:
+    """Write ``docs/api/index.rst`` and one page per package."""
+    API.mkdir(exist_ok=True)
+    home_of = homes()
+    packages = exported()
+    for pkg, names in packages.items():
+        _write(API / f"{pkg}.rst", render(pkg, names, home_of))
+    _write(API / "index.rst", index(list(packages)))
+    for stale in API.glob("*.rst"):
+        if stale.stem != "index" and stale.stem not in packages:
+            stale.unlink()
+
+
+if __name__ == "__main__":
+    main()

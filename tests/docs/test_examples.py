@@ -1,0 +1,55 @@
+"""Every Python block of the README and of the docs pages runs (tests/docs/blocks.py says how), and every ``>>>``
+example in the package's docstrings runs as a doctest."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import framework
+from tests.docs.blocks import blocks_of, run_page
+from tests.docs.conftest import DOCS, ROOT
+
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+PAGES = [page for page in PAGES if "_build" not in page.parts]
+
+
+def test_the_pages_hold_python_examples():
+    counted = {page: len(blocks_of(page)) for page in PAGES}
+    assert sum(counted.values()) > 50, counted
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(ROOT)) for page in PAGES])
+def test_the_python_blocks_of_a_page_run(page, tmp_path):
+    blocks = blocks_of(page)
+    if not blocks:
+        pytest.skip(f"{page.relative_to(ROOT)} has no python block")
+    skipped = run_page(page, tmp_path)
+    for block in skipped:
+        assert block.detail.strip(), f"{block.where} is skipped without a reason"
+
+
+def _modules_with_examples() -> list[str]:
+    names = ["framework"] + [m.name for m in pkgutil.walk_packages(framework.__path__, "framework.")]
+    found = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec and spec.origin and spec.origin.endswith(".py") and ">>>" in Path(spec.origin).read_text():
+            found.append(name)
+    return found
+
+
+@pytest.mark.parametrize("module", _modules_with_examples())
+def test_the_docstring_examples_of_a_module_run(module):
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = [test for test in finder.find(importlib.import_module(module)) if test.examples]
+    assert tests, f"{module} has '>>>' in its source but no docstring example was found"
+    for test in tests:
+        runner.run(test)
+    results = runner.summarize(verbose=False)
+    assert results.failed == 0, f"{results.failed} of {results.attempted} docstring examples of {module} failed"

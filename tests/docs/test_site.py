@@ -1,0 +1,96 @@
+"""The docs build without a warning, document every public name, and every internal link in them resolves."""
+
+from __future__ import annotations
+
+import html.parser
+import importlib
+import re
+import sys
+import urllib.parse
+from pathlib import Path
+
+from sphinx.util.inventory import InventoryFile
+
+from tests.docs.conftest import ARTIFACTS, DOCS, ROOT
+
+sys.path.insert(0, str(DOCS))
+import gen_api  # noqa: E402
+
+
+def test_the_site_builds_with_warnings_as_errors_and_nitpicky_references(site):
+    assert site.returncode == 0, f"sphinx-build failed ({site.seconds:.0f} s):\n{site.output[-20000:]}"
+    assert "WARNING" not in site.output and "ERROR" not in site.output, site.output[-20000:]
+    for page in ("index.html", "api/framework.html", "getting-started.html", "search.html", "objects.inv"):
+        assert (site.html / page).is_file(), f"the build made no {page}"
+
+
+def test_every_public_name_has_an_entry_in_the_inventory(site):
+    with open(site.html / "objects.inv", "rb") as file:
+        inventory = InventoryFile.load(file, "", lambda base, uri: uri)
+    data = inventory.data if hasattr(inventory, "data") else inventory  # Sphinx 8.2+ wraps the dict
+    entries = {name for role, items in data.items() if role.startswith("py:") for name in items}
+    wanted = [f"{pkg}.{name}" for pkg in gen_api.public_packages()
+              for name in importlib.import_module(pkg).__all__]
+    assert len(wanted) > 250
+    missing = sorted(set(wanted) - entries)
+    assert not missing, f"public names without an API entry: {missing}"
+
+
+class _Links(html.parser.HTMLParser):
+    """The ids a page defines and the links (``a href``, ``img src``) it makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.add(found["id"])
+        if tag == "a" and found.get("name"):
+            self.ids.add(found["name"])
+        target = found.get("href") if tag == "a" else found.get("src") if tag == "img" else None
+        if target:
+            self.links.append(target)
+
+
+def _parse(page: Path) -> _Links:
+    parsed = _Links()
+    parsed.feed(page.read_text(encoding="utf-8"))
+    return parsed
+
+
+def test_every_internal_link_and_anchor_resolves_and_external_links_are_listed(site):
+    pages = {page: _parse(page) for page in site.html.rglob("*.html") if "_static" not in page.parts}
+    broken, external = [], set()
+    for page, parsed in pages.items():
+        for link in parsed.links:
+            url = urllib.parse.urlsplit(link)
+            if url.scheme or url.netloc:
+                if url.scheme not in ("http", "https", "mailto"):
+                    broken.append(f"{page.relative_to(site.html)}: {link} (scheme {url.scheme!r})")
+                external.add(link)
+                continue
+            target = (page.parent / urllib.parse.unquote(url.path)).resolve() if url.path else page
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{page.relative_to(site.html)}: {link} (no such file)")
+            elif url.fragment and target.suffix == ".html":
+                ids = pages[target].ids if target in pages else _parse(target).ids
+                if urllib.parse.unquote(url.fragment) not in ids:
+                    broken.append(f"{page.relative_to(site.html)}: {link} (no anchor #{url.fragment})")
+    (ARTIFACTS / "external-links.txt").write_text("\n".join(sorted(external)) + "\n")
+    assert len(pages) > 40, sorted(pages)
+    assert not broken, "broken links in the built site:\n" + "\n".join(broken)
+
+
+def test_the_readme_links_only_to_files_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme):
+        url = urllib.parse.urlsplit(target)
+        if not (url.scheme or url.netloc or target.startswith("#")) and not (ROOT / url.path).exists():
+            broken.append(target)
+    assert not broken, f"README.md links to files that do not exist: {broken}"
