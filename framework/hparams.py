@@ -61,6 +61,11 @@ class HyperparametersMixin:
 
         With no ``args`` every argument is kept; with names only those; with one dict (or
         Namespace) that dict. ``ignore`` leaves names out (e.g. a backbone module).
+
+        :param ignore: a name or a list of names to leave out; ``None`` (the default): none.
+        :param logger: ``True`` (the default): the loggers receive them when a run starts (with the Trainer's
+            ``enable_autolog_hparams``); ``False``: stored and checkpointed only.
+        :param frame: the stack frame to look for ``__init__`` calls from, upwards; ``None`` (default): the caller's.
         """
         caller = frame if frame is not None else inspect.currentframe().f_back
         self._hparams, self._hparams_name = chosen_hyperparameters(caller, self, args, ignore)

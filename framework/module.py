@@ -160,7 +160,26 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
         ``on_step=True, on_epoch=False``; everywhere else ``on_step=False, on_epoch=True``.
         Epoch values are batch-size-weighted means unless ``reduce_fx`` says otherwise
         ("sum", "max", "min" or a callable). ``value`` may be a number, a one-element tensor
-        or a torchmetrics ``Metric`` (computed and reset at the epoch's end).
+        or a torchmetrics ``Metric`` (computed and reset at the epoch's end). Within an epoch,
+        logging a name again with other settings raises.
+
+        :param name: a non-empty string; with several evaluation loaders ``/dataloader_idx_N`` is appended.
+        :param value: a number, a one-element tensor (detached) or a torchmetrics ``Metric``.
+        :param prog_bar: show it on the progress bar; default ``False``.
+        :param logger: ``False`` keeps it from the loggers (``callback_metrics`` still get it); ``None`` (the
+            default) means ``True``.
+        :param on_step: record each batch's value (as ``<name>_step`` where ``on_epoch`` too); ``None``: see above.
+        :param on_epoch: record the epoch's reduced value (as ``<name>_epoch`` where ``on_step`` too); ``None``: see
+            above.
+        :param reduce_fx: how the epoch value is made: ``"mean"`` (the default), ``"sum"``, ``"max"``, ``"min"``,
+            or a callable taking the stacked values.
+        :param enable_graph: accepted for Lightning's sake; no effect: logged tensors are always detached.
+        :param sync_dist: reduce the value over all ranks with ``reduce_fx`` (not a callable one); default ``False``.
+        :param sync_dist_group: accepted for Lightning's sake; no effect: ``sync_dist`` reduces over all ranks.
+        :param add_dataloader_idx: ``False`` leaves the ``/dataloader_idx_N`` suffix off; default ``True``.
+        :param batch_size: this value's weight in the epoch's mean; ``None`` (the default): found in the batch.
+        :param metric_attribute: accepted for Lightning's sake; no effect.
+        :param rank_zero_only: accepted for Lightning's sake; no effect.
         """
         if on_step is False and on_epoch is False:
             raise MisconfigurationError(f"self.log({name!r}, ..., on_step=False, on_epoch=False) is not useful: "
@@ -212,7 +231,21 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
                  add_dataloader_idx: bool = True, batch_size: int | None = None,
                  rank_zero_only: bool = False) -> None:
         """``self.log`` for every item of ``dictionary`` (a mapping, or a torchmetrics ``MetricCollection``: each
-        of its metrics under its name) with the same settings."""
+        of its metrics under its name) with the same settings.
+
+        :param dictionary: names mapped to values, or a torchmetrics ``MetricCollection``.
+        :param prog_bar: as in ``log``.
+        :param logger: as in ``log``.
+        :param on_step: as in ``log``.
+        :param on_epoch: as in ``log``.
+        :param reduce_fx: as in ``log``.
+        :param enable_graph: as in ``log`` (no effect).
+        :param sync_dist: as in ``log``.
+        :param sync_dist_group: as in ``log`` (no effect).
+        :param add_dataloader_idx: as in ``log``.
+        :param batch_size: as in ``log``.
+        :param rank_zero_only: as in ``log`` (no effect).
+        """
         items = dictionary.items() if isinstance(dictionary, Mapping) else _collection_items(dictionary)
         if items is None:
             raise MisconfigurationError(
@@ -237,7 +270,12 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
         raise MisconfigurationError(f"{type(self).__qualname__} must define test_step(batch, batch_idx) to test.")
 
     def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
-        """By default, the module called on the batch."""
+        """By default, the module called on the batch.
+
+        :param batch: the batch, on the device.
+        :param batch_idx: its index in the loader.
+        :param dataloader_idx: the loader's index; passed only where there are several.
+        """
         return self(batch)
 
     def configure_optimizers(self) -> Any:
@@ -253,33 +291,61 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
 
     def configure_gradient_clipping(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Clip before each optimizer step; by default with the Trainer's settings."""
+        """Clip before each optimizer step; by default with the Trainer's settings.
+
+        :param optimizer: the optimizer about to step.
+        :param gradient_clip_val: the Trainer's ``gradient_clip_val``.
+        :param gradient_clip_algorithm: the Trainer's ``gradient_clip_algorithm``.
+        """
         self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
                             gradient_clip_algorithm=gradient_clip_algorithm)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer,
                        optimizer_closure: Callable[[], Any] | None = None) -> None:
-        """Override to change how the optimizer steps (e.g. a learning-rate warm-up); call ``optimizer.step``."""
+        """Override to change how the optimizer steps (e.g. a learning-rate warm-up); call ``optimizer.step``.
+
+        :param epoch: the current epoch.
+        :param batch_idx: the batch's index in the epoch.
+        :param optimizer: the optimizer to step.
+        :param optimizer_closure: runs ``training_step`` through backward and clipping; pass it to ``optimizer.step``.
+        """
         optimizer.step(closure=optimizer_closure)
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Optimizer) -> None:
         """Clear ``optimizer``'s gradients: on the first batch of each accumulation window, after its
-        ``training_step`` and before its backward, as in Lightning."""
+        ``training_step`` and before its backward, as in Lightning.
+
+        :param epoch: the current epoch.
+        :param batch_idx: the batch's index in the epoch.
+        :param optimizer: the optimizer whose gradients to clear.
+        """
         optimizer.zero_grad()
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        """Step one LR scheduler; ``metric`` is the monitored value for ReduceLROnPlateau."""
+        """Step one LR scheduler; ``metric`` is the monitored value for ReduceLROnPlateau.
+
+        :param scheduler: the scheduler to step.
+        :param metric: the monitored value, or ``None`` for schedulers that monitor nothing.
+        """
         if metric is None:
             scheduler.step()
         else:
             scheduler.step(metric)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """Compute gradients; override to change how (the Trainer's precision scales it where needed)."""
+        """Compute gradients; override to change how (the Trainer's precision scales it where needed).
+
+        :param loss: the loss (other arguments go on to ``backward``).
+        """
         self.trainer.runtime.backward(loss, *args, model=self.trainer.model, **kwargs)
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
-        """Gather tensors (in any nesting) from every rank, stacked along a new first dimension."""
+        """Gather tensors (in any nesting) from every rank, stacked along a new first dimension.
+
+        :param data: a tensor or number, or lists, tuples and dicts of them.
+        :param group: accepted for Lightning's sake; not used: the gather is over all ranks.
+        :param sync_grads: accepted for Lightning's sake; not used: no gradient flows through the gather.
+        """
         gather = self.trainer.runtime.all_gather
         if isinstance(data, torch.Tensor):
             return gather(data)
@@ -303,6 +369,13 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
         Example::
 
             model = Regressor.load_from_checkpoint("epoch=3-step=400.ckpt", lr=0.01)
+
+        :param checkpoint_path: a checkpoint file or sharded-checkpoint folder (a local path or an fsspec URL).
+        :param map_location: as ``torch.load``'s, and a device or string moves the model there; ``None`` (the
+            default): the CPU.
+        :param hparams_file: see above; ``None`` (the default): the checkpoint's hyperparameters.
+        :param strict: see above; ``True`` requires every key to match.
+        :param weights_only: see above; ``None`` or ``True`` load tensors and plain data only.
         """
         from framework.io.checkpoint import load_checkpoint
 
@@ -317,11 +390,20 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
 
     def to_torchscript(self, file_path: str | os.PathLike | None = None, method: str = "script",
                        example_inputs: Any = None, **kwargs: Any) -> Any:
-        """The module as TorchScript ("script", or "trace" with ``example_inputs``), saved to ``file_path`` if given."""
+        """The module as TorchScript ("script", or "trace" with ``example_inputs``), saved to ``file_path`` if given.
+
+        :param file_path: where to save it too; ``None`` (the default): not saved.
+        :param method: ``"script"`` (the default, ``torch.jit.script``) or ``"trace"`` (``torch.jit.trace``).
+        :param example_inputs: what tracing calls the module with; ``None``: ``example_input_array``.
+        """
         return export.to_torchscript(self, file_path, method, example_inputs, **kwargs)
 
     def to_onnx(self, file_path: str | os.PathLike, input_sample: Any = None, **kwargs: Any) -> Any:
-        """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``)."""
+        """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``).
+
+        :param file_path: the ``.onnx`` file to write.
+        :param input_sample: a tensor or a tuple of them to run the module with; ``None``: ``example_input_array``.
+        """
         return export.to_onnx(self, file_path, input_sample, **kwargs)
 
 

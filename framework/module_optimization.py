@@ -14,7 +14,11 @@ class OptimizationMethods:
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer (or list of them) from ``configure_optimizers``; in manual optimization,
-        stepping them counts ``global_step`` and goes through the precision."""
+        stepping them counts ``global_step`` and goes through the precision.
+
+        :param use_pl_optimizer: ``True`` (the default): in manual optimization, those wrapped optimizers;
+            ``False``: the torch optimizers as ``configure_optimizers`` returned them.
+        """
         optimizers = self.trainer.optimizers
         if use_pl_optimizer and not self.automatic_optimization:
             optimizers = self.trainer.run_context.manual_optimizers
@@ -28,7 +32,10 @@ class OptimizationMethods:
         return schedulers[0] if len(schedulers) == 1 else schedulers
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``loss.backward()`` for manual optimization, through the precision and the strategy."""
+        """``loss.backward()`` for manual optimization, through the precision and the strategy.
+
+        :param loss: the loss (other arguments go on to ``backward``).
+        """
         if self.automatic_optimization:
             raise MisconfigurationError(
                 "manual_backward is for manual optimization; set self.automatic_optimization = False."
@@ -37,7 +44,12 @@ class OptimizationMethods:
 
     def clip_gradients(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
                        gradient_clip_algorithm: str | None = None) -> None:
-        """Clip the gradients of ``optimizer``'s parameters by "norm" (default) or by "value"."""
+        """Clip the gradients of ``optimizer``'s parameters by "norm" (default) or by "value".
+
+        :param optimizer: the optimizer whose parameters' gradients are clipped.
+        :param gradient_clip_val: the largest total norm or value; ``None`` (the default) or ``0``: no clipping.
+        :param gradient_clip_algorithm: ``"norm"`` (what ``None``, the default, means) or ``"value"``.
+        """
         if gradient_clip_val is None or gradient_clip_val == 0:
             return
         algorithm = gradient_clip_algorithm or "norm"
@@ -54,7 +66,10 @@ class OptimizationMethods:
             )
 
     def toggle_optimizer(self, optimizer: Any) -> None:
-        """Freeze every parameter not optimized by ``optimizer`` (for alternating updates, e.g. GANs)."""
+        """Freeze every parameter not optimized by ``optimizer`` (for alternating updates, e.g. GANs).
+
+        :param optimizer: the optimizer (as ``optimizers()`` returns it, or the torch one) about to step.
+        """
         optimizer = getattr(optimizer, "optimizer", optimizer)
         own = {id(p) for group in optimizer.param_groups for p in group["params"]}
         self._toggled = {}
@@ -64,7 +79,10 @@ class OptimizationMethods:
                 param.requires_grad = False
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
-        """Undo ``toggle_optimizer``."""
+        """Undo ``toggle_optimizer``.
+
+        :param optimizer: the optimizer given to ``toggle_optimizer``; what that call froze is unfrozen in any case.
+        """
         for param, requires_grad in getattr(self, "_toggled", {}).items():
             param.requires_grad = requires_grad
         self._toggled = {}

@@ -59,9 +59,40 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
                 optimizer.step()
                 optimizer.zero_grad()
 
-    Arguments as Accelerate's; where ``mixed_precision`` and ``gradient_accumulation_steps``
-    are left out, the launcher's settings apply (``ACCELERATE_*`` environment variables).
+    Arguments as Accelerate's; the launcher's settings (``ACCELERATE_*`` environment variables)
+    apply where ``mixed_precision``, ``dynamo_backend`` or ``fsdp_plugin`` is left out, and its
+    gradient accumulation steps, where set, win over the argument, as in Accelerate.
     DeepSpeed, Megatron-LM, tensor parallelism plugins, fp8 and ``split_batches`` are refused.
+
+    :param device_placement: ``True`` (the default): ``prepare`` puts models and batches on the device.
+    :param split_batches: only ``False`` is accepted: each process takes whole batches.
+    :param mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; ``None`` (the default): the launcher's, else ``"no"``.
+    :param gradient_accumulation_steps: batches per optimizer step (default 1); see ``accumulate``.
+    :param cpu: ``True`` runs on the CPU (as ``ACCELERATE_USE_CPU`` does); ``False`` (the default): the best device.
+    :param dataloader_config: a ``DataLoaderConfiguration`` (``even_batches``, ``use_seedable_sampler``,
+        ``data_seed`` ...); ``None`` (the default): its defaults.
+    :param deepspeed_plugin: only ``None`` is accepted.
+    :param fsdp_plugin: a ``FullyShardedDataParallelPlugin``: train with FSDP2; ``None`` (the default): DDP on
+        several processes, unless the launcher asked for FSDP.
+    :param torch_tp_plugin: only ``None`` is accepted.
+    :param megatron_lm_plugin: only ``None`` is accepted.
+    :param rng_types: accepted for Accelerate's sake; no effect (prepared loaders agree on their order).
+    :param log_with: ``"tensorboard"``, ``"wandb"``, ``"mlflow"``, ``"all"`` (those installed), a ``GeneralTracker``
+        or a ``framework.loggers`` Logger, or a list; ``init_trackers`` starts them. ``None`` (the default): none.
+    :param project_dir: the project folder (``save_state``'s automatic naming, the trackers' folder).
+    :param project_config: a ``ProjectConfiguration``; ``None`` (the default): its defaults.
+    :param gradient_accumulation_plugin: a ``GradientAccumulationPlugin``, instead of
+        ``gradient_accumulation_steps`` (not both).
+    :param step_scheduler_with_optimizer: ``True`` (the default): a prepared scheduler steps only after an
+        optimizer step that happened, ``num_processes`` times; ``False``: at each of its ``step()`` calls.
+    :param kwargs_handlers: at most one each of ``DistributedDataParallelKwargs``, ``InitProcessGroupKwargs``,
+        ``GradScalerKwargs``, ``AutocastKwargs`` (read by ``autocast()`` only) and ``ProfileKwargs``.
+    :param dynamo_backend: a ``torch.compile`` backend (a name or ``DynamoBackend``) for the prepared models'
+        forward; ``None`` (the default): the launcher's, else ``"no"`` (not compiled).
+    :param dynamo_plugin: a ``TorchDynamoPlugin`` (backend, mode, fullgraph ...); its backend wins over
+        ``dynamo_backend``.
+    :param deepspeed_plugins: only ``None`` is accepted.
+    :param parallelism_config: only ``None`` is accepted.
     """
 
     def __init__(self, device_placement: bool = True, split_batches: bool = False, mixed_precision: str | None = None,
@@ -193,7 +224,11 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
     # -- prepare ---
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
         """Models, optimizers, dataloaders and LR schedulers, in any order and number, returned prepared in the
-        same order (one object alone as it is); anything else is returned unchanged."""
+        same order (one object alone as it is); anything else is returned unchanged.
+
+        :param device_placement: one ``bool`` per object, for its models and dataloaders; ``None`` (the
+            default): the Accelerator's ``device_placement``.
+        """
         placements = device_placement or [None] * len(args)
         prepared = list(args)
         kinds = [_kind(obj) for obj in args]
@@ -215,7 +250,12 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
     def prepare_model(self, model: nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> nn.Module:
         """``model`` on the device, wrapped for the strategy (DDP, FSDP2), its forward under autocast with float32
-        outputs in mixed precision."""
+        outputs in mixed precision.
+
+        :param model: the ``torch.nn.Module`` to prepare.
+        :param device_placement: ``None`` (the default): the Accelerator's ``device_placement``.
+        :param evaluation_mode: ``True`` puts the prepared model in eval mode; default ``False``.
+        """
         if isinstance(model, RuntimeModule):
             return model
         names = {parameter: name for name, parameter in model.named_parameters()}
@@ -229,7 +269,11 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         return prepared
 
     def prepare_optimizer(self, optimizer: Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
-        """``optimizer`` stepping through the precision, only when the gradients are synced."""
+        """``optimizer`` stepping through the precision, only when the gradients are synced.
+
+        :param optimizer: a torch optimizer over a prepared model's parameters.
+        :param device_placement: accepted for Accelerate's sake; not used.
+        """
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
         strategy = self._runtime.strategy
@@ -241,7 +285,10 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         return prepared
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
-        """``scheduler`` stepping after each optimizer step that happened (``num_processes`` times)."""
+        """``scheduler`` stepping after each optimizer step that happened (``num_processes`` times).
+
+        :param scheduler: a torch LR scheduler over a prepared optimizer.
+        """
         if isinstance(scheduler, AcceleratedScheduler):
             return scheduler
         own = [opt for opt in self._optimizers if original_optimizer(opt) is getattr(scheduler, "optimizer", None)]
@@ -252,7 +299,11 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
 
     def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None) -> PreparedDataLoader:
         """``data_loader`` handing this process its batches (batch ``i`` of a pass to process ``i mod N``), on the
-        device."""
+        device.
+
+        :param data_loader: a DataLoader (or another iterable of batches).
+        :param device_placement: ``None`` (the default): the Accelerator's ``device_placement``.
+        """
         if isinstance(data_loader, PreparedDataLoader):
             return data_loader
         placement = self.device_placement if device_placement is None else device_placement
@@ -267,12 +318,19 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
     # -- the step ---
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()`` through the strategy and precision (fp16: scaled), divided by
-        ``gradient_accumulation_steps`` so accumulated gradients are the window's mean."""
+        ``gradient_accumulation_steps`` so accumulated gradients are the window's mean.
+
+        :param loss: the loss (keyword arguments go on to ``backward``).
+        """
         steps = self.gradient_state.num_steps
         self._runtime.backward(loss / steps if steps > 1 else loss, **kwargs)
 
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager:
-        """The mixed-precision context for computation outside the prepared model's forward (a loss, say)."""
+        """The mixed-precision context for computation outside the prepared model's forward (a loss, say).
+
+        :param autocast_handler: an ``AutocastKwargs``; ``enabled=False`` gives a context that does nothing.
+            ``None`` (the default): the one in ``kwargs_handlers``, if any.
+        """
         handler = autocast_handler or self.autocast_handler
         if handler is not None and not handler.enabled:
             return contextlib.nullcontext()
@@ -280,18 +338,30 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
 
     def profile(self, profile_handler: ProfileKwargs | None = None) -> contextlib.AbstractContextManager:
         """Profile the block with ``torch.profiler`` (the handler given, else ``kwargs_handlers``' ProfileKwargs);
-        with its ``output_trace_dir`` each process writes its Chrome trace there as ``profile_<index>.json``."""
+        with its ``output_trace_dir`` each process writes its Chrome trace there as ``profile_<index>.json``.
+
+        :param profile_handler: a ``ProfileKwargs``; ``None`` (the default): the one in ``kwargs_handlers``, else
+            ``ProfileKwargs()``.
+        """
         return profiling.profile(self, profile_handler or self.profile_handler or ProfileKwargs())
 
     def unscale_gradients(self, optimizer: Optimizer | list[Optimizer] | None = None) -> None:
-        """Divide fp16 gradients by the loss scale (done by the clipping methods; nothing in other precisions)."""
+        """Divide fp16 gradients by the loss scale (done by the clipping methods; nothing in other precisions).
+
+        :param optimizer: a prepared optimizer or a list of them; ``None`` (the default): every prepared one.
+        """
         chosen = self._optimizers if optimizer is None else optimizer if isinstance(optimizer, list) else [optimizer]
         for item in chosen:
             self._runtime.precision.unscale(original_optimizer(item))
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Clip the gradients of ``parameters`` to total norm ``max_norm`` (over every process's shard under FSDP);
-        returns the norm they had."""
+        returns the norm they had.
+
+        :param parameters: a tensor or an iterable of them (``model.parameters()``).
+        :param max_norm: the total norm to clip to.
+        :param norm_type: the p of the p-norm; default 2.0.
+        """
         self.unscale_gradients()
         parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
@@ -300,14 +370,23 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         return total
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
-        """Clamp each gradient of ``parameters`` to ``[-clip_value, clip_value]`` (after unscaling)."""
+        """Clamp each gradient of ``parameters`` to ``[-clip_value, clip_value]`` (after unscaling).
+
+        :param parameters: a tensor or an iterable of them (``model.parameters()``).
+        :param clip_value: the largest absolute value a gradient keeps.
+        """
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     # -- models and memory ---
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
                      ) -> nn.Module:
-        """The module given to ``prepare`` (inside a ``torch.compile`` wrapper unless ``keep_torch_compile``)."""
+        """The module given to ``prepare`` (inside a ``torch.compile`` wrapper unless ``keep_torch_compile``).
+
+        :param model: a prepared model (or any module).
+        :param keep_fp32_wrapper: accepted for Accelerate's sake; no effect: the module returned has no autocast.
+        :param keep_torch_compile: ``False``: the module inside a ``torch.compile`` wrapper; default ``True``.
+        """
         module = original_module(model)
         if not keep_torch_compile and hasattr(module, "_orig_mod"):
             return module._orig_mod
@@ -330,7 +409,10 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
     clear = free_memory
 
     def verify_device_map(self, model: nn.Module) -> bool:
-        """Whether ``model`` was loaded split over several devices (a Transformers ``hf_device_map``)."""
+        """Whether ``model`` was loaded split over several devices (a Transformers ``hf_device_map``).
+
+        :param model: the model to look into.
+        """
         for module in model.modules():
             device_map = getattr(module, "hf_device_map", None)
             if device_map is not None and len(device_map) > 1:
@@ -339,22 +421,39 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
 
     def maybe_context_parallel(self, buffers: Any = None, buffer_seq_dims: Any = None,
                                no_restore_buffers: Any = None) -> contextlib.AbstractContextManager:
-        """The block as it is: context parallelism is not configured (the framework has no ParallelismConfig)."""
+        """The block as it is: context parallelism is not configured (the framework has no ParallelismConfig).
+
+        :param buffers: not used.
+        :param buffer_seq_dims: not used.
+        :param no_restore_buffers: not used.
+        """
         return contextlib.nullcontext()
 
     def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
-        """Refused: the LOMO optimizers' fused backward is not supported; use ``backward`` and a torch optimizer."""
+        """Refused: the LOMO optimizers' fused backward is not supported; use ``backward`` and a torch optimizer.
+
+        :param loss: not used.
+        :param learning_rate: not used.
+        """
         raise MisconfigurationError("Accelerator.lomo_backward() is not supported: the framework does not wrap the "
                                     "LOMO optimizers; use accelerator.backward(loss) with a torch optimizer.")
 
     def deepspeed_ulysses_dl_adapter(self, dl: Any, model: nn.Module) -> Any:
-        """Refused: DeepSpeed's Ulysses sequence parallelism is not run by the framework."""
+        """Refused: DeepSpeed's Ulysses sequence parallelism is not run by the framework.
+
+        :param dl: not used.
+        :param model: not used.
+        """
         raise MisconfigurationError("Accelerator.deepspeed_ulysses_dl_adapter() is not supported: the framework does "
                                     "not run DeepSpeed.")
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """An iterable over ``dataloader``'s current pass from batch ``num_batches`` (resuming inside an epoch);
-        the skipped batches are not loaded."""
+        a prepared loader does not load the skipped batches, another iterable drops them as it goes.
+
+        :param dataloader: a prepared dataloader (or any iterable).
+        :param num_batches: how many batches of the pass to skip; default 0.
+        """
         return skip_first_batches(dataloader, num_batches)
 
     def __repr__(self) -> str:

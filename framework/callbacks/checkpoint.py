@@ -29,6 +29,12 @@ class Checkpoint(Callback):
 class OnExceptionCheckpoint(Checkpoint):
     """Save ``dirpath/filename.ckpt`` when ``fit`` raises, from the state it had reached, to resume from there.
 
+    Nothing is saved outside ``fit``, during the sanity check, or where every rank must write a part of the
+    checkpoint (sharded strategies: it warns instead).
+
+    :param dirpath: the directory to save in (``~`` is expanded).
+    :param filename: the file's name without ``.ckpt``; ``"on_exception"`` by default.
+
     Example::
 
         trainer = Trainer(callbacks=[OnExceptionCheckpoint(dirpath="checkpoints")])

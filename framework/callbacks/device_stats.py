@@ -13,10 +13,14 @@ if TYPE_CHECKING:
 
 
 class DeviceStatsMonitor(Callback):
-    """Log device statistics at the start and end of every training, validation and test batch that is a logging
+    """Log device statistics at the start and end of every training and validation batch that is a logging
     step (``log_every_n_steps``): ``torch.cuda.memory_stats`` on a GPU, and with ``cpu_stats`` (by default on a
     CPU run) the CPU's use through psutil (``pip install psutil``). Keys read
-    ``DeviceStatsMonitor.on_train_batch_end/<stat>``. Reading them does not wait for the device.
+    ``DeviceStatsMonitor.on_train_batch_end/<stat>``. Reading them does not wait for the device. ``fit``
+    refuses a Trainer without a logger.
+
+    :param cpu_stats: True logs the CPU's use too (``psutil`` is then required); False never; ``None``
+        (default): on a CPU run, when ``psutil`` is installed.
 
     Example::
 

@@ -42,6 +42,19 @@ class EarlyStopping(Callback):
     kept as ``stopping_reason`` (an ``EarlyStoppingReason``) and ``stopping_reason_message``.
     A negative ``min_delta`` lets a slightly worse value count as an improvement (as in Lightning).
 
+    :param monitor: the logged metric to watch, e.g. ``"val_loss"``.
+    :param min_delta: how much better than the best a value must be to count as an improvement (default 0.0).
+    :param patience: how many checks in a row without improvement stop training (default 3).
+    :param verbose: also log each improvement, and warn when ``monitor`` is missing with ``strict=False``.
+    :param mode: ``"min"`` (default): lower is better; ``"max"``: higher is better.
+    :param strict: True (default) raises when ``monitor`` was not logged; False skips that check.
+    :param check_finite: True (default) stops when the value is nan or infinite.
+    :param stopping_threshold: stop as soon as the value is better than this; ``None`` (default): no threshold.
+    :param divergence_threshold: stop as soon as the value is worse than this; ``None`` (default): no threshold.
+    :param check_on_train_epoch_end: True checks at each training epoch's end, False after each validation;
+        ``None`` (default): at the epoch's end when validation runs exactly once an epoch.
+    :param log_rank_zero_only: with several ranks, only rank 0 logs these messages (default False: every rank).
+
     Example::
 
         Trainer(callbacks=[EarlyStopping(monitor="val_loss", patience=3, min_delta=1e-3)])

@@ -112,8 +112,15 @@ class BaseFinetuning(Callback):
     @staticmethod
     def unfreeze_and_add_param_group(modules: Modules, optimizer: Optimizer, lr: float | None = None,
                                      initial_denom_lr: float = 10.0, train_bn: bool = True) -> None:
-        """Unfreeze ``modules`` and give their parameters to ``optimizer`` as a new group, at ``lr`` (by default
-        the first group's learning rate divided by ``initial_denom_lr``)."""
+        """Unfreeze ``modules`` and give their parameters to ``optimizer`` as a new group (those it holds already
+        are left out; no group is added when none is left).
+
+        :param modules: a module, or several.
+        :param optimizer: the optimizer that gets the new parameter group.
+        :param lr: the group's learning rate; ``None`` (default): the first group's divided by ``initial_denom_lr``.
+        :param initial_denom_lr: see ``lr`` (default 10.0).
+        :param train_bn: True (default) puts batch norms' parameters in the group too; False leaves them out.
+        """
         BaseFinetuning.make_trainable(modules)
         group_lr = optimizer.param_groups[0]["lr"] / initial_denom_lr if lr is None else float(lr)
         params = BaseFinetuning.filter_on_optimizer(
@@ -183,7 +190,21 @@ class BackboneFinetuning(BaseFinetuning):
     """Train with ``pl_module.backbone`` frozen until ``unfreeze_backbone_at_epoch``; then train it too, as a
     parameter group of its own whose learning rate starts at ``backbone_initial_lr`` (default: the current
     one times ``backbone_initial_ratio_lr``) and is multiplied by ``lambda_func(epoch + 1)`` every epoch,
-    never above the other groups' with ``should_align``.
+    never above the first group's with ``should_align``.
+
+    :param unfreeze_backbone_at_epoch: the epoch (from 0) at whose start the backbone is unfrozen (default 10).
+    :param lambda_func: ``epoch -> factor`` multiplying the backbone's learning rate at each later epoch's start;
+        by default 2.0 (it doubles).
+    :param backbone_initial_ratio_lr: the backbone's first learning rate as a fraction of the optimizer's first
+        group's (default 0.1), unless ``backbone_initial_lr`` is given.
+    :param backbone_initial_lr: the backbone's first learning rate; ``None`` (default): see the ratio.
+    :param should_align: True (default) keeps the backbone's learning rate at most the first group's.
+    :param initial_denom_lr: handed to ``unfreeze_and_add_param_group``, which uses it only without a learning
+        rate: here it has no effect (default 10.0).
+    :param train_bn: True (default) keeps the backbone's batch norms training while it is frozen; False freezes
+        them with it, and their parameters stay out of the group added at the unfreeze.
+    :param verbose: True logs both learning rates whenever the backbone's is set.
+    :param rounding: the decimal places of those logged rates (default 12).
 
     Example::
 

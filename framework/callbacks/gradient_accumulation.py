@@ -11,7 +11,9 @@ if TYPE_CHECKING:
 
 class GradientAccumulationScheduler(Callback):
     """Accumulate gradients over ``scheduling[epoch]`` batches from that epoch on (epochs count from 0; before the
-    first key given, 1).
+    first key given, 1). It needs automatic optimization, and a Trainer whose ``accumulate_grad_batches`` is 1.
+
+    :param scheduling: ``{epoch: batches}``, a non-empty dict of ints: epochs >= 0, batches >= 1.
 
     Example::
 

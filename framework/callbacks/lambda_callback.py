@@ -14,6 +14,9 @@ CALLBACK_HOOKS = frozenset(hook.value for hook in Hook if hook.target != Target.
 class LambdaCallback(Callback):
     """Each keyword names a hook and gives the function to run there, with the hook's arguments.
 
+    :param hooks: ``hook_name=function``: any hook of :class:`~framework.callbacks.Callback`, or ``state_dict``
+        and ``load_state_dict``; another name, or a value that is not callable, raises.
+
     Example::
 
         LambdaCallback(on_train_epoch_end=lambda trainer, module: print(trainer.current_epoch))

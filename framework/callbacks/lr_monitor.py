@@ -18,10 +18,13 @@ class LearningRateMonitor(Callback):
 
     Names follow Lightning: a scheduler config's ``name`` wins; a second optimizer of the
     same class gets ``-1``; several parameter groups give ``/pg1``, ``/pg2`` (or the groups'
-    ``"name"``); ``log_momentum`` adds ``-momentum`` (``betas[0]`` for Adam-like optimizers)
-    and ``log_weight_decay`` ``-weight_decay``. ``logging_interval`` is "step", "epoch" or
-    None (each scheduler's own interval; optimizers without a scheduler at both).
-    The values also go into ``trainer.callback_metrics``.
+    ``"name"``). The values also go into ``trainer.callback_metrics``. ``fit`` refuses a Trainer
+    without a logger.
+
+    :param logging_interval: ``"step"`` (at the steps the Trainer logs), ``"epoch"`` (as each epoch starts), or
+        ``None`` (default): each scheduler's own interval, and both for optimizers without a scheduler.
+    :param log_momentum: also log ``<name>-momentum`` (``betas[0]`` for Adam-like optimizers; 0 without one).
+    :param log_weight_decay: also log ``<name>-weight_decay``, for the groups that have one.
 
     Example::
 

@@ -33,20 +33,14 @@ if TYPE_CHECKING:
 class ModelCheckpoint(CheckpointNames, Checkpoint):
     """Save a checkpoint every epoch (or every ``every_n_train_steps`` / ``train_time_interval``) and keep the best.
 
-    With ``monitor`` the ``save_top_k`` best files by that logged metric are kept (``mode``
-    "min" or "max"), and files that fall out of the top k are deleted; without it the latest
-    file is kept. ``save_top_k=-1`` keeps every file, ``0`` none. ``save_last=True`` also
-    writes ``last.ckpt``. ``filename`` is a template over logged metrics, ``epoch`` and
-    ``step``: ``"{epoch}-{val_loss:.2f}"`` gives ``epoch=3-val_loss=0.12.ckpt``. ``dirpath``
-    defaults to ``<log_dir>/checkpoints`` and may be any fsspec path. Every file is written
+    With ``monitor`` the ``save_top_k`` best files by that logged metric are kept, and files that
+    fall out of the top k are deleted; without it the latest file is kept. Every file is written
     atomically, so a crash never leaves a half-written checkpoint or loses the earlier ones.
 
     ``last.ckpt`` holds the state at the latest save point (every epoch end, and every
     ``every_n_train_steps``), whether or not a top-k file was written there; Lightning 2.6
     updates it only along with a top-k file, which leaves it stale after epochs that did not
-    improve. ``save_last="link"`` makes it a symbolic link to the file saved at the same step
-    instead of a copy (local directories only; a real file where there is none).
-    ``save_on_exception=True`` saves when fit raises.
+    improve.
 
     ``async_save=True`` writes the files in a background thread while training goes on (as
     does ``Trainer(plugins=[AsyncCheckpointIO()])`` for every ModelCheckpoint): the state is
@@ -54,6 +48,33 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
     for it), and the files it replaces are deleted only once it is complete. A failed write is
     raised at the next save point or at the end of fit. ``best_model_path`` may name a file
     still being written until then.
+
+    :param dirpath: the directory, local or any fsspec path; ``None`` (default): ``<save_dir>/<name>/<version>/
+        checkpoints`` of the first logger that has a directory, else ``<default_root_dir>/checkpoints``.
+    :param filename: a template over logged metrics, ``epoch`` and ``step``: ``"{epoch}-{val_loss:.2f}"`` gives
+        ``epoch=3-val_loss=0.12.ckpt``; ``None`` (default): ``"{epoch}-{step}"``.
+    :param monitor: the logged metric ranking the files, e.g. ``"val_loss"``; ``None`` (default): no ranking.
+    :param verbose: log each save, and each value that did not make the top k (default False).
+    :param save_last: True also writes ``last.ckpt`` at every save point; ``"link"`` makes it a symbolic link to
+        the file saved at the same step (local directories only; a real file when none was); ``None`` (default)
+        or False: no ``last.ckpt``.
+    :param save_top_k: how many best files to keep (default 1); -1 keeps every file, 0 none. Without
+        ``monitor`` only -1, 0 and 1 are accepted.
+    :param save_on_exception: True also saves when fit raises (default False).
+    :param save_weights_only: True saves the weights and counters but no optimizer, scheduler, precision or
+        callback state, so training cannot resume from the file (default False).
+    :param mode: ``"min"`` (default): lower ``monitor`` values are better; ``"max"``: higher ones.
+    :param auto_insert_metric_name: True (default): ``{epoch}`` gives ``epoch=3``; False: ``3``.
+    :param every_n_train_steps: save every this many optimizer steps; ``None`` (default) or 0: not by steps.
+    :param train_time_interval: save each time this ``datetime.timedelta`` of training has passed (checked after
+        optimizer steps); ``None`` (default): not by time.
+    :param every_n_epochs: save every this many epochs (0: not by epochs); ``None`` (default): 1 when neither
+        of the two above is given (the three are alternatives).
+    :param save_on_train_epoch_end: True saves at the training epoch's end, False after validation; ``None``
+        (default): at the epoch's end when validation runs once every epoch, else after it.
+    :param enable_version_counter: True (default) adds ``-v1``, ``-v2``... to a name already taken; False
+        writes over the file of that name.
+    :param async_save: True writes in a background thread, as above (default False).
 
     Example::
 

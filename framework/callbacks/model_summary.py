@@ -152,6 +152,10 @@ def _shape(value: Any) -> Any:
 class ModelSummary(Callback):
     """Print the model's layers (to ``max_depth``, ``-1`` for all) and parameter totals when fit starts.
 
+    :param max_depth: how deep to list submodules (default 1: the model's children); -1 lists all, 0 prints
+        nothing.
+    :param summarize_kwargs: kept for subclasses that draw the table their way (``RichModelSummary``); unused here.
+
     Example::
 
         Trainer(callbacks=[ModelSummary(max_depth=2)])

@@ -35,6 +35,8 @@ class BasePredictionWriter(Callback):
     each batch (this rank's, in a distributed run; None for a loader without a batch sampler), so predictions
     can be matched to their inputs. Epoch writers get the predictions even with ``return_predictions=False``.
 
+    :param write_interval: when to write: ``"batch"`` (default), ``"epoch"`` or ``"batch_and_epoch"``.
+
     Example::
 
         class PerRankWriter(BasePredictionWriter):
@@ -55,7 +57,16 @@ class BasePredictionWriter(Callback):
     def write_on_batch_end(self, trainer: "Trainer", pl_module: Any, prediction: Any,
                            batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
                            dataloader_idx: int) -> None:
-        """Write one batch's ``prediction``."""
+        """Write one batch's ``prediction``.
+
+        :param trainer: the Trainer running ``predict``.
+        :param pl_module: the Module predicting.
+        :param prediction: what ``predict_step`` returned for the batch.
+        :param batch_indices: the dataset indices of the batch's samples (this rank's), or None.
+        :param batch: the batch.
+        :param batch_idx: the batch's index in its loader.
+        :param dataloader_idx: the loader's index.
+        """
         raise NotImplementedError(f"{type(self).__name__} writes on each batch: implement write_on_batch_end.")
 
     def write_on_epoch_end(self, trainer: "Trainer", pl_module: Any, predictions: Sequence[Any],

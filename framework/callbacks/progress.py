@@ -258,13 +258,19 @@ class StageProgressBar(ProgressBar):
 
 
 class TQDMProgressBar(StageProgressBar):
-    """A tqdm bar for training (``Epoch 3: 40/100 [... loss=0.12, v_num=0]``), validation, testing and predicting.
+    """A tqdm bar for training (``Epoch 3: 40/100 [… loss=0.12, v_num=0]``), validation, testing and predicting.
 
     Bars are redrawn every ``refresh_rate`` batches (0 turns the bar off), at most ten times a
     second whatever the rate, so a fast loop does not wait on the display. When standard
     output is not a terminal (a log file, CI, a notebook capture) there are no bars: one line
     per training epoch, and one per validate/test/predict run, so logs do not fill with
     carriage returns. Only global rank 0 shows anything.
+
+    :param refresh_rate: redraw every this many batches (default 1); 0 turns the bars off.
+    :param process_position: offsets the bars by ``2 * process_position`` lines, for the bars of several
+        processes in one terminal (default 0).
+    :param leave: True keeps each epoch's training bar and each validation bar on the screen; False (default)
+        keeps only the last training bar. Test and predict bars stay either way.
 
     Example::
 

@@ -31,8 +31,28 @@ class ModelPruning(Callback):
     ``parameters_to_prune`` (pairs of module and parameter name; by default every ``parameter_names`` of every
     layer, "weight" and "bias") are pruned together (``use_global_unstructured``) or layer by layer. With
     ``use_lottery_ticket_hypothesis`` the weights left are reset to their values when training started
-    (``resample_parameters``: drawn anew from those values). Checkpoints hold the pruned weights as plain
-    parameters, and fit ends with the pruning made permanent (``make_pruning_permanent``).
+    (``resample_parameters``: drawn anew from those values). With ``make_pruning_permanent`` checkpoints hold
+    the pruned weights as plain parameters, and fit ends with the pruning made permanent.
+
+    :param pruning_fn: ``"l1_unstructured"``, ``"random_unstructured"``, ``"ln_structured"``,
+        ``"random_structured"``, a ``BasePruningMethod`` class, or a function ``(module, name, amount)``.
+    :param parameters_to_prune: ``(module, parameter name)`` pairs of the model; empty (default): every layer's
+        parameters named in ``parameter_names``.
+    :param parameter_names: the names pruned when ``parameters_to_prune`` is empty; ``None``: ``weight`` and ``bias``.
+    :param use_global_unstructured: True (default) prunes all the parameters together, which needs an
+        unstructured method; False prunes each on its own.
+    :param amount: a fraction of the values (float), a number of them (int), or ``epoch -> amount``; 0 prunes
+        nothing. Default 0.5.
+    :param apply_pruning: whether to prune this epoch: a bool (default True) or ``epoch -> bool``.
+    :param make_pruning_permanent: True (default) as above; False keeps the pruning reparametrization (masks)
+        at the end and in checkpoints.
+    :param use_lottery_ticket_hypothesis: whether to reset the weights left after pruning: a bool (default
+        True) or ``epoch -> bool``.
+    :param resample_parameters: True resets them to their starting values shuffled (default False).
+    :param pruning_dim: the dimension structured methods prune along; required by them (default ``None``).
+    :param pruning_norm: the norm of ``"ln_structured"`` (``1``, ``2``...); required by it (default ``None``).
+    :param verbose: non-zero logs how many of the pruned parameters' values are zero after each pruning.
+    :param prune_on_train_epoch_end: True (default) prunes at each training epoch's end, False after validation.
 
     Example::
 

@@ -8,7 +8,12 @@ from framework.errors import require_package
 
 class RichModelSummary(ModelSummary):
     """``ModelSummary`` drawn with rich: the layers as a table (``header_style`` for its header) and the totals
-    below it.
+    below it. Needs ``rich``.
+
+    :param max_depth: how deep to list submodules (default 1: the model's children); -1 lists all, 0 prints
+        nothing.
+    :param summarize_kwargs: ``header_style``: the rich style of the table's header (default ``"bold magenta"``);
+        other keys are ignored.
 
     Example::
 

@@ -15,7 +15,18 @@ if TYPE_CHECKING:
 @dataclass
 class RichProgressBarTheme:
     """The styles of ``RichProgressBar``'s columns (any rich style: a colour, ``"bold"``, ``"dim underline"``...)
-    and how metrics are written.
+    and how metrics are written; ``""`` is no style.
+
+    :param description: the stage's label (``Epoch 3``, ``Validation``...).
+    :param progress_bar: the bar while it fills.
+    :param progress_bar_finished: the bar once full.
+    :param progress_bar_pulse: the bar while the total is unknown (a loader without a length).
+    :param batch_progress: the ``done/total`` batch counts.
+    :param time: the elapsed and remaining time.
+    :param processing_speed: the batches per second.
+    :param metrics: the metrics' text.
+    :param metrics_text_delimiter: what separates two metrics (default ``" "``).
+    :param metrics_format: the format spec of float metrics (default ``".3f"``).
 
     Example::
 
@@ -39,8 +50,14 @@ class RichProgressBar(StageProgressBar):
     metrics (``v_num`` and those logged with ``prog_bar=True``).
 
     As ``TQDMProgressBar``: redrawn every ``refresh_rate`` batches and at most ten times a second, one line per
-    epoch or per run when the console is not a terminal, nothing on ranks other than 0. ``leave=True`` keeps
-    each epoch's training bar on the screen; ``console_kwargs`` go to ``rich.console.Console``.
+    epoch or per run when the console is not a terminal, nothing on ranks other than 0. Needs ``rich``.
+
+    :param refresh_rate: redraw every this many batches (default 1); 0 turns the bars off.
+    :param leave: True keeps each epoch's training bar and each validation bar on the screen; False (default)
+        keeps only the last training bar. Test and predict bars stay either way.
+    :param theme: the columns' styles (a :class:`~framework.callbacks.RichProgressBarTheme`); ``None`` (default):
+        its defaults.
+    :param console_kwargs: keyword arguments for the ``rich.console.Console`` that draws (default: none).
 
     Example::
 

@@ -15,7 +15,11 @@ if TYPE_CHECKING:
 
 
 class TrainingSpikeException(RuntimeError):
-    """Raised by ``SpikeDetection`` at a loss spike; ``batch_idx`` is the batch where it happened."""
+    """Raised by ``SpikeDetection`` at a loss spike.
+
+    :param batch_idx: the index of the batch where it happened, in the message and kept as ``batch_idx``.
+    :param args: more arguments for ``RuntimeError``, after the message.
+    """
 
     def __init__(self, batch_idx: int, *args: Any) -> None:
         super().__init__(f"Training spike detected in batch {batch_idx}", *args)
@@ -24,12 +28,22 @@ class TrainingSpikeException(RuntimeError):
 
 class SpikeDetection(Callback):
     """Raise ``TrainingSpikeException`` when the training loss jumps away from its running mean over the last
-    ``window`` batches (by more than ``atol`` and more than ``rtol`` times the mean, and not in the direction
+    ``window`` batches (by at least ``atol`` and at least ``rtol`` times the mean, and not in the direction
     ``mode`` wants), or, with ``finite_only``, is not finite. Before raising, the spiking batch and the one before
-    it are added to ``exclude_batches_path`` (a JSON list, ``<default_root_dir>/skip_batches.json`` by
-    default), for a resumed run to leave out. Any rank's spike stops every rank.
+    it are added to ``exclude_batches_path`` (a JSON list), for a resumed run to leave out. Any rank's spike
+    stops every rank.
 
     Reading the loss costs one host read per step: a spike must be decided on the step it happens.
+
+    :param mode: ``"min"`` (default): the loss should fall, so only a rise can be a spike; ``"max"``: the opposite.
+    :param window: how many recent losses the running mean is taken over (default 10).
+    :param warmup: batches whose ``batch_idx`` is below this are never judged (default 1).
+    :param atol: the least distance from the mean that is a spike; ``None``: no absolute bound.
+    :param rtol: the least distance from the mean, as a multiple of it, that is a spike (default 2.0); ``None``:
+        no relative bound.
+    :param exclude_batches_path: the JSON file (a path ending in ``.json``) or its directory;
+        ``None`` (default): ``<default_root_dir>/skip_batches.json``.
+    :param finite_only: True (default): a nan or infinite loss is a spike; False: it is not, and joins the mean.
 
     Example::
 

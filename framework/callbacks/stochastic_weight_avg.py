@@ -22,6 +22,15 @@ class StochasticWeightAveraging(Callback):
     average (``avg_fn``: equal weights by default). Fit ends with the average in the Module, its batch norm
     statistics recomputed over the training data. The average and the SWA scheduler are kept in checkpoints.
 
+    :param swa_lrs: the learning rate SWALR anneals to: a positive float, or a list of them, one per parameter
+        group of the first optimizer (the one it steers).
+    :param swa_epoch_start: the first SWA epoch (``trainer.current_epoch``, from 0): an int >= 1, or a float in
+        [0, 1], that fraction of ``max_epochs`` (default 0.8).
+    :param annealing_epochs: over how many epochs the learning rate anneals to ``swa_lrs`` (default 10).
+    :param annealing_strategy: ``"cos"`` (default) or ``"linear"``.
+    :param avg_fn: ``AveragedModel``'s ``avg_fn(averaged, current, num_averaged)``; ``None`` (default): the mean.
+    :param device: where the average is kept (default ``"cpu"``); ``None``: on the Module's device.
+
     Example::
 
         Trainer(max_epochs=20, callbacks=[StochasticWeightAveraging(swa_lrs=1e-2, swa_epoch_start=15)])

@@ -19,9 +19,12 @@ class ThroughputMonitor(Callback):
     ``train/samples``, ``train/items`` and ``train/time``.
 
     Rates are measured over the steps since the previous log, so the clock is read (and a
-    GPU synchronised) only at those steps, not on every batch. ``batch_size_fn(batch)``
-    counts the samples of a batch (default: the first tensor's length); ``length_fn(batch)``
-    counts items such as tokens.
+    GPU synchronised) only at those steps, not on every batch. Nothing is logged without a logger.
+
+    :param batch_size_fn: ``batch -> int``, the samples in a batch; ``None`` (default): the first dimension of
+        the first tensor found in it (1 when it has none).
+    :param length_fn: ``batch -> int``, the items (tokens...) in a batch, logged as ``train/items...``;
+        ``None`` (default): no items are counted.
 
     Example::
 

@@ -21,6 +21,12 @@ class Timer(Callback):
     epoch with ``interval="epoch"``). The elapsed training time is saved in checkpoints, so a
     resumed run counts on from there.
 
+    :param duration: the training time allowed: ``"DD:HH:MM:SS"``, a ``datetime.timedelta``, a dict of
+        ``timedelta``'s arguments (``{"hours": 2}``) or a number of seconds; ``None`` (default): no limit.
+    :param interval: check after every training batch (``"step"``, the default) or at each epoch's end
+        (``"epoch"``).
+    :param verbose: True (default) logs when the time is up, on global rank 0.
+
     Example::
 
         timer = Timer(duration="00:02:00:00")          # DD:HH:MM:SS, a timedelta or {"hours": 2}
@@ -50,7 +56,11 @@ class Timer(Callback):
         return self._end[_known(stage)]
 
     def time_elapsed(self, stage: str = "train") -> float:
-        """Seconds spent in ``stage``'s last run (training: over resumed runs too)."""
+        """Seconds spent in ``stage``'s last run (training: over resumed runs too).
+
+        :param stage: ``"train"`` (default), ``"sanity_check"``, ``"validate"``, ``"test"`` or ``"predict"``; the
+            same for ``start_time``, ``end_time`` and ``time_remaining``.
+        """
         stage = _known(stage)
         start, end = self._start[stage], self._end[stage]
         offset = self._offset if stage == "train" else 0.0

@@ -20,6 +20,11 @@ class WeightAveraging(Callback):
 
     Validation runs on the averaged weights, checkpoints hold them as their ``state_dict`` (the weights being
     trained are kept beside them, so a resumed run goes on with both), and fit ends with them in the Module.
+    Strategies that shard the parameters (FSDP) are refused.
+
+    :param device: where the average is kept; ``None`` (default): on the Module's device.
+    :param use_buffers: True (default) averages the buffers (batch norm statistics) too; False only the parameters.
+    :param kwargs: other keyword arguments, for ``AveragedModel`` (``avg_fn``, ``multi_avg_fn``).
 
     Example::
 
@@ -38,7 +43,11 @@ class WeightAveraging(Callback):
         self._trained: dict[str, torch.Tensor] | None = None  # the trained weights, once fit ended on the average
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
-        """Whether to update the average after optimizer step ``step_idx`` (or at the end of epoch ``epoch_idx``)."""
+        """Whether to update the average after optimizer step ``step_idx`` (or at the end of epoch ``epoch_idx``).
+
+        :param step_idx: the step just taken, from 0; ``None`` when asked at an epoch's end.
+        :param epoch_idx: the epoch just ended, from 0; ``None`` when asked after a step.
+        """
         return step_idx is not None
 
     # -- hooks ---
@@ -125,8 +134,16 @@ def copy_state(source: nn.Module, target: nn.Module) -> None:
 
 class EMAWeightAveraging(WeightAveraging):
     """An exponential moving average of the weights, ``average = decay * average + (1 - decay) * weights``, updated
-    every ``update_every_n_steps`` optimizer steps from ``update_starting_at_step`` (or at the end of each epoch
-    from ``update_starting_at_epoch``).
+    every ``update_every_n_steps`` optimizer steps from ``update_starting_at_step`` (and, with
+    ``update_starting_at_epoch``, at the end of each epoch from that one).
+
+    :param device: where the average is kept; ``None`` (default): on the Module's device.
+    :param use_buffers: True (default) averages the buffers (batch norm statistics) too; False only the parameters.
+    :param decay: the weight of the average so far, in [0, 1] (default 0.999).
+    :param update_every_n_steps: update after every this many optimizer steps (default 1); 0: not after steps.
+    :param update_starting_at_step: the first step (from 0) updating the average; ``None`` (default): the first.
+    :param update_starting_at_epoch: also update at the end of each epoch from this one; ``None`` (default): never.
+    :param kwargs: other keyword arguments, for ``AveragedModel``.
 
     Example::
 

@@ -41,13 +41,25 @@ class Logger:
         return None
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Record ``metrics`` at ``step``."""
+        """Record ``metrics`` at ``step``.
+
+        :param metrics: ``{name: value}``, the values Python floats.
+        :param step: the step they belong to.
+        """
 
     def log_hyperparams(self, params: dict[str, Any] | None = None) -> None:
-        """Record the run's hyperparameters."""
+        """Record the run's hyperparameters.
+
+        :param params: ``{name: value}`` (the built-in loggers also take an ``argparse.Namespace``); ``None``: none.
+        """
 
     def log_graph(self, model: Any, input_array: Any = None) -> None:
-        """Record the model's computation graph, where the logger can show one."""
+        """Record the model's computation graph, where the logger can show one.
+
+        :param model: the model.
+        :param input_array: an input to trace it with; ``None`` (default): ``TensorBoardLogger`` traces
+            ``model.example_input_array``.
+        """
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         """A checkpoint callback has just saved a file (loggers that upload checkpoints act here)."""

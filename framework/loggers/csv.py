@@ -31,6 +31,15 @@ class CSVLogger(DirectoryLogger):
     ``.previous-1`` ...) at once: this run's files start afresh, yet a run that fails loses no
     earlier log. The files moved aside are deleted once this run ends with ``"success"``.
 
+    :param save_dir: the directory the experiments go under (local, or an fsspec URL).
+    :param name: the experiment's folder under ``save_dir`` (default ``"lightning_logs"``); ``None`` or ``""``:
+        the versions go straight into ``save_dir``.
+    :param version: an int (the folder ``version_<n>``) or a string (the folder's name); ``None`` (default): one
+        past the highest ``version_<n>`` there, decided on first use.
+    :param prefix: put before each metric's name, joined with ``-`` (default ``""``: none).
+    :param flush_logs_every_n_steps: write the buffered rows when a row's ``step + 1`` is a multiple of this
+        (default 100).
+
     Example::
 
         trainer = Trainer(logger=CSVLogger("logs", name="digits"))

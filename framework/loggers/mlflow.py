@@ -42,6 +42,22 @@ class MLFlowLogger(CheckpointUploading, Logger):
     MLflow 3 keeps a local file store only on request: for a ``file:`` URI this logger makes that request
     (``MLFLOW_ALLOW_FILE_STORE=true``, unless the environment says otherwise).
 
+    :param experiment_name: the MLflow experiment the run goes in, made when missing (default ``"lightning_logs"``).
+    :param run_name: the run's name (its ``mlflow.runName`` tag); ``None`` (default): MLflow's choice.
+    :param tracking_uri: the tracking server or store; ``None`` (default): ``$MLFLOW_TRACKING_URI``, else
+        ``file:<save_dir>``.
+    :param tags: tags set on the run when it is made (default ``None``: none).
+    :param save_dir: the local store's folder, used without a tracking URI (default ``"./mlruns"``; ``None`` then
+        raises).
+    :param log_model: False (default): no checkpoints; True: the checkpoint callback's best, last and top-k files
+        when training ends (at once when it keeps every file); ``"all"``: each checkpoint when it is saved.
+    :param prefix: put before each metric's name, joined with ``-`` (default ``""``: none).
+    :param artifact_location: where the artifacts of an experiment made here are stored; ``None`` (default):
+        MLflow's default.
+    :param run_id: an existing run to log to (its experiment is used); ``None`` (default): a new run.
+    :param synchronous: passed to MLflow's ``log_batch`` (False: without waiting); ``None`` (default): MLflow's
+        default.
+
     Example::
 
         logger = MLFlowLogger(experiment_name="digits", tracking_uri="http://mlflow.internal:5000")

@@ -23,8 +23,19 @@ class TensorBoardLogger(DirectoryLogger):
     Each metric is a scalar at the step the Trainer gives; hyperparameters go to TensorBoard's
     HPARAMS tab (with ``hp_metric`` = -1 unless ``default_hp_metric=False``, as in Lightning)
     and to ``hparams.yaml``. ``log_graph=True`` adds the model graph from
-    ``example_input_array``. Extra keyword arguments go to ``SummaryWriter``. TensorBoard is
-    imported on first write, not with the framework.
+    ``example_input_array``. TensorBoard is imported on first write, not with the framework.
+
+    :param save_dir: the directory the experiments go under, local (``~`` and ``$VARIABLES`` are expanded) or an
+        fsspec URL.
+    :param name: the experiment's folder under ``save_dir`` (default ``"lightning_logs"``); ``None`` or ``""``:
+        the versions go straight into ``save_dir``.
+    :param version: an int (the folder ``version_<n>``) or a string (the folder's name); ``None`` (default): one
+        past the highest ``version_<n>`` there, decided on first use.
+    :param log_graph: True lets ``log_graph`` add the model's graph (default False: it does nothing).
+    :param default_hp_metric: True (default) logs ``hp_metric`` = -1 when hyperparameters come without metrics.
+    :param prefix: put before each metric's name, joined with ``-`` (default ``""``: none).
+    :param sub_dir: a folder under the version's folder for the event files; ``None`` (default): none.
+    :param writer_kwargs: other keyword arguments, for ``torch.utils.tensorboard.SummaryWriter``.
 
     Example::
 
@@ -95,9 +106,12 @@ class TensorBoardLogger(DirectoryLogger):
                         metrics: dict[str, float] | float | None = None, step: int | None = None) -> None:
         """Hyperparameters for ``hparams.yaml`` and, with result ``metrics``, the HPARAMS tab.
 
-        ``metrics`` may be one number (``hp_metric``); with none, ``hp_metric`` = -1 stands in
-        unless ``default_hp_metric=False``, in which case the HPARAMS tab gets nothing (as Lightning).
         Nothing is written on global ranks other than 0.
+
+        :param params: a dict (nested dicts are flattened for the tab) or an ``argparse.Namespace``.
+        :param metrics: ``{name: value}``, or one number (``hp_metric``); ``None`` (default): ``hp_metric`` = -1
+            stands in, unless ``default_hp_metric=False``, in which case the HPARAMS tab gets nothing (as Lightning).
+        :param step: the step the metrics are logged at (default ``None``).
         """
         params = as_dict(params)  # checked on every rank, so a mistake fails everywhere alike
         if rank_zero_only.rank != 0:  # type: ignore[attr-defined]

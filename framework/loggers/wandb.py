@@ -25,15 +25,28 @@ _STEP_KEY = "trainer/global_step"
 class WandbLogger(CheckpointUploading, Logger):
     """Logs to a W&B run, made on first use on global rank 0 (other ranks get a no-op experiment).
 
-    Arguments are Lightning's: ``project`` (else ``$WANDB_PROJECT``, else ``lightning_logs``), ``name`` (the
-    run's display name), ``version``/``id`` (a run to go on with), ``save_dir``/``dir`` (where the run's files
-    go; ``dir`` wins when both are given), ``offline=True`` (nothing leaves the machine; ``wandb sync`` later),
-    ``log_model`` (checkpoints as artifacts: True at the end of training, ``"all"`` when saved), and any other
-    keyword for ``wandb.init`` (``entity``, ``group``, ``tags``, ``mode``...). Metrics are plotted against
-    ``trainer/global_step``. ``logger.experiment`` is the ``wandb`` run.
+    The arguments are Lightning's. Metrics are plotted against ``trainer/global_step``.
+    ``logger.experiment`` is the ``wandb`` run.
 
     As in Lightning the run is not finished when training ends, so ``trainer.test`` afterwards, or your own
     ``wandb.log``, go to the same run; call ``wandb.finish()`` before starting another.
+
+    :param name: the run's display name; ``None`` (default): W&B's choice.
+    :param save_dir: where the run's files go (in ``<save_dir>/wandb``; default ``"."``).
+    :param version: the id of a run to go on with (or to give a new run); wins over ``id``.
+    :param offline: True: nothing leaves the machine (``wandb sync`` later); refused with ``log_model``.
+    :param dir: as ``save_dir``, and wins over it.
+    :param id: as ``version``.
+    :param anonymous: True lets W&B log without an account (``anonymous="allow"``); default ``None``.
+    :param project: the W&B project; ``None`` (default): ``$WANDB_PROJECT``, else ``"lightning_logs"``.
+    :param log_model: False (default): no checkpoints; True: the checkpoint callback's best, last and top-k
+        files as artifacts after a successful fit (at once when it keeps every file); ``"all"``: each when saved.
+    :param experiment: a ``wandb`` run to log to instead of starting one (default ``None``).
+    :param prefix: put before each metric's name, joined with ``-`` (default ``""``: none).
+    :param checkpoint_name: the name of the checkpoints' artifact; ``None`` (default): ``model-<run id>``.
+    :param add_file_policy: the ``policy`` of ``wandb.Artifact.add_file`` for checkpoints: ``"mutable"``
+        (default: copied first) or ``"immutable"``.
+    :param kwargs: other keyword arguments, for ``wandb.init`` (``entity``, ``group``, ``tags``, ``mode``...).
 
     Example::
 
@@ -117,19 +130,32 @@ class WandbLogger(CheckpointUploading, Logger):
 
     def log_table(self, key: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
                   dataframe: Any = None, step: int | None = None) -> None:
-        """A ``wandb.Table`` from ``columns`` and ``data`` rows, or from a pandas ``dataframe``."""
+        """A ``wandb.Table`` from ``columns`` and ``data`` rows, or from a pandas ``dataframe``.
+
+        :param key: the name it is logged under.
+        :param columns: the column names, for ``data``.
+        :param data: the rows, each a list of values.
+        :param dataframe: a pandas DataFrame, in place of ``columns`` and ``data``.
+        :param step: the step it is logged at (as ``trainer/global_step``); ``None`` (default): W&B's own step.
+        """
         import wandb
 
         self.log_metrics({key: wandb.Table(columns=columns, data=data, dataframe=dataframe)}, step)
 
     def log_text(self, key: str, columns: list[str] | None = None, data: list[list[str]] | None = None,
                  dataframe: Any = None, step: int | None = None) -> None:
-        """Text as a table (W&B shows text in tables)."""
+        """Text as a table (W&B shows text in tables); the arguments are ``log_table``'s."""
         self.log_table(key, columns, data, dataframe, step)
 
     def log_image(self, key: str, images: list[Any], step: int | None = None, **kwargs: Any) -> None:
         """Images (arrays, tensors, PIL images or paths); each keyword is a list with one item per image
-        (``caption=[...]``)."""
+        (``caption=[...]``).
+
+        :param key: the name they are logged under.
+        :param images: a list of images.
+        :param step: the step they are logged at; ``None`` (default): W&B's own step.
+        :param kwargs: lists as long as ``images``, each item going to that image's ``wandb.Image``.
+        """
         self._log_media(key, "Image", "images", images, step, kwargs)
 
     def log_audio(self, key: str, audios: list[Any], step: int | None = None, **kwargs: Any) -> None:
@@ -141,17 +167,33 @@ class WandbLogger(CheckpointUploading, Logger):
         self._log_media(key, "Video", "videos", videos, step, kwargs)
 
     def watch(self, model: Any, log: str | None = "gradients", log_freq: int = 100, log_graph: bool = True) -> None:
-        """Let W&B record the model's gradients (and parameters with ``log="all"``) every ``log_freq`` steps."""
+        """Let W&B record the model's gradients (and parameters with ``log="all"``) every ``log_freq`` steps.
+
+        :param model: the module to watch.
+        :param log: ``"gradients"`` (default), ``"parameters"``, ``"all"`` or ``None`` (neither).
+        :param log_freq: every how many batches to record them (default 100).
+        :param log_graph: True (default) also records the model's graph.
+        """
         self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
 
     def use_artifact(self, artifact: str, artifact_type: str | None = None) -> Any:
-        """Declare ``artifact`` an input of this run and return it (``.download()`` to get its files)."""
+        """Declare ``artifact`` an input of this run and return it (``.download()`` to get its files).
+
+        :param artifact: the artifact's name, ``"name:alias"`` or ``"entity/project/name:alias"``.
+        :param artifact_type: its type (``"model"``...); ``None`` (default): any.
+        """
         return self.experiment.use_artifact(artifact, type=artifact_type)
 
     @staticmethod
     def download_artifact(artifact: str, save_dir: str | os.PathLike | None = None,
                           artifact_type: str | None = None, use_artifact: bool | None = True) -> str:
-        """Download ``artifact`` (``"entity/project/name:alias"``) and return the folder it went to."""
+        """Download ``artifact`` (``"entity/project/name:alias"``) and return the folder it went to.
+
+        :param artifact: the artifact's name.
+        :param save_dir: where to put its files; ``None`` (default): W&B's default folder.
+        :param artifact_type: its type, when read through the W&B API; ``None`` (default): any.
+        :param use_artifact: True (default), while a run is active: declare it an input of that run too.
+        """
         import wandb
 
         if wandb.run is not None and use_artifact:

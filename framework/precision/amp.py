@@ -58,6 +58,9 @@ class Float16Mixed(MixedPrecision):
     the LR scheduler does not step either) and the scale is halved. The scaler's state is
     part of ``state_dict()`` and so of every checkpoint. Works on CPU as well as CUDA.
 
+    :param scaler: the ``torch.amp.GradScaler`` to use, as given; ``None`` (default): one made for the device
+        (``GradScaler(device.type)``, default settings) when the Trainer or Runtime connects this precision.
+
     Example::
 
         Trainer(precision="16-mixed", gradient_clip_val=1.0)

@@ -66,14 +66,24 @@ class Precision:
         return _NO_AUTOCAST
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """Compute gradients of ``loss`` (scaled first in fp16 modes)."""
+        """Compute gradients of ``loss`` (scaled first in fp16 modes).
+
+        :param loss: the tensor to differentiate, usually the step's scalar loss.
+        :param args: passed on to ``loss.backward`` (``gradient``, ``retain_graph``...), as are ``kwargs``.
+        """
         loss.backward(*args, **kwargs)
 
     def unscale(self, optimizer: Optimizer) -> None:
         """Bring the gradients of ``optimizer``'s parameters to their true scale before clipping."""
 
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any) -> bool:
-        """Step ``optimizer``; return False when the step was skipped (fp16 found inf/nan)."""
+        """Step ``optimizer``; return False when the step was skipped (fp16 found inf/nan).
+
+        :param optimizer: the optimizer to step.
+        :param closure: a function that recomputes the loss (and runs backward), for ``optimizer.step(closure)``
+            (LBFGS); ``None`` (default): ``optimizer.step()``.
+        :param kwargs: other keyword arguments, for ``optimizer.step``.
+        """
         if closure is None:
             optimizer.step(**kwargs)
         else:

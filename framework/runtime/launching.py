@@ -37,6 +37,9 @@ class LaunchMethods:
                 ...
 
             Runtime(accelerator="cpu", devices=2, strategy="ddp").launch(train, 3)
+
+        :param function: called as ``function(runtime, *args, **kwargs)`` on every rank; ``None`` (the default):
+            the rest of the script runs on every rank instead.
         """
         if function is None:
             if self.needs_launch:
@@ -69,6 +72,8 @@ class LaunchMethods:
         Where ranks are forked or spawned, this process waits for all of them and gets every
         rank's result; where the script is run again (``"popen"``), this process is rank 0 and
         gets its own.
+
+        :param function: called as ``function(runtime, *args, **kwargs)`` on every rank.
         """
         if not callable(function):
             raise TypeError(f"launch(function={describe(function)}): the function must be callable.")

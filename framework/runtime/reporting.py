@@ -127,17 +127,27 @@ class LoggerMethods:
 
             runtime = Runtime(callbacks=[PrintLoss()])
             runtime.call("on_train_batch_end", loss=loss, batch_idx=index)
+
+        :param hook_name: the name of the callbacks' method to call; the other arguments are passed on to it.
         """
         call_hook(self.callbacks, hook_name, args, kwargs)
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
-        """Send one number (or a one-element tensor) to every logger, on global rank 0."""
+        """Send one number (or a one-element tensor) to every logger, on global rank 0.
+
+        :param name: the metric's name.
+        :param value: a number or a one-element tensor.
+        :param step: the step the loggers record it at; ``None`` (the default): the logger decides.
+        """
         self.log_dict({name: value}, step=step)
 
     def log_dict(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """Send ``metrics`` (numbers or one-element tensors) to every logger, on global rank 0.
 
         Loggers write what they buffered when the process (or ``launch``'s function) ends.
+
+        :param metrics: names mapped to numbers or one-element tensors.
+        :param step: the step the loggers record them at; ``None`` (the default): the logger decides.
         """
         if self._loggers and self.is_global_zero:
             log_to(self._loggers, metrics, step)

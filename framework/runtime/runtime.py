@@ -52,8 +52,21 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
             optimizer.zero_grad()
             runtime.log("loss", loss)
 
-    ``callbacks``: objects whose methods ``runtime.call(name, ...)`` calls; ``loggers``:
-    objects with ``log_metrics(metrics, step)`` (``framework.loggers``), written to by rank 0.
+    :param accelerator: ``"cpu"``, ``"cuda"`` (or ``"gpu"``), ``"mps"``; ``"auto"`` (the default): CUDA, else MPS,
+        else the CPU.
+    :param strategy: a name (``"ddp"``, ``"fsdp"``, ``"zero2"`` ...) or a ``Strategy``; ``"auto"`` (the default):
+        DDP where there are several processes, else one device.
+    :param devices: devices (on the CPU: processes) per node: an int, ``-1`` for all, a list of indices or a
+        string such as ``"0,1"``; ``"auto"`` (the default): one, or as many as a launcher started on this node.
+    :param num_nodes: the number of machines (default 1); the run has ``devices`` times ``num_nodes`` processes.
+    :param precision: as the Trainer's: ``"32-true"`` (what ``None``, the default, means), ``"16-mixed"``,
+        ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``, ``"64-true"``, a short spelling, or a ``Precision``.
+    :param plugins: only ``None`` is accepted (``precision`` and ``strategy`` take those choices).
+    :param callbacks: an object or a list of them, whose methods ``runtime.call(name, ...)`` calls; ``None``: none.
+    :param loggers: an object or a list of them with ``log_metrics(metrics, step)`` (``framework.loggers``),
+        written to by global rank 0; ``None``: none.
+    :param compile: ``True`` runs the set-up module's ``forward`` and ``training_step`` (and the methods marked
+        with ``mark_forward_method``) under ``torch.compile``; a dict gives its keyword arguments; ``False``: eager.
     """
 
     def __init__(
@@ -162,7 +175,7 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
 
     @contextlib.contextmanager
     def init_tensor(self) -> Iterator[None]:
-        """Create tensors inside this block on the device, in the precision's parameter dtype ("*-true")."""
+        """Create tensors inside this block on the device, in the precision's parameter dtype (``"*-true"``)."""
         with torch.device(self.device), self.precision.module_init_context():
             yield
 
@@ -174,6 +187,9 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
 
             with runtime.init_module():
                 model = torch.nn.Linear(1024, 1024)   # on the device, bf16 under "bf16-true"
+
+        :param empty_init: ``True``: under FSDP, parameters are made on the meta device and allocated once
+            sharded; otherwise (and with ``None``, the default) on the device.
         """
         with self.strategy.module_init_context(empty_init), self.precision.module_init_context():
             yield
@@ -182,6 +198,8 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
         """Convert ``module`` for the precision, place/wrap it for the strategy (DDP ...), compile it if asked.
 
         What the Trainer uses; ``setup_module`` adds the ``RuntimeModule`` wrapper on top.
+
+        :param module: the user's ``torch.nn.Module``.
         """
         module = self.strategy.setup_module(self.precision.convert_module(module))
         if self.compiler is not None:
@@ -196,7 +214,10 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
         return self._compiler
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
-        """``optimizer`` as the strategy needs it (wrapped where it shards optimizer state), without a wrapper."""
+        """``optimizer`` as the strategy needs it (wrapped where it shards optimizer state), without a wrapper.
+
+        :param optimizer: a torch optimizer over the set-up module's parameters.
+        """
         return self.strategy.setup_optimizer(optimizer)
 
     def setup(self, module: nn.Module, *optimizers: Optimizer, scheduler: Any = None,
@@ -211,6 +232,11 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
         Example::
 
             model, optimizer = runtime.setup(model, torch.optim.AdamW(model.parameters()))
+
+        :param module: the ``torch.nn.Module`` to set up.
+        :param optimizers: optimizers over its parameters, set up with it.
+        :param scheduler: an LR scheduler, handed back as it is; ``None`` (the default): none.
+        :param move_to_device: as in ``setup_module``.
         """
         names = {parameter: name for name, parameter in module.named_parameters()}
         module = self.setup_module(module, move_to_device=move_to_device)
@@ -224,8 +250,11 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
                      float_outputs: bool = False) -> RuntimeModule:
         """``module`` set up alone (optimizers may come later, from ``setup_optimizers``).
 
-        ``float_outputs``: what forward computed in float16/bfloat16 under autocast comes back in
-        float32, as Accelerate's prepared models return it.
+        :param module: the ``torch.nn.Module`` to set up (not one set up already).
+        :param move_to_device: ``True`` (the default): converted for the precision, placed or wrapped for the
+            strategy and compiled if asked; ``False``: only converted (and wrapped on several processes).
+        :param float_outputs: what forward computed in float16/bfloat16 under autocast comes back in float32, as
+            Accelerate's prepared models return it; default ``False``.
         """
         if isinstance(module, RuntimeModule):
             raise MisconfigurationError("runtime.setup_module got a module that was set up already; pass the original.")
@@ -258,6 +287,12 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
 
             train = runtime.setup_dataloaders(train)
             val = runtime.setup_dataloaders(val, even_batches=False)
+
+        :param dataloaders: one or more DataLoaders (or other iterables of batches).
+        :param use_distributed_sampler: ``True`` (the default): shard them over the ranks where there are
+            several; ``False``: every rank iterates the whole loader.
+        :param move_to_device: ``True`` (the default): each batch arrives on the device; ``False``: as loaded.
+        :param even_batches: see above; default ``True``.
         """
         if not dataloaders:
             raise TypeError("setup_dataloaders needs at least one dataloader.")
@@ -276,11 +311,17 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
 
     def agreed_seed(self, generator: torch.Generator | None = None) -> int:
         """A seed every rank draws from ``generator`` (torch's global one by default), rank 0's kept on all: what
-        shuffled orders shared by the ranks start from, decided by ``seed_everything``."""
+        shuffled orders shared by the ranks start from, decided by ``seed_everything``.
+
+        :param generator: the ``torch.Generator`` to draw from; ``None`` (the default): torch's global one.
+        """
         return self.broadcast(int(torch.randint(0, 2**31, (), generator=generator)))
 
     def to_device(self, batch: Any) -> Any:
-        """``batch`` (tensors in any nesting, or a module) on this runtime's device, inputs cast for the precision."""
+        """``batch`` (tensors in any nesting, or a module) on this runtime's device, inputs cast for the precision.
+
+        :param batch: tensors in lists, tuples, dicts (at any depth), or a ``torch.nn.Module``.
+        """
         if isinstance(batch, nn.Module):
             return batch.to(self.device)
         return self.precision.convert_input(move_to_device(batch, self.device))
@@ -291,11 +332,19 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
         return self.precision.autocast()
 
     def backward(self, tensor: torch.Tensor, *args: Any, model: nn.Module | None = None, **kwargs: Any) -> None:
-        """``tensor.backward()`` through the strategy and precision (fp16: the loss is scaled first)."""
+        """``tensor.backward()`` through the strategy and precision (fp16: the loss is scaled first).
+
+        :param tensor: the loss (other arguments go on to ``backward``).
+        :param model: the set-up module the loss came from, for strategies that need it; ``None`` (the default).
+        """
         self.strategy.backward(tensor, model if model is None else forward_module(model), *args, **kwargs)
 
     def optimizer_step(self, optimizer: Optimizer, closure: Any = None, **kwargs: Any) -> bool:
-        """Step ``optimizer`` through the precision; False when the step was skipped."""
+        """Step ``optimizer`` through the precision; False when the step was skipped.
+
+        :param optimizer: the optimizer (set up or not).
+        :param closure: a function computing the loss, passed on to ``optimizer.step``; ``None`` (the default).
+        """
         return self.strategy.optimizer_step(original_optimizer(optimizer), closure, **kwargs)
 
     def clip_gradients(
@@ -311,6 +360,13 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
 
         With fp16 the gradients are unscaled first. ``error_if_nonfinite``, as in
         Fabric: a total norm that is inf or nan raises (pass False to clip anyway).
+
+        :param module: the set-up module.
+        :param optimizer: the optimizer whose parameters' gradients are clipped.
+        :param clip_val: clamp each gradient to ``[-clip_val, clip_val]``; give it or ``max_norm``, not both.
+        :param max_norm: scale the gradients down to this total norm.
+        :param norm_type: the p of the p-norm ``max_norm`` bounds; default 2.0.
+        :param error_if_nonfinite: see above; default ``True``.
         """
         if (clip_val is None) == (max_norm is None):
             raise MisconfigurationError("clip_gradients needs exactly one of clip_val= or max_norm=.")
@@ -328,12 +384,20 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
 
             with runtime.no_backward_sync(model, enabled=not is_last_micro_batch):
                 runtime.backward(model(x).sum())
+
+        :param module: the set-up module.
+        :param enabled: ``False`` makes the context do nothing (default ``True``).
         """
         return self.strategy.no_backward_sync(forward_module(module), enabled)
 
     @staticmethod
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
-        """Seed Python, NumPy and torch (see ``framework.seed_everything``); returns the seed."""
+        """Seed Python, NumPy and torch (see ``framework.seed_everything``); returns the seed.
+
+        :param seed: an int; ``None`` (the default): ``PL_GLOBAL_SEED`` from the environment, else 0.
+        :param workers: ``True`` gives DataLoader workers distinct derived seeds; ``None`` (the default) means no.
+        :param verbose: log the seed (default ``True``).
+        """
         return seed_everything(seed, workers=bool(workers), verbose=verbose)
 
     def teardown(self) -> None:

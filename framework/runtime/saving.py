@@ -73,6 +73,10 @@ class FileMethods:
 
         ``filter`` maps a key of ``state`` to ``fn(name, value) -> bool`` choosing which entries of
         that object's state dict are kept (e.g. only the trainable parameters).
+
+        :param path: the file to write (a local path or an fsspec URL).
+        :param state: names mapped to modules, optimizers, objects with ``state_dict`` or plain values.
+        :param filter: see above; ``None`` (the default): every entry is kept.
         """
         self.strategy.save_checkpoint(state_dicts(state, self.strategy, filter or {}), os.fspath(path))
 
@@ -83,6 +87,11 @@ class FileMethods:
 
         ``strict``: a key of ``state`` missing from the checkpoint, or a module key mismatch, raises.
         ``weights_only=False`` also unpickles arbitrary objects (only for files you trust).
+
+        :param path: the checkpoint written by ``save`` (a local path or an fsspec URL).
+        :param state: names mapped to the objects to restore; ``None`` (the default): load nothing in place.
+        :param strict: see above; default ``True``.
+        :param weights_only: ``None`` or ``True`` load tensors and plain data only; ``False`` unpickles anything.
         """
         checkpoint = self.strategy.load_checkpoint(os.fspath(path), weights_only=weights_only)
         self.barrier("load")
@@ -97,6 +106,11 @@ class FileMethods:
         Example::
 
             runtime.load_raw("pretrained.pt", model)
+
+        :param path: the state-dict file (a local path or an fsspec URL).
+        :param obj: the module (set up or not) or optimizer to load it into.
+        :param strict: for a module, every key must match (default ``True``).
+        :param weights_only: ``None`` or ``True`` load tensors and plain data only; ``False`` unpickles anything.
         """
         if not isinstance(obj, nn.Module) and not callable(getattr(obj, "load_state_dict", None)):
             raise TypeError(f"load_raw(obj={describe(obj)}): obj must be a torch.nn.Module or an optimizer.")

@@ -15,7 +15,14 @@ from framework.precision.base import Precision
 
 @dataclass(frozen=True)
 class Ranks:
-    """This process's place among the processes of a run (all zeros and ones for one process)."""
+    """This process's place among the processes of a run (all zeros and ones for one process).
+
+    :param world_size: the number of processes in the run, over all nodes (default 1).
+    :param global_rank: this process's index among all of them, from 0.
+    :param local_rank: this process's index among the processes of its node, from 0.
+    :param node_rank: the index of this process's node, from 0.
+    :param local_world_size: the number of processes on this process's node (default 1).
+    """
 
     world_size: int = 1
     global_rank: int = 0

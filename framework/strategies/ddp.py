@@ -18,17 +18,25 @@ from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcas
 class DDPStrategy(ParallelStrategy):
     """One process per device, each with the whole model; gradients all-reduced during ``backward``.
 
-    ``gloo`` on CPU, ``nccl`` on CUDA (``process_group_backend`` chooses another). When no
-    launcher started the processes, the Trainer starts them: ``start_method="auto"`` forks them
-    where that is safe (a machine without GPUs) and otherwise runs the script again for them (or,
-    from pytest or a notebook, starts them from a forkserver); ``"fork"``, ``"spawn"``,
-    ``"forkserver"`` and ``"popen"`` choose (see ``ParallelStrategy``). ``timeout`` bounds every
-    collective. ``ddp_comm_hook`` replaces the gradient all-reduce with a communication hook
-    (``torch.distributed.algorithms.ddp_comm_hooks``: fp16/bf16 compression, PowerSGD), called with
-    ``ddp_comm_state`` and wrapped in ``ddp_comm_wrapper`` when given, as in Lightning. ``max_restarts``:
-    where the Trainer starts the ranks itself, it starts them all again when one is killed (up to that many
-    times; the run resumes from its newest complete checkpoint), as ``framework launch --max-restarts`` does.
-    Other keyword arguments go to ``torch.nn.parallel.DistributedDataParallel``.
+    ``gloo`` on CPU, ``nccl`` on CUDA. When no launcher started the processes, the Trainer starts
+    them: by default it forks them where that is safe (a machine without GPUs) and otherwise runs
+    the script again for them (or, from pytest or a notebook, starts them from a forkserver).
+
+    :param start_method: ``"auto"`` (default), ``"fork"``, ``"spawn"``, ``"forkserver"`` or ``"popen"``: how the
+        ranks no launcher started are started (see :class:`~framework.strategies.ParallelStrategy`).
+    :param timeout: how long a collective may wait: a ``datetime.timedelta`` or seconds; ``None`` (default): 30 min.
+    :param process_group_backend: ``None`` (default): ``"nccl"`` on CUDA, ``"gloo"`` elsewhere; or another backend.
+    :param ddp_comm_state: the state the communication hook is registered with (``None`` by default).
+    :param ddp_comm_hook: a DDP communication hook in place of the gradient all-reduce
+        (``torch.distributed.algorithms.ddp_comm_hooks``: fp16/bf16 compression, PowerSGD), as in Lightning;
+        ``None`` (default): DDP's own all-reduce.
+    :param ddp_comm_wrapper: with a hook, ``ddp_comm_wrapper(ddp_comm_hook)`` is registered instead of the hook;
+        ``None`` (default): the hook itself.
+    :param max_restarts: where the Trainer starts the ranks itself, how many times it starts them all again when
+        one is killed by a signal (the run resumes from its newest complete checkpoint), as ``framework launch
+        --max-restarts`` does; 0 (default): never.
+    :param ddp_kwargs: other keyword arguments go to ``torch.nn.parallel.DistributedDataParallel``
+        (``find_unused_parameters=True``...).
 
     Example::
 

@@ -59,25 +59,32 @@ class FSDPStrategy(ParallelStrategy):
     a whole replica (gradients are averaged across the groups). By default a group is one node
     (``(num_nodes, devices)``), so the all-gathers stay inside a node.
 
-    - ``auto_wrap_policy``: which submodules are gathered as a unit of their own. ``"auto"``
-      (default): each child of a ``ModuleList``/``Sequential`` holding parameters, and any other
-      submodule of at least 1M parameters; or a set of classes (``{Block}``), a callable
-      ``module -> bool``, or None (the whole model is one unit). A Module that calls
-      ``fully_shard`` itself in ``configure_model`` keeps its own units.
-    - ``activation_checkpointing_policy``: the same forms; those submodules recompute their
-      activations in backward.
-    - ``cpu_offload``: keep the sharded parameters, gradients and optimizer state in CPU memory.
-    - ``state_dict_type``: ``"sharded"`` (default; checkpoints are directories every rank writes
-      its part to, loadable with any number of ranks, ``framework consolidate`` makes one
-      file of them) or ``"full"`` (one file, gathered on rank 0).
-    - ``mixed_precision``: a ``MixedPrecisionPolicy`` replacing the one built from the precision.
-    - ``start_method``, ``timeout``, ``process_group_backend``: as for DDP (``ParallelStrategy``):
-      ranks are forked where that is safe, and on a machine with GPUs the script runs again for
-      them (or, from pytest or a notebook, a forkserver starts them).
-
     Layers created on the meta device (in ``configure_model``, or under ``trainer.init_module(
     empty_init=True)``) are allocated directly sharded and initialised by their
     ``reset_parameters()``, so a model larger than one rank's memory can be built.
+
+    :param auto_wrap_policy: which submodules are gathered as a unit of their own. ``"auto"`` (default): each
+        child of a ``ModuleList``/``Sequential`` holding parameters, and any other submodule of at least 1M
+        parameters; or a set of classes (``{Block}``), a callable ``module -> bool`` (or FSDP1's
+        ``(module, recurse, nonwrapped_numel)`` form), or None (the whole model is one unit). A Module that
+        calls ``fully_shard`` itself in ``configure_model`` keeps its own units.
+    :param activation_checkpointing_policy: the same forms; those submodules recompute their activations in
+        backward. ``None`` (default): none do.
+    :param sharding_strategy: ``"FULL_SHARD"`` (default), ``"SHARD_GRAD_OP"``, ``"HYBRID_SHARD"`` or
+        ``"_HYBRID_SHARD_ZERO2"`` (any case, or torch's ``ShardingStrategy``), as above; ``"NO_SHARD"`` is refused
+        (use ``strategy="ddp"``).
+    :param cpu_offload: True keeps the sharded parameters, gradients and optimizer state in CPU memory (or give
+        a ``torch.distributed.fsdp.CPUOffloadPolicy``); False (default): on the device.
+    :param state_dict_type: ``"sharded"`` (default; checkpoints are directories every rank writes its part to,
+        loadable with any number of ranks, ``framework consolidate`` makes one file of them) or ``"full"``
+        (one file, gathered on rank 0).
+    :param mixed_precision: a ``MixedPrecisionPolicy`` in place of the one built from the precision (default ``None``).
+    :param start_method: how the ranks no launcher started are started, as for DDP (default ``"auto"``).
+    :param timeout: how long a collective may wait: a ``datetime.timedelta`` or seconds; ``None`` (default): 30 min.
+    :param process_group_backend: ``None`` (default): ``"nccl"`` on CUDA, ``"gloo"`` elsewhere; or another backend.
+    :param device_mesh: hybrid sharding only: ``(replicas, shard_size)``, two positive ints whose product is the
+        number of ranks, or a 2-D ``DeviceMesh``; ``None`` (default): one group per node.
+    :param fully_shard_kwargs: other keyword arguments, for ``fully_shard`` (a name it does not take is refused).
 
     Example::
 

@@ -26,20 +26,26 @@ class ModelParallelStrategy(FSDPStrategy):
     strategy does the rest, as for ``FSDPStrategy``: one outer ``fully_shard`` unit for the
     parameters the Module left unsharded, optimizers, precision, gradient clipping over the
     DTensors, evaluation, logging and checkpoints. Batches are split over the data-parallel
-    ranks only: the ranks of one tensor-parallel group see the same batch.
+    ranks only: the ranks of one tensor-parallel group see the same batch. With ``precision="bf16-mixed"``
+    parameters are gathered in bfloat16 and gradients reduced in fp32 (FSDP2's ``MixedPrecisionPolicy``) in
+    the units the Module made without a policy of its own.
 
-    - ``data_parallel_size``, ``tensor_parallel_size``: the mesh's shape; ``"auto"``: one
-      data-parallel rank per node and the node's ranks tensor parallel (as Lightning), or whatever
-      makes the product the number of ranks when the other one is given.
-    - ``save_distributed_checkpoint``: True (default) writes a directory each rank writes its parts to
-      (``torch.distributed.checkpoint``; it loads into any mesh shape and any number of ranks,
-      ``framework consolidate`` makes one file of it); False gathers one whole file on rank 0.
-    - ``activation_checkpointing_policy``: submodules (a set of classes, or a callable) that recompute
-      their activations in backward.
-    - ``parallelize_fn``: ``fn(module, device_mesh) -> module``, for the bare Runtime (Fabric's
-      form): applied by ``runtime.setup(module)``. With the Trainer, ``configure_model`` does this.
-    - ``precision``: ``"bf16-mixed"`` gathers parameters in bfloat16 and reduces gradients in fp32
-      (FSDP2's ``MixedPrecisionPolicy``) in the units the Module made without a policy of its own.
+    :param data_parallel_size: the mesh's first dimension, a positive int; ``"auto"`` (default): the number of
+        nodes when both sizes are ``"auto"`` (as Lightning), else the number of ranks over the other size.
+    :param tensor_parallel_size: the mesh's second dimension; ``"auto"`` (default): the ranks of a node when
+        both are ``"auto"``, else the number of ranks over ``data_parallel_size``. The product must be the
+        number of ranks.
+    :param save_distributed_checkpoint: True (default) writes a directory each rank writes its parts to
+        (``torch.distributed.checkpoint``; it loads into any mesh shape and any number of ranks, ``framework
+        consolidate`` makes one file of it); False gathers one whole file on rank 0.
+    :param process_group_backend: ``None`` (default): ``"nccl"`` on CUDA, ``"gloo"`` elsewhere; or another backend.
+    :param timeout: how long a collective may wait: a ``datetime.timedelta`` or seconds; ``None`` (default): 30 min.
+    :param activation_checkpointing_policy: submodules (a set of classes, or a callable) that recompute their
+        activations in backward; ``None`` (default): none.
+    :param start_method: how the ranks no launcher started are started, as for DDP (default ``"auto"``).
+    :param parallelize_fn: ``fn(module, device_mesh) -> module``, for the bare Runtime (Fabric's form; it may
+        also come first, in place of ``data_parallel_size``): applied by ``runtime.setup(module)``. With the
+        Trainer, ``configure_model`` does this. ``None`` (default): nothing is applied.
 
     Example::
 

@@ -97,8 +97,7 @@ class ParallelStrategy(Strategy):
     """One process per device, joined in a process group (gloo on CPU, nccl on CUDA).
 
     The base of DDP, ZeRO-1 and FSDP: it starts and ends the process group and implements
-    the collectives; subclasses decide how the module is wrapped. ``timeout`` bounds every
-    collective.
+    the collectives; subclasses decide how the module is wrapped.
 
     ``start_method`` is how the Trainer (or ``runtime.launch``) starts the ranks no launcher
     started. ``"auto"`` forks them where that is safe (no CUDA devices in the machine, CUDA not
@@ -107,6 +106,13 @@ class ParallelStrategy(Strategy):
     a forkserver where there is none (pytest, a notebook, a REPL: what they run must then pickle).
     ``"fork"``, ``"spawn"``, ``"forkserver"`` and ``"popen"`` (the script run again) choose one; a
     fork where it is unsafe warns, naming the hazard. The full rule: ``framework.runtime.start_method``.
+
+    :param start_method: ``"auto"`` (default), ``"fork"``, ``"spawn"``, ``"forkserver"`` or ``"popen"``, as
+        above; any other value raises ``MisconfigurationError``.
+    :param timeout: how long a collective may wait: a ``datetime.timedelta`` or a number of seconds above 0;
+        ``None`` (default): 30 minutes, torch's default.
+    :param process_group_backend: the ``torch.distributed`` backend (``"gloo"``, ``"nccl"``...); ``None``
+        (default): ``"nccl"`` on CUDA, ``"gloo"`` elsewhere.
     """
 
     name = "parallel"
@@ -217,7 +223,7 @@ class ParallelStrategy(Strategy):
         return [pickling.loads(data) for data in gathered]
 
     def barrier(self, name: str | None = None) -> None:
-        """Wait until every rank reaches this point."""
+        """Wait until every rank reaches this point (``name`` labels it and changes nothing)."""
         if not self._in_group():
             return
         if self.backend == "nccl":

@@ -19,6 +19,8 @@ class ShardedStrategy(DDPStrategy):
     its LR schedulers keep working (they change the same parameter groups). Checkpoints are
     one file, the optimizer state gathered on rank 0, so they load with any number of ranks.
 
+    The constructor is :class:`~framework.strategies.DDPStrategy`'s: its arguments are documented there.
+
     Example::
 
         Trainer(accelerator="cpu", devices=2, strategy="zero1")

@@ -38,14 +38,94 @@ class Trainer(TrainerRun):
 
     Two arguments are this framework's own: ``compile`` (compile each step whole, see the README) and
     ``auto_resume``: a ``fit`` without ``ckpt_path`` resumes by itself from the newest complete checkpoint when
-    the job was started again after a lost rank or a preemption (:mod:`framework.trainer.auto_resume`);
+    the job was started again after a lost rank or a preemption (``framework.trainer.auto_resume``);
     ``auto_resume=False`` starts every fit afresh unless given a ``ckpt_path``.
+
+    Every argument is keyword-only. One left out takes its value from the environment where
+    ``FRAMEWORK_TRAINER_<NAME>`` (or Lightning's ``PL_TRAINER_<NAME>``) is set, e.g. ``PL_TRAINER_MAX_EPOCHS=3``.
 
     Example::
 
         trainer = Trainer(max_epochs=5, accelerator="cpu", log_every_n_steps=10)
         trainer.fit(model, train_loader, val_loader)
         trainer.test(model, test_loader)
+
+    :param accelerator: ``"cpu"``, ``"cuda"`` (or ``"gpu"``), ``"mps"``; ``"auto"`` (the default): CUDA, else MPS,
+        else the CPU.
+    :param strategy: a name (``"ddp"``, ``"ddp_spawn"``, ``"fsdp"``, ``"zero2"``, ``"model_parallel"`` ...) or a
+        ``Strategy``; ``"auto"`` (the default): DDP where there are several processes, else one device.
+    :param devices: devices (on the CPU: processes) per node: an int, ``-1`` for all, a list of indices or a
+        string such as ``"0,1"``; ``"auto"`` (the default): one, or as many as a launcher started on this node.
+    :param num_nodes: the number of machines (default 1); the run has ``devices`` times ``num_nodes`` processes.
+    :param precision: ``"32-true"`` (what ``None``, the default, means), ``"16-mixed"``, ``"bf16-mixed"``,
+        ``"16-true"``, ``"bf16-true"``, ``"64-true"``, the short spellings (``16``, ``"bf16"`` ...) or a ``Precision``.
+    :param logger: ``None`` or ``True`` (the default): a TensorBoardLogger in ``default_root_dir`` where tensorboard
+        is installed, else a CSVLogger; ``False``: none; or a Logger (any object with ``log_metrics``), or a list.
+    :param callbacks: a ``Callback`` or a list of them; the flags below add their own unless one of the kind is here.
+    :param fast_dev_run: ``True`` (1) or an int n: n batches of training and of each evaluation, one epoch, no
+        sanity check, no checkpoint or log written; ``False`` (the default): off.
+    :param max_epochs: stop after this many epochs; ``None`` (the default) means 1000 unless ``max_steps``,
+        ``max_time`` or a ``Timer`` bounds the run, ``-1`` never stops by epochs.
+    :param min_epochs: a stop asked for earlier (``trainer.should_stop``, EarlyStopping) waits until this many
+        epochs have run; ``None`` (the default): no minimum.
+    :param max_steps: stop after this many optimizer steps; ``-1`` (the default): no step limit.
+    :param min_steps: as ``min_epochs``, in optimizer steps; ``None`` (the default): no minimum.
+    :param max_time: stop once this much training time has passed (a ``Timer`` measures it): ``"DD:HH:MM:SS"``,
+        a ``timedelta``, a dict such as ``{"hours": 1}`` or seconds; ``None`` (the default): no limit.
+    :param limit_train_batches: batches per training epoch: an int count or a float fraction of the loader;
+        ``None`` (the default) means all (``1.0``).
+    :param limit_val_batches: the same for each validation loader; ``0`` turns validation off.
+    :param limit_test_batches: the same for each test loader.
+    :param limit_predict_batches: the same for each predict loader.
+    :param overfit_batches: train on the same first batches (an int count or a fraction) every epoch,
+        unshuffled, each validation loader limited to it too; ``0.0`` (the default): off.
+    :param val_check_interval: validate every this many training batches (an int) or this fraction of an epoch
+        (a float); ``None`` (the default) means at each epoch's end.
+    :param check_val_every_n_epoch: validate in every n-th epoch only (default 1); ``None`` counts an int
+        ``val_check_interval`` across epochs.
+    :param num_sanity_val_steps: validation batches per loader run before a fit's first step, to fail early;
+        ``None`` (the default) means 2, ``-1`` all, ``0`` none.
+    :param log_every_n_steps: send step-level values to the loggers every this many optimizer steps; ``None``
+        (the default) means 50, ``0`` never.
+    :param enable_checkpointing: add a ``ModelCheckpoint`` unless ``callbacks`` holds a checkpoint callback;
+        ``None`` (the default) means ``True``; ``False`` with a checkpoint callback is an error.
+    :param enable_progress_bar: add a ``TQDMProgressBar`` unless ``callbacks`` holds a progress bar; ``None``
+        (the default) means ``True``.
+    :param enable_model_summary: add a ``ModelSummary`` unless ``callbacks`` holds one; ``None`` (the default)
+        means ``True``.
+    :param accumulate_grad_batches: step the optimizers every this many batches (and on an epoch's last),
+        each loss divided by it; default 1. Automatic optimization only.
+    :param gradient_clip_val: clip the gradients before each optimizer step at this value; ``None`` (the
+        default) or ``0``: no clipping. Automatic optimization only.
+    :param gradient_clip_algorithm: ``"norm"`` (the total norm; what ``None``, the default, means) or ``"value"``
+        (each gradient clamped).
+    :param deterministic: ``True``: torch uses deterministic algorithms only (``"warn"``: warns instead of
+        raising where there is none; ``False``: turns that off); ``None`` (the default) leaves torch's setting.
+    :param benchmark: set ``torch.backends.cudnn.benchmark`` (where cuDNN is available); ``None`` (the default)
+        leaves it.
+    :param inference_mode: ``True`` (the default): ``validate``, ``test`` and ``predict`` run under
+        ``torch.inference_mode`` where the strategy allows it; ``False``, and validation inside ``fit``: ``no_grad``.
+    :param use_distributed_sampler: with several processes, each rank runs its share of every loader (default
+        ``True``); ``False``: every rank gets the loaders as given (shard them yourself).
+    :param profiler: ``"simple"``, ``"advanced"``, ``"pytorch"``, ``"passthrough"`` or a ``Profiler``; ``None``
+        (the default): no profiling.
+    :param detect_anomaly: run ``fit`` under ``torch.autograd.set_detect_anomaly`` (slow); default ``False``.
+    :param barebones: ``True`` turns off checkpointing, logging, the progress bar, the model summary and the
+        sanity check, to time the Trainer itself; asking for any of them (or ``fast_dev_run``,
+        ``detect_anomaly``) as well is an error. Default ``False``.
+    :param plugins: ``None`` (the default) or one ``AsyncCheckpointIO`` (alone or in a list): ModelCheckpoint
+        writes its files in the background.
+    :param sync_batchnorm: convert the model's BatchNorm layers to ``SyncBatchNorm`` where there are several
+        processes; default ``False``.
+    :param reload_dataloaders_every_n_epochs: ask for the training and validation loaders again every n epochs;
+        ``0`` (the default): once per fit.
+    :param default_root_dir: where the default logger, checkpoints (without a logger) and preemption
+        checkpoints go; ``None`` (the default): the working directory the Trainer was made in.
+    :param enable_autolog_hparams: send the hyperparameters that ``save_hyperparameters`` stored (Module and
+        DataModule) to the loggers when a run starts; default ``True``.
+    :param compile: ``True`` runs the Module's ``forward`` and step methods under ``torch.compile``; a dict gives
+        ``torch.compile``'s keyword arguments (``{"mode": "max-autotune"}``); ``False`` (the default): eager.
+    :param auto_resume: ``True`` (the default): resume by itself as described above; ``False``: never.
     """
 
     @check.with_environment_defaults
@@ -228,6 +308,16 @@ class Trainer(TrainerRun):
         ``model`` may be what ``torch.compile(model, ...)`` returned, as in Lightning (so may the
         ``model`` of validate, test and predict): the Module inside is the one trained, and its
         step methods run compiled with the options given to ``torch.compile``.
+
+        :param model: the ``Module`` to train (or ``torch.compile`` of one).
+        :param train_dataloaders: a DataLoader (or any iterable of batches), or a ``DataModule``; ``None``: the
+            ``datamodule``'s or the Module's ``train_dataloader``.
+        :param val_dataloaders: a loader or a list of them; ``None``: the ``datamodule``'s or the Module's
+            ``val_dataloader``, if any.
+        :param datamodule: a ``DataModule`` providing the loaders, instead of passing them.
+        :param ckpt_path: ``"last"``, ``"best"``, ``"hpc"`` (the newest preemption checkpoint) or a path to
+            resume from; ``None`` (the default): start afresh, unless ``auto_resume`` finds a checkpoint.
+        :param weights_only: ``None`` or ``True`` load tensors and plain data only; ``False`` unpickles anything.
         """
         datamodule, train_dataloaders = _datamodule_or_loaders("fit", datamodule, train_dataloaders)
         if datamodule is not None and val_dataloaders is not None:
@@ -240,13 +330,30 @@ class Trainer(TrainerRun):
     def validate(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
                  verbose: bool = True, datamodule: DataModule | None = None,
                  weights_only: bool | None = None) -> list[dict[str, float]]:
-        """Run one validation epoch; returns one dict of metrics per dataloader."""
+        """Run one validation epoch; returns one dict of metrics per dataloader.
+
+        :param model: the ``Module``; ``None``: the last run's.
+        :param dataloaders: a loader, a list of them, or a ``DataModule``; ``None``: ``val_dataloader``.
+        :param ckpt_path: ``"best"``, ``"last"``, ``"hpc"`` or a path to load first; ``None``: the current weights,
+            or without ``model`` the last fit's best checkpoint where there is one.
+        :param verbose: print the results on global rank 0 (default ``True``).
+        :param datamodule: a ``DataModule`` providing the loaders.
+        :param weights_only: as in ``fit``.
+        """
         return self._evaluate(TrainerFn.VALIDATING, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
     def test(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
              verbose: bool = True, datamodule: DataModule | None = None,
              weights_only: bool | None = None) -> list[dict[str, float]]:
-        """Run one test epoch; returns one dict of metrics per dataloader."""
+        """Run one test epoch; returns one dict of metrics per dataloader.
+
+        :param model: as in ``validate``.
+        :param dataloaders: a loader, a list of them, or a ``DataModule``; ``None``: ``test_dataloader``.
+        :param ckpt_path: as in ``validate``.
+        :param verbose: print the results on global rank 0 (default ``True``).
+        :param datamodule: a ``DataModule`` providing the loaders.
+        :param weights_only: as in ``fit``.
+        """
         return self._evaluate(TrainerFn.TESTING, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
     def predict(self, model: Module | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
@@ -260,6 +367,13 @@ class Trainer(TrainerRun):
         your own keeps its own order; its parts are joined rank by rank); where it ran the script
         again for them, every rank gets them all. Where a launcher started the ranks (torchrun,
         SLURM), each rank returns its own part, as in Lightning.
+
+        :param model: as in ``validate``.
+        :param dataloaders: a loader, a list of them, or a ``DataModule``; ``None``: ``predict_dataloader``.
+        :param datamodule: a ``DataModule`` providing the loaders.
+        :param return_predictions: ``False`` keeps nothing and returns ``None``; ``None`` (the default): return them.
+        :param ckpt_path: as in ``validate``.
+        :param weights_only: as in ``fit``.
         """
         datamodule, dataloaders = _datamodule_or_loaders("predict", datamodule, dataloaders)
         self._keep_predictions = return_predictions is not False
@@ -307,6 +421,9 @@ class Trainer(TrainerRun):
             trainer = Trainer(precision="bf16-true")
             with trainer.init_module():
                 model = MyModule()            # parameters created in bf16 on the device
+
+        :param empty_init: ``True``: under FSDP, parameters are made on the meta device and allocated once
+            sharded; otherwise (and with ``None``, the default) on the device.
         """
         return self.runtime.init_module(empty_init)
 
@@ -315,7 +432,10 @@ class Trainer(TrainerRun):
                         storage_options: dict[str, Any] | None = None) -> None:
         """Write a checkpoint of the current run to ``filepath`` (any fsspec path).
 
-        ``storage_options`` go to the fsspec filesystem (e.g. credentials for ``s3://``).
+        :param filepath: the file to write (a local path or an fsspec URL).
+        :param weights_only: ``True`` leaves out the optimizer, scheduler, precision, callback and DataModule
+            states (the file then cannot resume a fit); ``None`` or ``False`` (the default): everything.
+        :param storage_options: keyword arguments for the fsspec filesystem (credentials for ``s3://`` ...).
         """
         if self.model is None:
             raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
