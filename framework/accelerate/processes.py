@@ -73,7 +73,10 @@ class ProcessControl:
 
     # -- running code on some processes ---
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on each machine's first process only."""
+        """``print`` on each machine's first process only.
+
+        :param args: what ``print`` takes, with its keyword arguments (``sep``, ``end``, ``file``, ``flush``).
+        """
         if self.is_local_main_process:
             print(*args, **kwargs)
 
@@ -94,19 +97,33 @@ class ProcessControl:
             yield
 
     def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """A decorator: ``function`` runs on the main process only (elsewhere the call returns None)."""
+        """A decorator: ``function`` runs on the main process only (elsewhere the call returns None).
+
+        :param function: the function to wrap.
+        """
         return self._only_where(function, lambda: self.is_main_process)
 
     def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """A decorator: ``function`` runs on each machine's first process only."""
+        """A decorator: ``function`` runs on each machine's first process only (elsewhere the call returns None).
+
+        :param function: the function to wrap.
+        """
         return self._only_where(function, lambda: self.is_local_main_process)
 
     def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """A decorator: ``function`` runs on the last process only."""
+        """A decorator: ``function`` runs on the last process only (elsewhere the call returns None).
+
+        :param function: the function to wrap.
+        """
         return self._only_where(function, lambda: self.is_last_process)
 
     def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
         """A decorator: ``function`` runs on process ``process_index`` only (on every process when there is one).
+
+        :param function: the function to wrap; ``None`` (the default): a decorator taking it is returned, as in
+            ``@accelerator.on_process(process_index=1)``.
+        :param process_index: the global index of the process to run on; ``None`` (the default) matches none
+            when several processes run.
 
         Example::
 
@@ -119,7 +136,13 @@ class ProcessControl:
 
     def on_local_process(self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
                          ) -> Any:
-        """A decorator: ``function`` runs on each machine's process ``local_process_index`` only."""
+        """A decorator: ``function`` runs on each machine's process ``local_process_index`` only (on every process
+        when there is one).
+
+        :param function: the function to wrap; ``None`` (the default): a decorator taking it is returned.
+        :param local_process_index: the index on its machine of the process to run on; ``None`` (the default)
+            matches none when several processes run.
+        """
         if function is None:
             return functools.partial(self.on_local_process, local_process_index=local_process_index)
         return self._only_where(function, lambda: not self.use_distributed
@@ -138,6 +161,11 @@ class ProcessControl:
         """This process's contiguous share of ``inputs`` (a list, tuple, tensor or a dict of them); with
         ``apply_padding`` every share is as long as the longest, padded with the last item.
 
+        :param inputs: a list, tuple or tensor (split along its first dimension), or a dict of them, each value
+            split alike; the first processes take one item more where the length does not divide evenly.
+        :param apply_padding: ``True`` repeats the last item of ``inputs`` to make the shorter shares as long as
+            the longest (drop those results after gathering); default ``False``.
+
         Example::
 
             with accelerator.split_between_processes(prompts) as mine:
@@ -148,24 +176,48 @@ class ProcessControl:
     # -- collectives ---
     def gather(self, tensor: Any) -> Any:
         """Each tensor in ``tensor`` (nested lists, tuples, dicts) from every process, joined along the first
-        dimension; a 0-dim tensor becomes one of ``num_processes`` elements. One process: as it is."""
+        dimension; a 0-dim tensor becomes one of ``num_processes`` elements. One process: as it is.
+
+        :param tensor: a tensor, or lists, tuples and dicts of them at any depth, each of one shape on every
+            process (``pad_across_processes`` first where sizes differ); anything else in it raises ``TypeError``.
+        """
         return operations.gather(self._runtime.strategy, tensor)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """``gather`` for evaluation: at the end of a prepared dataloader's pass, the samples repeated to give
         every process a full last batch are dropped, so a metric sees each sample once, in order. Inputs that are
-        not tensors are gathered as objects."""
+        not tensors are gathered as objects.
+
+        :param input_data: tensors (nested in lists, tuples and dicts; their first dimension may differ between
+            processes) or any picklable objects.
+        :param use_gather_object: ``True`` gathers as objects even when ``input_data`` is all tensors (on several
+            processes: their lists joined into one, any other value counted as one item); default ``False``.
+        """
         state = self.gradient_state
         return operations.gather_for_metrics(self._runtime.strategy, input_data, state.remainder,
                                              state.end_of_dataloader, use_gather_object)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """Each tensor in ``tensor`` reduced over the processes (``"sum"``, ``"mean"``, ``"max"``, ``"min"``,
-        ``"none"``), new tensors; ``scale`` is accepted for Accelerate's signature (it applies on TPUs only)."""
+        ``"none"``), new tensors; ``scale`` is accepted for Accelerate's signature (it applies on TPUs only).
+
+        :param tensor: a tensor, or lists, tuples and dicts of them at any depth; anything else raises ``TypeError``.
+        :param reduction: ``"sum"`` (the default), ``"mean"``, ``"max"``, ``"min"``, or ``"none"`` (each process
+            keeps a copy of its own). Accelerate 1.15 sums for ``"min"`` and ``"none"`` on several processes.
+        :param scale: not used.
+        """
         return operations.reduce(self._runtime.strategy, tensor, reduction)
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
-        """Each tensor padded along ``dim`` to the largest size any process has there, so it can be gathered."""
+        """Each tensor padded along ``dim`` to the largest size any process has there, so it can be gathered.
+        Every process calls it; on one process the tensors come back as they are.
+
+        :param tensor: a tensor, or lists, tuples and dicts of them at any depth.
+        :param dim: the dimension to pad (default 0; negative counts from the end); a tensor without it is
+            returned as it is.
+        :param pad_index: the value the padding is filled with; default 0.
+        :param pad_first: ``True`` puts the padding before the values; default ``False``: after them.
+        """
         return operations.pad_across_processes(self._runtime.strategy, tensor, dim, pad_index, pad_first)
 
     def set_trigger(self) -> None:

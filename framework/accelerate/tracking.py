@@ -236,7 +236,16 @@ class TrackerMethods:
 
     def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
                       init_kwargs: dict[str, Any] | None = None) -> None:
-        """Start the trackers of ``log_with`` on the main process, recording ``config``."""
+        """Start the trackers of ``log_with`` on the main process, recording ``config``; elsewhere it does nothing.
+
+        :param project_name: the run's name: TensorBoard writes in ``<logging_dir>/<project_name>``, W&B uses it
+            as the project, MLflow as the experiment; trackers and loggers given as objects ignore it.
+        :param config: the hyperparameters, given to each tracker's ``store_init_configuration`` (a copy);
+            ``None`` (the default): none recorded.
+        :param init_kwargs: ``{tracker name: {keyword: value}}``, passed to that tracker's constructor (for
+            TensorBoard, ``TensorBoardLogger``'s, e.g. ``flush_secs``); a key naming no tracker raises
+            ``MisconfigurationError``. ``None`` (the default): no extra arguments.
+        """
         if not self.is_main_process:
             return
         self.trackers = make_trackers(self._requested_trackers, project_name, self.logging_dir, init_kwargs or {})
@@ -245,7 +254,14 @@ class TrackerMethods:
                 tracker.store_init_configuration(dict(config))
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The tracker named ``name`` (its underlying run or writer with ``unwrap``)."""
+        """The tracker named ``name`` (its underlying run or writer with ``unwrap``).
+
+        :param name: the tracker's ``name``: ``"tensorboard"``, ``"wandb"``, ``"mlflow"``, a ``GeneralTracker``'s
+            own, or a framework Logger's class name (``"CSVLogger"``). A name matching none raises ``ValueError``,
+            also on processes other than the main, which start no tracker (Accelerate returns an empty one there).
+        :param unwrap: ``True``: the tracker's ``tracker`` (TensorBoard's ``SummaryWriter``, the W&B run, a
+            logger's ``experiment``); default ``False``: the tracker itself.
+        """
         for tracker in self.trackers:
             if tracker.name == name:
                 return tracker.tracker if unwrap else tracker
@@ -253,7 +269,15 @@ class TrackerMethods:
                          f"{[tracker.name for tracker in self.trackers]}.")
 
     def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> None:
-        """Log ``values`` to every tracker, on the main process."""
+        """Log ``values`` to every tracker, on the main process.
+
+        :param values: names to numbers (the built-in trackers also read one-element tensors); a tracker of one's
+            own gets them as they are.
+        :param step: the step the values belong to; ``None`` (the default): each tracker's own default.
+        :param log_kwargs: ``{tracker name: {keyword: value}}``, passed to that tracker's ``log``; the built-in
+            trackers and framework loggers ignore them (Accelerate's W&B tracker hands them to ``wandb.log``).
+            ``None`` (the default): none.
+        """
         if self.is_main_process:
             for tracker in self.trackers:
                 tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))

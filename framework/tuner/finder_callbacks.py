@@ -22,6 +22,18 @@ class BatchSizeFinder(Callback):
     again). ``optimal_batch_size`` holds it. One process only, with the loaders built by the Module or DataModule
     from ``batch_arg_name``.
 
+    The arguments are checked when the search runs (fit's start), not here.
+
+    :param mode: ``"power"`` (the default): double the size until a trial runs out of memory or the training
+        dataset is used whole; ``"binsearch"``: the same, then, where a size ran out of memory, narrow down between
+        it and the last size that fit.
+    :param steps_per_trial: training steps each trial runs (an int >= 1, default 3); no validation runs in a trial.
+    :param init_val: the first batch size tried (an int >= 1, default 2); ``optimal_batch_size`` until the search.
+    :param max_trials: the most trials while doubling (an int >= 1, default 25); ``"binsearch"``'s narrowing
+        runs its trials on top of these.
+    :param batch_arg_name: the attribute or hyperparameter holding the batch size the loaders are built with: the
+        Module's, else the DataModule's; default ``"batch_size"``.
+
     Example::
 
         Trainer(callbacks=[BatchSizeFinder(mode="binsearch", init_val=16)])
@@ -58,6 +70,21 @@ class LearningRateFinder(Callback):
     """Run ``Tuner.lr_find`` when fit starts (on its own trial runs) and train with the suggested learning rate:
     it is written to the Module's ``lr``/``learning_rate`` (or ``attr_name``) and to the optimizer's parameter
     groups. ``optimal_lr`` holds the finder. One process only: under several, run the Tuner before fit.
+
+    The arguments are checked when the search runs (fit's start), not here.
+
+    :param min_lr: the learning rate of the first step (default 1e-8); ``0 < min_lr < max_lr``.
+    :param max_lr: the top of the range (default 1.0): step ``i`` (from 0) trains ``i / num_training_steps`` of
+        the way up from ``min_lr`` (on a log scale when exponential), so the last step stays just below it.
+    :param num_training_steps: how many optimizer steps the search trains (an int >= 2, default 100), fewer when
+        it stops early; the Module's LR schedulers are left out of it.
+    :param mode: how the learning rate grows between them: ``"exponential"`` (the default) or ``"linear"``.
+    :param early_stop_threshold: stop once the smoothed loss exceeds this many times its lowest (default 4.0);
+        ``None``: only a loss that is not finite stops it.
+    :param update_attr: ``True`` (the default) writes the suggestion, when there is one, to the Module and the
+        optimizer; ``False`` writes nothing (``optimal_lr.suggestion()`` still gives it).
+    :param attr_name: the Module's attribute or hyperparameter taking the suggestion; ``""`` (the default):
+        ``lr``, else ``learning_rate``. With ``update_attr``, a Module without it is refused.
 
     Example::
 
