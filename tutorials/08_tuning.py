@@ -11,8 +11,8 @@ repository root:
 2. ``Tuner.scale_batch_size`` doubles the batch size in short trial runs until the device runs out of
    memory or the training set is used whole (on a CPU with this small model: the trials allowed), then
    keeps the largest that fit. Neither search changes the Trainer it was given.
-3. ``fit`` with ``profiler=SimpleProfiler(...)`` writes ``fit-profile.txt``: the time spent in each hook,
-   step, backward, optimizer step and batch fetch.
+3. ``fit`` with ``profiler=SimpleProfiler(...)`` writes ``fit-profile.txt``: the time spent in each profiled
+   action (the step, backward, optimizer step, batch fetch and the hooks it times).
 4. ``predict`` with a ``BasePredictionWriter`` writes each batch's predicted classes with the indices of
    its images in the data set, and returns nothing (``return_predictions=False``), as one does when
    the predictions would not fit in memory.

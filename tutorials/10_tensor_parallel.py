@@ -15,12 +15,12 @@ mesh with the dimensions ``"data_parallel"`` and ``"tensor_parallel"``, made by
 repository root:
 
     python tutorials/10_tensor_parallel.py                   # 4 ranks, 2 x 2, the Trainer starts them
-    python tutorials/10_tensor_parallel.py --tensor-parallel 4   # one group of 4
+    python tutorials/10_tensor_parallel.py --tensor-parallel 4 --data-parallel 1   # one group of 4
     python tutorials/10_tensor_parallel.py --sequence-parallel   # norms and residuals split by position
 
 With ``--sequence-parallel`` the activations between the split layers are split along the
-sequence too (each rank keeps a quarter of the positions through the layer norms and the
-residual additions), which is what lets long sequences fit.
+sequence too, over the ranks of a tensor-parallel group (each rank keeps half of the positions,
+in a group of two, through the layer norms and the residual additions), which is what lets long sequences fit.
 
 It prints the loss before and after training, computed on the whole model in this process: after
 ``fit`` the Trainer hands the trained weights back whole, so the same class runs unsplit here.
