@@ -1,4 +1,4 @@
-"""The import rules of ARCHITECTURE.md: no import circle, and every import points down the layers.
+"""The import rules of docs/architecture.md: no import circle, and every import points down the layers.
 
 Imports are read from the source (inside functions too; not those under ``if TYPE_CHECKING:``, which never run).
 Importing ``framework.a.b`` counts as importing the package ``framework.a`` too, as Python runs its ``__init__``.
@@ -7,6 +7,7 @@ Importing ``framework.a.b`` counts as importing the package ``framework.a`` too,
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import framework
@@ -99,7 +100,7 @@ def _place(group: str) -> tuple[int, int]:
             if group in members:
                 return layer, index
     raise AssertionError(f"framework.{group} is in no layer of tests/test_architecture.py: add it to LAYERS "
-                         "(and to ARCHITECTURE.md)")
+                         "(and to its diagram, docs/_static/architecture.svg)")
 
 
 def _is_lazy_reexport(module: str, target: str) -> bool:
@@ -117,7 +118,7 @@ def test_every_import_points_down_the_layers():
             same_group = here == there
             if not same_group and there[0] >= here[0] and not _is_lazy_reexport(module, target):
                 upward.append(f"framework.{module} (line {line}) imports framework.{target}")
-    assert not upward, "imports that do not point down the layers of ARCHITECTURE.md:\n" + "\n".join(sorted(upward))
+    assert not upward, "imports against the layers of docs/architecture.md:\n" + "\n".join(sorted(upward))
 
 
 def test_no_import_circle():
@@ -191,10 +192,10 @@ def test_the_circle_finder_finds_circles_and_only_circles():
     assert _strongly_connected({"a": {"b"}, "b": set()}) == []
 
 
-def test_the_architecture_page_names_every_group_of_the_layers():
-    page = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
-    diagram = page.split("## Layers", 1)[1].split("```", 2)[1]
-    words = set(diagram.replace(",", " ").replace("|", " ").replace("(", " ").split())
+def test_the_architecture_diagram_names_every_group_of_the_layers():
+    diagram = (PACKAGE.parent / "docs" / "_static" / "architecture.svg").read_text()
+    labels = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", diagram))
+    words = set(labels.replace(",", " ").replace("·", " ").replace("|", " ").replace("(", " ").split())
     missing = [group for layer in LAYERS for groups in layer for group in groups
                if group not in ("", "__main__") and group not in words]
-    assert not missing, f"ARCHITECTURE.md's layer diagram does not name {missing}"
+    assert not missing, f"docs/_static/architecture.svg (the layers of docs/architecture.md) does not name {missing}"
