@@ -58,7 +58,8 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
         DDP where there are several processes, else one device.
     :param devices: devices (on the CPU: processes) per node: an int, ``-1`` for all, a list of indices or a
         string such as ``"0,1"``; ``"auto"`` (the default): one, or as many as a launcher started on this node.
-    :param num_nodes: the number of machines (default 1); the run has ``devices`` times ``num_nodes`` processes.
+    :param num_nodes: the number of machines (default 1); the run has ``devices`` times ``num_nodes`` processes,
+        started by a launcher on each machine (``framework launch``, torchrun, SLURM).
     :param precision: as the Trainer's: ``"32-true"`` (what ``None``, the default, means), ``"16-mixed"``,
         ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``, ``"64-true"``, a short spelling, or a ``Precision``.
     :param plugins: only ``None`` is accepted (``precision`` and ``strategy`` take those choices).
@@ -118,6 +119,12 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
             check_matches_launcher(self.environment, devices, len(self.device_ids), num_nodes)
             ranks = attached_ranks(self.environment)
         else:
+            if num_nodes > 1:  # the ranks of the other machines would never start: refuse rather than hang or crash
+                raise MisconfigurationError(
+                    f"num_nodes={num_nodes} needs a launcher on each machine, and none started this process. Run "
+                    f"`framework launch --nproc-per-node {len(self.device_ids)} --nnodes {num_nodes} --node-rank <k> "
+                    "--master-addr <machine 0> script.py` on each machine (or srun under SLURM), or use num_nodes=1."
+                )
             self.environment = None
             ranks = Ranks(world_size=world_size, local_world_size=len(self.device_ids))
         self._connect(ranks)

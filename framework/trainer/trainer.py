@@ -56,7 +56,8 @@ class Trainer(TrainerRun):
         ``Strategy``; ``"auto"`` (the default): DDP where there are several processes, else one device.
     :param devices: devices (on the CPU: processes) per node: an int, ``-1`` for all, a list of indices or a
         string such as ``"0,1"``; ``"auto"`` (the default): one, or as many as a launcher started on this node.
-    :param num_nodes: the number of machines (default 1); the run has ``devices`` times ``num_nodes`` processes.
+    :param num_nodes: the number of machines (default 1); the run has ``devices`` times ``num_nodes`` processes,
+        started by a launcher on each machine (``framework launch``, torchrun, SLURM).
     :param precision: ``"32-true"`` (what ``None``, the default, means), ``"16-mixed"``, ``"bf16-mixed"``,
         ``"16-true"``, ``"bf16-true"``, ``"64-true"``, the short spellings (``16``, ``"bf16"`` ...) or a ``Precision``.
     :param logger: ``None`` or ``True`` (the default): a TensorBoardLogger in ``default_root_dir`` where tensorboard

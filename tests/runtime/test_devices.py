@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 
+import framework
 from framework import Runtime
 from framework.errors import MisconfigurationError
 from framework.runtime.devices import ACCELERATORS, device_for, resolve_accelerator, resolve_devices
@@ -139,6 +140,15 @@ def test_several_devices_with_the_single_device_strategy(devices):
 def test_several_nodes_with_the_single_device_strategy():
     with pytest.raises(MisconfigurationError, match=r"devices=1 with num_nodes=2 needs one process per"):
         Runtime(accelerator="cpu", devices=1, num_nodes=2, strategy="single")
+
+
+def test_several_nodes_without_a_launcher_are_refused_with_the_command_that_starts_them():
+    # forking devices x num_nodes ranks on this one machine gave ranks without a device (an IndexError)
+    expected = r"num_nodes=2 needs a launcher on each machine.*framework launch --nproc-per-node 2 --nnodes 2"
+    with pytest.raises(MisconfigurationError, match=expected):
+        Runtime(accelerator="cpu", devices=2, num_nodes=2)
+    with pytest.raises(MisconfigurationError, match=expected):
+        framework.Trainer(accelerator="cpu", devices=2, num_nodes=2, logger=False)
 
 
 @pytest.mark.parametrize("num_nodes", [0, -1, 1.0, True, "1"])
