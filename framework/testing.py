@@ -26,9 +26,10 @@ def spawn(world_size: int, fn: Callable[..., Any], *args: Any, start_method: str
     seconds fails instead of hanging the test. A Trainer or Runtime created inside ``fn``
     joins these ranks.
 
-    The processes are forked where that is safe and spawned elsewhere (on a machine with GPUs,
-    see ``framework.runtime.start_method``): define ``fn``, and the classes its arguments hold, at
-    the top level of a module, so that a spawned process can import them.
+    The processes are forked where that is safe, and elsewhere (on a machine with GPUs) forked from a
+    forkserver, or spawned where there is none (see ``framework.runtime.start_method``): define ``fn``,
+    and the classes its arguments hold, at the top level of a module, so that such a process can
+    import them.
 
     Example::
 
