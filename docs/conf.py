@@ -22,20 +22,25 @@ import framework  # noqa: E402
 
 
 def _commit() -> str:
+    """The commit checked out, with "+ local changes" when the tree differs from it."""
     try:
-        found = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=10"], cwd=DOCS, text=True,
-                               capture_output=True, timeout=10)
+        head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=DOCS, text=True,
+                              capture_output=True, timeout=10)
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=DOCS, timeout=10).returncode != 0
     except (OSError, subprocess.TimeoutExpired):
-        return "unknown commit"
-    return found.stdout.strip() if found.returncode == 0 else "unknown commit"
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + (" + local changes" if changed else "")
 
 
 project = "framework"
 author = "the framework developers"
 release = version = framework.__version__
 commit = _commit()
-copyright = f"framework {release}, built from commit {commit}"  # furo prints it at the foot of every page
 html_title = f"framework {release}"
+html_context = {"commit": commit}  # shown under the name on every page (_templates/sidebar/brand.html)
+html_show_copyright = False
 
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "myst_parser"]
 # No napoleon: the docstrings are reStructuredText prose with Sphinx field lists (":param name:").
@@ -44,6 +49,7 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "_templates", "README.md"]
 templates_path = ["_templates"]
 html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 html_theme = "furo"
 html_last_updated_fmt = None
 nitpicky = True

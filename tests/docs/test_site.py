@@ -94,3 +94,18 @@ def test_the_readme_links_only_to_files_that_exist():
         if not (url.scheme or url.netloc or target.startswith("#")) and not (ROOT / url.path).exists():
             broken.append(target)
     assert not broken, f"README.md links to files that do not exist: {broken}"
+
+
+def test_every_page_shows_the_version_and_commit_it_was_built_from(site):
+    import subprocess
+
+    import framework
+
+    commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    stamp = f"built from commit <code>{commit}"
+    pages = [page for page in site.html.rglob("*.html") if "_static" not in page.parts]
+    unstamped = [str(page.relative_to(site.html)) for page in pages
+                 if f"framework {framework.__version__}</span>" not in (text := page.read_text())
+                 or (commit and stamp not in text)]
+    assert not unstamped, f"pages without 'framework {framework.__version__}' and '{stamp}': {unstamped}"
