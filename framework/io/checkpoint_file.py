@@ -106,7 +106,8 @@ def load_checkpoint_file(
                 "was not loaded: unpickling a file can run any code it carries. If you trust where the file came "
                 f"from, load it with weights_only=False. ({error})"
             ) from None
-        except (RuntimeError, EOFError, KeyError, ValueError) as error:  # what torch.load raises on damaged bytes
+        except (RuntimeError, EOFError, KeyError, ValueError, OSError) as error:  # torch.load on damaged bytes;
+            # OSError: its zip reader seeks past the end of a cut local file
             raise _damaged(path, fs.size(inner), f"{type(error).__name__}: {str(error)[:200]}") from None
     _check_format(checkpoint, path)
     return checkpoint

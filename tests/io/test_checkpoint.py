@@ -111,6 +111,18 @@ def test_a_damaged_file_is_refused_naming_it(root, damage):
         load_checkpoint(path)
 
 
+@pytest.mark.parametrize("kept", [0.2, 0.5, 0.9, 0.99])
+def test_a_larger_checkpoint_cut_anywhere_is_refused_naming_it(root, kept):
+    # cut past the first few KB, torch.load's zip reader seeks beyond the end, and a local file raises OSError
+    path = f"{root}/cut.ckpt"
+    save_checkpoint({"weights": torch.randn(80, 80), "step": 3}, path)
+    data = fsspec.open(path, "rb").open().read()
+    with fsspec.open(path, "wb") as handle:
+        handle.write(data[: int(len(data) * kept)])
+    with pytest.raises(CheckpointError, match=r"cut.ckpt' \(\d+ bytes\) is truncated or corrupted"):
+        load_checkpoint(path)
+
+
 def test_a_checkpoint_of_a_newer_format_says_so(root):
     path = f"{root}/future.ckpt"
     save_checkpoint({"format_version": 2, "framework_version": "9.0.0", "state_dict": {}}, path)
