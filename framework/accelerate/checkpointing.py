@@ -146,7 +146,7 @@ def _input_dir(accelerator: Any, input_dir: str | os.PathLike | None) -> str:
         raise MisconfigurationError(
             f"load_state(): no complete saved state in {parent}" + (
                 f" ({', '.join(incomplete)} lack {state_folders.COMMIT_FILE}, the marker save_state writes last: "
-                "a save cut short, or folders Accelerate itself wrote; name one to load it: load_state(folder))."
+                "a save cut short; name one to load it anyway: load_state(folder))."
                 if incomplete else ".")
         )
     return found

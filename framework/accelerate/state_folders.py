@@ -36,8 +36,8 @@ _CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
 
 def is_complete_state(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` holds a whole ``save_state`` state: its commit marker, written last, is there and every
-    entry the marker lists is too. Folders written by Accelerate itself have no marker: False (they load when
-    named, ``load_state(folder)``)."""
+    entry the marker lists is too. A folder without the marker (a save cut short) is not: False; naming it,
+    ``load_state(folder)``, still loads it. (Accelerate's own folders are laid out differently and do not load.)"""
     try:
         with open(os.path.join(folder, COMMIT_FILE), encoding="utf-8") as handle:
             entries = json.load(handle)["entries"]
@@ -64,7 +64,7 @@ def newest_complete_state(project_dir: str | None) -> str | None:
 
 def complete_state_at(path: str | os.PathLike) -> str | None:
     """``path`` when it is a folder; else the complete state a replacement killed between its renames left set
-    aside at ``path.previous``; else None. (A named folder loads even without a marker: Accelerate wrote it.)"""
+    aside at ``path.previous``; else None. (A folder named explicitly is loaded even without a marker.)"""
     path = os.fspath(path).rstrip("/")
     if os.path.isdir(path):
         return path

@@ -121,7 +121,7 @@ def test_load_state_skips_an_incomplete_newest_folder_and_total_limit_keeps_the_
     for count in (1, 2):
         saves.count = count
         accelerator.save_state()
-    # A folder under a newer number without the commit marker (as a save Accelerate itself made, cut short)
+    # A folder under a newer number without the commit marker (a save cut short)
     (tmp_path / "checkpoints" / "checkpoint_5").mkdir()
     (tmp_path / "checkpoints" / "checkpoint_5" / "model.safetensors").write_bytes(b"partial")
     os.remove(tmp_path / "checkpoints" / "checkpoint_0" / state_folders.COMMIT_FILE)

@@ -97,13 +97,23 @@ def blocks_of(path: Path) -> list[Block]:
 
 
 @contextlib.contextmanager
-def _working_directory(path: Path):
-    before = os.getcwd()
+def _as_a_reader_would(path: Path):
+    """Run in ``path``, and leave the calling process as it was: a page that seeds (``PL_GLOBAL_SEED``), sets
+    environment variables, warning filters or torch's default dtype must not change the tests that run after it."""
+    import warnings
+
+    import torch
+
+    before, environment, dtype = os.getcwd(), dict(os.environ), torch.get_default_dtype()
     os.chdir(path)
     try:
-        yield
+        with warnings.catch_warnings():
+            yield
     finally:
         os.chdir(before)
+        os.environ.clear()
+        os.environ.update(environment)
+        torch.set_default_dtype(dtype)
 
 
 def run_page(path: Path, workdir: Path | None = None, timeout: float = 300.0) -> list[Block]:
@@ -116,7 +126,7 @@ def run_page(path: Path, workdir: Path | None = None, timeout: float = 300.0) ->
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="docs-page-")))
-        stack.enter_context(_working_directory(workdir))
+        stack.enter_context(_as_a_reader_would(workdir))
         namespace: dict = {"__name__": "__docs__"}
         for number, block in enumerate(blocks_of(path)):
             if block.how == "skip":
