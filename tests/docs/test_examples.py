@@ -14,20 +14,17 @@ import framework
 from tests.docs.blocks import blocks_of, run_page
 from tests.docs.conftest import DOCS, ROOT
 
-PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
-PAGES = [page for page in PAGES if "_build" not in page.parts]
+MARKDOWN = [page for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))] if "_build" not in page.parts]
+PAGES = [page for page in MARKDOWN if blocks_of(page)]  # the tutorials include their scripts, tested on their own
 
 
 def test_the_pages_hold_python_examples():
-    counted = {page: len(blocks_of(page)) for page in PAGES}
+    counted = {page: len(blocks_of(page)) for page in MARKDOWN}
     assert sum(counted.values()) > 50, counted
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(ROOT)) for page in PAGES])
 def test_the_python_blocks_of_a_page_run(page, tmp_path):
-    blocks = blocks_of(page)
-    if not blocks:
-        pytest.skip(f"{page.relative_to(ROOT)} has no python block")
     skipped = run_page(page, tmp_path)
     for block in skipped:
         assert block.detail.strip(), f"{block.where} is skipped without a reason"
