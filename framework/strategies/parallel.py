@@ -110,7 +110,7 @@ class ParallelStrategy(Strategy):
     :param start_method: ``"auto"`` (default), ``"fork"``, ``"spawn"``, ``"forkserver"`` or ``"popen"``, as
         above; any other value raises ``MisconfigurationError``.
     :param timeout: how long a collective may wait: a ``datetime.timedelta`` or a number of seconds above 0;
-        ``None`` (default): 30 minutes, torch's default.
+        ``None`` (default): 30 minutes, as in Lightning (torch's own default is 10 minutes for nccl).
     :param process_group_backend: the ``torch.distributed`` backend (``"gloo"``, ``"nccl"``...); ``None``
         (default): ``"nccl"`` on CUDA, ``"gloo"`` elsewhere.
     """
@@ -295,7 +295,7 @@ def _reduce_op(reduce_op: Any) -> Any:
 
 def _as_timeout(timeout: timedelta | float | None) -> timedelta:
     if timeout is None:
-        return timedelta(minutes=30)  # torch's own default for gloo and nccl
+        return timedelta(minutes=30)  # Lightning's default, and torch's for gloo (nccl's is 10 minutes)
     if isinstance(timeout, timedelta):
         return timeout
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:

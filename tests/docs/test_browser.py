@@ -23,7 +23,7 @@ from tests.docs.conftest import ARTIFACTS
 
 PAGES = {  # screenshot name: (path, what its rendered DOM must hold)
     "front": ("index.html", "<h1>framework"),
-    "trainer-api": ("api/framework.html", 'id="framework.Trainer"'),
+    "trainer-api": ("api/framework.html#framework.Trainer", 'id="framework.Trainer"'),
     "tutorial": ("tutorials/01-quickstart.html", 'class="highlight-python'),
 }
 WINDOW = (1280, 900)
