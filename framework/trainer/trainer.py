@@ -61,7 +61,8 @@ class Trainer(TrainerRun):
     :param precision: ``"32-true"`` (what ``None``, the default, means), ``"16-mixed"``, ``"bf16-mixed"``,
         ``"16-true"``, ``"bf16-true"``, ``"64-true"``, the short spellings (``16``, ``"bf16"`` ...) or a ``Precision``.
     :param logger: ``None`` or ``True`` (the default): a TensorBoardLogger in ``default_root_dir`` where tensorboard
-        is installed, else a CSVLogger; ``False``: none; or a Logger (any object with ``log_metrics``), or a list.
+        is installed, else a CSVLogger; ``False``: none; a ``framework.loggers.Logger`` (an object of your own
+        needs the members Logger defines, not only ``log_metrics``), or a list.
     :param callbacks: a ``Callback`` or a list of them; the flags below add their own unless one of the kind is here.
     :param fast_dev_run: ``True`` (1) or an int n: n batches of training and of each evaluation, one epoch, no
         sanity check, no checkpoint or log written; ``False`` (the default): off.
