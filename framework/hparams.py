@@ -77,7 +77,8 @@ def init_arguments(frame: FrameType | None, obj: object) -> dict[str, Any]:
     """The arguments of every ``__init__`` of ``obj`` on the stack from ``frame`` up; the subclass's win."""
     collected: dict[str, Any] = {}
     while frame is not None:
-        if frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
+        code = frame.f_code  # the instance is __init__'s first argument, whatever its name
+        if code.co_name == "__init__" and code.co_argcount and frame.f_locals.get(code.co_varnames[0]) is obj:
             info = inspect.getargvalues(frame)
             found = {name: info.locals[name] for name in info.args[1:] if name in info.locals}
             if info.keywords:

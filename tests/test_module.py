@@ -41,6 +41,16 @@ def test_all_arguments_are_saved_keyword_or_positional():
     assert Regressor().hparams == {"lr": 0.05, "features": 4}  # defaults count too
 
 
+class NotCalledSelf(framework.Module):
+    def __init__(this, lr: float = 0.1, hidden: int = 8) -> None:
+        super().__init__()
+        this.save_hyperparameters()
+
+
+def test_arguments_are_saved_whatever_the_instance_argument_is_called():
+    assert NotCalledSelf(hidden=3).hparams == {"lr": 0.1, "hidden": 3}  # as in Lightning
+
+
 def test_hparams_attribute_access():
     model = Regressor(lr=0.2)
     assert model.hparams.lr == 0.2 and model.hparams["lr"] == 0.2

@@ -8,10 +8,10 @@ repository root:
 
     python tutorials/06_resume.py
 
-It trains the quickstart's digit classifier three ways: 60 steps in one go; 25 steps, stopped by
-an exception mid-epoch (as if the machine went away) with a checkpoint every 5 steps; and a
-resume of that run from its last checkpoint to step 60. It prints the largest difference between
-the weights of the uninterrupted and the resumed run: 0.0.
+It trains the quickstart's digit classifier three ways: 60 steps in one go; a run stopped by an
+exception mid-epoch after step 27 (as if the machine went away), with a checkpoint every 5 steps,
+the last at step 25; and a resume of that run from its last checkpoint to step 60. It prints the
+largest difference between the weights of the uninterrupted and the resumed run: 0.0.
 """
 
 from __future__ import annotations

@@ -224,11 +224,14 @@ def ddp_options(handler: DistributedDataParallelKwargs | None) -> dict[str, Any]
 def compile_options(dynamo_backend: Any, dynamo_plugin: Any = None) -> bool | dict[str, Any]:
     """The Runtime's ``compile=`` from ``dynamo_plugin``, ``dynamo_backend`` or the launcher's
     ``ACCELERATE_DYNAMO_*``."""
-    if dynamo_plugin is not None and (dynamo_plugin.disable or dynamo_plugin.use_regional_compilation):
-        if dynamo_plugin.disable:
-            return False
-        raise MisconfigurationError("TorchDynamoPlugin(use_regional_compilation=True) is not supported: the framework "
-                                    "compiles the whole model's forward.")
+    if dynamo_plugin is not None and dynamo_plugin.disable:
+        return False
+    regional = getattr(dynamo_plugin, "use_regional_compilation", None)
+    if regional if regional is not None else _flag("dynamo_use_regional_compilation"):
+        asked = ("TorchDynamoPlugin(use_regional_compilation=True)" if regional
+                 else "--dynamo_use_regional_compilation (ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION)")
+        raise MisconfigurationError(f"{asked} is not supported: the framework compiles the whole model's forward. "
+                                    "Leave it out.")
     given = getattr(dynamo_plugin, "backend", None) or dynamo_backend
     backend = given if given is not None else from_environment("dynamo_backend", None)
     backend = str(getattr(backend, "value", backend) or "no").lower()
@@ -244,6 +247,8 @@ def compile_options(dynamo_backend: Any, dynamo_plugin: Any = None) -> bool | di
     for name in ("dynamic", "options"):
         if getattr(dynamo_plugin, name, None) is not None:
             options[name] = getattr(dynamo_plugin, name)
+    if "dynamic" not in options and _flag("dynamo_use_dynamic"):
+        options["dynamic"] = True
     return options
 
 

@@ -208,3 +208,18 @@ def test_a_plateau_scheduler_waits_for_the_synced_batches_too():
             plateau.step(1.0)  # never better: halves the rate on each step it takes
             optimizer.zero_grad()
     assert optimizer.param_groups[0]["lr"] == 0.05 * 0.5  # the first synced step sets the best; the second halves
+
+
+def test_the_launchers_compile_flags_reach_the_accelerator_or_are_refused(monkeypatch):
+    from framework.accelerate.utils import TorchDynamoPlugin
+
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "eager")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "true")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")  # was read by no one
+    assert Accelerator(cpu=True)._runtime.compile_options == {"backend": "eager", "fullgraph": True, "dynamic": True}
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "true")  # was silently dropped
+    with pytest.raises(MisconfigurationError, match="--dynamo_use_regional_compilation .*is not supported"):
+        Accelerator(cpu=True)
+    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION")
+    with pytest.raises(MisconfigurationError, match=r"TorchDynamoPlugin\(use_regional_compilation=True\)"):
+        Accelerator(cpu=True, dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=True))
