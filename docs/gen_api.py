@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import pkgutil
 from pathlib import Path
 
@@ -135,7 +136,9 @@ def index(packages: list[str]) -> str:
 
 def _write(path: Path, text: str) -> None:
     if not path.exists() or path.read_text() != text:  # an unchanged file keeps incremental builds incremental
-        path.write_text(text)
+        staged = path.with_name(f".{path.name}.{os.getpid()}")
+        staged.write_text(text)
+        os.replace(staged, path)  # whole or not at all: builds running side by side (pytest -n) read these files
 
 
 def main() -> None:
