@@ -5,10 +5,8 @@ earlier block of the page defined), in a fresh empty working directory. A commen
 (blank lines between are allowed) changes how it runs:
 
 - ``<!-- docs-test: skip: REASON -->``: not run; REASON says why (it needs a GPU, a cluster, hours ...).
-- ``<!-- docs-test: script -->``: written to a file and run with ``python FILE`` (a script whose ranks start by
-  running the file again, or that must not share the page's process).
-- ``<!-- docs-test: launch N -->``: written to a file and run with ``framework launch --cpu --num_processes N
-  FILE``: a script written for a launcher's ranks.
+- ``<!-- docs-test: script -->``: written to a file and run with ``python FILE`` (a script whose Trainer starts its
+  own ranks, or one that must not share the page's process).
 
 A hidden setup, run in the page's namespace at that point and not shown on the page::
 
@@ -32,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
-MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<kind>skip|script|launch|setup)\b:?\s*(?P<rest>.*?)\s*(-->)?\s*$")
-RUNS = ("run", "skip", "script", "launch", "setup")
+MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<kind>skip|script|setup)\b:?\s*(?P<rest>.*?)\s*(-->)?\s*$")
 
 
 @dataclass
@@ -132,7 +129,7 @@ def run_page(path: Path, workdir: Path | None = None, timeout: float = 300.0) ->
             if block.how == "skip":
                 skipped.append(block)
                 continue
-            if block.how in ("script", "launch"):
+            if block.how == "script":
                 _run_file(block, workdir / f"block_{number}.py", timeout)
                 continue
             try:
@@ -144,12 +141,8 @@ def run_page(path: Path, workdir: Path | None = None, timeout: float = 300.0) ->
 
 def _run_file(block: Block, file: Path, timeout: float) -> None:
     file.write_text(block.code + "\n")
-    if block.how == "launch":
-        count = block.detail.split()[0] if block.detail else "2"
-        command = [sys.executable, "-m", "framework", "launch", "--cpu", "--num_processes", count, str(file)]
-    else:
-        command = [sys.executable, str(file)]
-    done = subprocess.run(command, cwd=file.parent, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, str(file)], cwd=file.parent, capture_output=True, text=True,
+                          timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"the {block.how} block at {block.where} exited with {done.returncode}:\n"
                              f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
