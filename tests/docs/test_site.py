@@ -109,3 +109,18 @@ def test_every_page_shows_the_version_and_commit_it_was_built_from(site):
                  if f"framework {framework.__version__}</span>" not in (text := page.read_text())
                  or (commit and stamp not in text)]
     assert not unstamped, f"pages without 'framework {framework.__version__}' and '{stamp}': {unstamped}"
+
+
+def _table_rows(text: str) -> set[str]:
+    rows = {" ".join(cell.strip() for cell in line.strip().strip("|").split("|"))
+            for line in text.splitlines() if line.lstrip().startswith("|")}
+    return {row for row in rows if set(row) - set("-: ")}  # not the |---|:--| rules
+
+
+def test_the_benchmarks_page_shows_exactly_the_rows_benchmarks_readme_measured():
+    # two copies of the figures: the page's for reading, benchmarks/README.md's beside the scripts
+    page = _table_rows((DOCS / "benchmarks.md").read_text())
+    measured = _table_rows((ROOT / "benchmarks" / "README.md").read_text())
+    assert len(measured) > 50
+    assert page == measured, (f"only on docs/benchmarks.md: {sorted(page - measured)}\n"
+                              f"only in benchmarks/README.md: {sorted(measured - page)}")
