@@ -79,8 +79,8 @@ class LaunchMethods:
             raise TypeError(f"launch(function={describe(function)}): the function must be callable.")
         method = self.start_method()
         if method == "fork":
-            # DDP's wrapper imports torch._dynamo (~2 s); imported once here, forked ranks inherit it instead of
-            # each paying for it, as the Trainer's ranks do
+            # torch imports torch._dynamo (~2 s) when DDP wraps a model and in the first optimizer's constructor;
+            # imported once here, forked ranks inherit it instead of each paying for it, at every launch
             import torch._dynamo  # noqa: F401
         if method in ("fork", "forkserver", "spawn"):
             from framework.runtime.restarting import start_with_restarts

@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 def run_launched(trainer: Trainer, fn: TrainerFn, model: Any, datamodule: Any, loaders: dict[str, Any],
                  ckpt_path: Any, weights_only: bool | None) -> Any:
     """Run ``fn`` on every rank and update ``trainer`` and its Module with rank 0's outcome."""
-    if fn == TrainerFn.FITTING:
-        # torch imports torch._dynamo (~2 s) in the first optimizer's constructor; imported once here, forked
-        # ranks inherit it instead of each paying for it, at every fit.
-        import torch._dynamo  # noqa: F401
     reports = trainer.runtime.run_in_ranks(_run_as_rank, trainer, fn, model, datamodule, loaders, ckpt_path,
                                            weights_only)
     trainer._adopt_rank_zero(reports[0])
