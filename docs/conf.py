@@ -46,12 +46,11 @@ extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "myst_parser"]
 # No napoleon: the docstrings are reStructuredText prose with Sphinx field lists (":param name:").
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "_templates", "README.md"]
+exclude_patterns = ["_build", "_templates"]
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 html_theme = "furo"
-html_last_updated_fmt = None
 nitpicky = True
 
 myst_heading_anchors = 3  # [text](page.md#a-heading) links are checked like any reference
@@ -69,8 +68,6 @@ autodoc_preserve_defaults = True  # show ``precision="32-true"``, not the evalua
 nitpick_ignore_regex = [
     ("py:.*", r"(torch|collections|os|contextlib|datetime|enum|abc|argparse|typing|pathlib|types|logging|"
               r"concurrent|threading|multiprocessing|numpy|fsspec|re|io|inspect|tqdm|rich|yaml|weakref)\..*"),
-    ("py:.*", r"(Tensor|Module|Optimizer|LRScheduler|Path|Any|Callable|Iterator|Iterable|Mapping|Sequence|"
-              r"Generator|TextIO|T|Self|DataLoader|Dataset|Namespace|ModuleType|PathLike|timedelta|dtype|device)"),
     ("py:class", r"framework\.utilities\.rank_zero\.T"),  # a TypeVar
 ]
 # framework classes that public signatures return or take but that have no entry of their own (in no
@@ -86,6 +83,7 @@ nitpick_ignore = [
     ("py:class", "framework.accelerate.gradient_state.LoaderPass"),
     ("py:class", "LRSchedulerConfig"),  # framework.utilities.types, a Lightning import path, not a package
     ("py:class", "PredictionState"),
+    ("py:class", "Optimizer"),  # a string annotation of torch's class, which autodoc cannot qualify
 ]
 
 
