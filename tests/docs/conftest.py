@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,17 +28,60 @@ class Site:
     seconds: float
 
 
+class _Build:
+    """``sphinx-build`` run as a child process, started once per session."""
+
+    def __init__(self, html: Path) -> None:
+        self.html = html
+        # -E: a fresh environment (an incremental build does not repeat the warnings of pages it does not re-read);
+        # -W -n --keep-going: every warning and every unresolved reference is an error, all of them listed at once.
+        self.command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-E", "-q", "-b", "html",
+                        str(DOCS), str(html)]
+        self.started = time.perf_counter()
+        self.log = (html.parent / "build.log").open("w+")  # a file, not a pipe: nothing reads it before the end
+        # niced: it takes the cores the tests before tests/docs leave idle, not time from theirs
+        self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+                                        text=True, preexec_fn=lambda: os.nice(19))
+
+    def finish(self) -> Site:
+        self.process.wait(timeout=900)
+        seconds = time.perf_counter() - self.started
+        self.log.seek(0)
+        output = self.log.read()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "build.log").write_text(f"{' '.join(self.command)}\nexit {self.process.returncode} after "
+                                             f"{seconds:.1f} s (niced, beside other tests)\n{output}")
+        return Site(self.html, self.process.returncode, output, seconds)
+
+
+_builds: list[_Build] = []
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Start the build as soon as the session knows it runs a test that needs the site, so that it runs beside
+    the tests collected before tests/docs instead of adding its 20-odd seconds to the suite."""
+    here = Path(__file__).parent
+    wanted = any(here in Path(item.path).parents and "site" in getattr(item, "fixturenames", ()) for item in items)
+    if wanted and not config.option.collectonly:
+        _start(config)
+
+
+def _start(config) -> _Build:
+    if not _builds:
+        _builds.append(_Build(Path(tempfile.mkdtemp(prefix="docs-site-")) / "html"))
+        config.add_cleanup(_end)
+    return _builds[0]
+
+
+def _end() -> None:
+    build = _builds.pop()
+    if build.process.poll() is None:  # the session ended before a test needed the site (-x, ^C)
+        build.process.kill()
+        build.process.wait()
+    build.log.close()
+    shutil.rmtree(build.html.parent, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Site:
-    html = tmp_path_factory.mktemp("docs") / "html"
-    # -E: a fresh environment (an incremental build does not repeat the warnings of pages it does not re-read);
-    # -W -n --keep-going: every warning and every unresolved reference is an error, all of them listed at once.
-    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-E", "-q", "-b", "html", str(DOCS),
-               str(html)]
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    seconds = time.perf_counter() - started
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "build.log").write_text(f"{' '.join(command)}\nexit {done.returncode} after {seconds:.1f} s\n"
-                                         f"{done.stdout}\n{done.stderr}")
-    return Site(html, done.returncode, done.stdout + done.stderr, seconds)
+def site(pytestconfig) -> Site:
+    return _start(pytestconfig).finish()  # started at collection, unless this session was collected otherwise
