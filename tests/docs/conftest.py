@@ -57,13 +57,15 @@ class _Build:
 _builds: list[_Build] = []
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """Start the build as soon as the session knows it runs a test that needs the site, so that it runs beside
-    the tests collected before tests/docs instead of adding its 20-odd seconds to the suite."""
+def pytest_collection_finish(session) -> None:
+    """Start the build as soon as the session knows it runs a test that needs the site (after ``-k`` and the
+    like have deselected theirs), so that it runs beside the tests before tests/docs instead of adding its 20-odd
+    seconds to the suite."""
     here = Path(__file__).parent
-    wanted = any(here in Path(item.path).parents and "site" in getattr(item, "fixturenames", ()) for item in items)
-    if wanted and not config.option.collectonly:
-        _start(config)
+    wanted = any(here in Path(item.path).parents and "site" in getattr(item, "fixturenames", ())
+                 for item in session.items)
+    if wanted and not session.config.option.collectonly:
+        _start(session.config)
 
 
 def _start(config) -> _Build:
