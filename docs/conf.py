@@ -90,7 +90,7 @@ nitpick_ignore = [
 def _drop_private_bases(app, name, obj, options, bases: list) -> None:
     """show-inheritance names only documented bases: framework's private mixins have no entry to link to (their
     members are listed on the class itself, see gen_api._members)."""
-    public = gen_api._public_ids()
+    public = gen_api.public_ids()
     bases[:] = [b for b in bases if not getattr(b, "__module__", "").startswith("framework") or id(b) in public]
     if not bases:
         bases.append(object)

@@ -80,7 +80,7 @@ def _members(cls: type) -> list[str]:
     """The public members a class page lists: its own and those of its private ``framework`` bases (mixins such
     as ``Module``'s hooks), not those of documented bases (``Callback``'s hooks stay on ``Callback``'s entry) or
     of torch and the standard library."""
-    public = _public_ids()
+    public = public_ids()
     names: list[str] = []
     for klass in cls.__mro__:
         if klass is not cls and (id(klass) in public or not klass.__module__.startswith("framework")):
@@ -92,7 +92,7 @@ def _members(cls: type) -> list[str]:
 
 
 @functools.cache
-def _public_ids() -> frozenset[int]:
+def public_ids() -> frozenset[int]:
     return frozenset(id(obj) for names in exported().values() for obj in names.values())
 
 
@@ -111,7 +111,7 @@ def _directive(pkg: str, name: str, obj: object) -> list[str]:
 
 def render(pkg: str, names: dict[str, object], home_of: dict[int, str]) -> str:
     title = f"``{pkg}``"
-    lines = [f".. _api-{pkg}:", "", title, "=" * len(title), "",
+    lines = [title, "=" * len(title), "",
              f".. automodule:: {pkg}", "   :no-members:", "", f".. currentmodule:: {pkg}", ""]
     own = [n for n, obj in sorted(names.items(), key=lambda item: item[0].lower())
            if _is_constant(obj) or home_of[id(obj)] == pkg]

@@ -11,7 +11,8 @@ earlier block of the page defined), in a fresh empty working directory. A commen
 A hidden setup, run in the page's namespace at that point and not shown on the page::
 
     <!-- docs-test: setup
-    from framework.demos import ...
+    import torch
+    x = torch.randn(64, 8)
     -->
 
 Check one page while writing it: ``python -m tests.docs.blocks docs/guide/checkpoints.md``.

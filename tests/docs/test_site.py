@@ -5,12 +5,14 @@ from __future__ import annotations
 import html.parser
 import importlib
 import re
+import subprocess
 import sys
 import urllib.parse
 from pathlib import Path
 
 from sphinx.util.inventory import InventoryFile
 
+import framework
 from tests.docs.conftest import ARTIFACTS, DOCS, ROOT
 
 sys.path.insert(0, str(DOCS))
@@ -97,10 +99,6 @@ def test_the_readme_links_only_to_files_that_exist():
 
 
 def test_every_page_shows_the_version_and_commit_it_was_built_from(site):
-    import subprocess
-
-    import framework
-
     commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     stamp = f"built from commit <code>{commit}"
