@@ -18,7 +18,7 @@ from framework.version import __version__ as __version__
 if TYPE_CHECKING:
     from framework.callbacks.base import Callback
     from framework.datamodule import DataModule
-    from framework.errors import CheckpointError, MisconfigurationError
+    from framework.errors import CheckpointError, MisconfigurationError, UnsafeCheckpointError
     from framework.module import Module
     from framework.runtime import Runtime
     from framework.seed import seed_everything
@@ -32,6 +32,7 @@ __all__ = [
     "Module",
     "Runtime",
     "Trainer",
+    "UnsafeCheckpointError",
     "seed_everything",
 ]
 
@@ -44,6 +45,7 @@ _HOMES = {
     "Module": "framework.module",
     "Runtime": "framework.runtime",
     "Trainer": "framework.trainer",
+    "UnsafeCheckpointError": "framework.errors",
     "seed_everything": "framework.seed",
 }
 

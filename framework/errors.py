@@ -1,5 +1,7 @@
 """The exceptions the framework raises on bad input."""
 
+import pickle
+
 
 class MisconfigurationError(ValueError):
     """An argument, a hook's return value or a combination of settings cannot work.
@@ -13,6 +15,15 @@ class CheckpointError(RuntimeError):
     """A checkpoint file cannot be used: truncated or corrupted, or written by a newer framework.
 
     The message names the file and what to do instead.
+    """
+
+
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
+    """A checkpoint holds pickled Python objects beyond tensors and plain data, so loading it could run code: it
+    was not loaded.
+
+    The message names the file and what it named; ``weights_only=False`` loads it, for files you trust. It is a
+    ``pickle.UnpicklingError`` too, as ``torch.load(weights_only=True)`` raises.
     """
 
 

@@ -18,6 +18,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+import torch
+
 from framework.errors import CheckpointError
 from framework.io.checkpoint_dir import (
     META_FILE,
@@ -35,8 +37,9 @@ from framework.io.checkpoint_file import (
 )
 from framework.io.fs import filesystem, modified_time
 
-__all__ = ["FORMAT_VERSION", "SET_ASIDE_SUFFIX", "complete_checkpoint_at", "is_complete_checkpoint",
-           "load_checkpoint", "newest_complete_checkpoint", "remove_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT_VERSION", "SET_ASIDE_SUFFIX", "check_trainer_checkpoint", "complete_checkpoint_at",
+           "is_complete_checkpoint", "load_checkpoint", "newest_complete_checkpoint", "remove_checkpoint",
+           "save_checkpoint"]
 
 
 def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike,
@@ -60,9 +63,39 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = None, weights_o
     fs, inner = filesystem(path)
     if fs.isdir(inner):
         if is_sharded_checkpoint(path):
-            return load_sharded(path, leave_split_unread=leave_split_unread)
+            return load_sharded(path, leave_split_unread=leave_split_unread, weights_only=weights_only)
         raise CheckpointError(f"Checkpoint {os.fspath(path)!r} is a directory, but not a sharded checkpoint.")
     return load_checkpoint_file(path, map_location, weights_only)
+
+
+def check_trainer_checkpoint(checkpoint: Any, path: str | os.PathLike) -> dict[str, Any]:
+    """``checkpoint`` (read from ``path``) if it is what ``trainer.save_checkpoint`` or Lightning writes, a dict
+    with the model's ``"state_dict"``; otherwise a ``CheckpointError`` saying what the file holds instead."""
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), dict):
+        return checkpoint
+    where = f"{os.fspath(path)!r}"
+    if isinstance(checkpoint, dict) and checkpoint and all(isinstance(value, torch.Tensor)
+                                                           for value in checkpoint.values()):
+        names = ", ".join(repr(name) for name in list(checkpoint)[:3])
+        raise CheckpointError(
+            f"{where} holds a bare state_dict ({len(checkpoint)} tensors: {names}...), not a checkpoint of a run: "
+            "there is no optimizer or loop state to resume from. Load it into the model before training instead: "
+            "model.load_state_dict(torch.load(path, weights_only=True))."
+        )
+    if isinstance(checkpoint, dict):
+        keys = ", ".join(repr(key) for key in list(checkpoint)[:8]) or "none"
+        raise CheckpointError(
+            f"{where} holds a dict without a 'state_dict' entry (its keys: {keys}), so it is not a checkpoint that "
+            "trainer.save_checkpoint (or Lightning) wrote. Pass a checkpoint of a run as ckpt_path."
+        )
+    raise CheckpointError(f"{where} holds {_described(checkpoint)}, not a checkpoint (a dict with the model's "
+                          "'state_dict', as trainer.save_checkpoint writes). Pass a checkpoint of a run as ckpt_path.")
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"a {type(value).__name__}"
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:

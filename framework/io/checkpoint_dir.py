@@ -48,13 +48,19 @@ import torch
 
 from framework.errors import CheckpointError
 from framework.io.async_writer import collecting_writer
-from framework.io.checkpoint_file import is_complete_checkpoint_file, load_checkpoint_file, save_checkpoint_file
+from framework.io.checkpoint_file import (
+    disk_full_or,
+    is_complete_checkpoint_file,
+    load_checkpoint_file,
+    save_checkpoint_file,
+    tensor_bytes,
+)
+from framework.io.dcp_reader import METADATA_FILE, checkpoint_reader, pickled_entry
 from framework.io.fs import filesystem, is_local, is_temporary, write_atomic
 
 META_FILE = "meta.pt"
 # Where a checkpoint being replaced waits, whole, for the instant between the two renames of a replacement.
 SET_ASIDE_SUFFIX = ".previous"
-_DCP_METADATA_FILE = ".metadata"
 _MARKER = "__sharded_tensor__"
 
 @dataclass(frozen=True)
@@ -67,12 +73,13 @@ class UnreadTensor:
     key: str
     size: torch.Size
     dtype: torch.dtype
+    trusted: bool = False  # read with DCP's own unpickling reader (the user's weights_only=False)
 
 
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a directory written by ``save_sharded``."""
     fs, inner = filesystem(path)
-    return fs.isdir(inner) and fs.exists(f"{inner}/{META_FILE}") and fs.exists(f"{inner}/{_DCP_METADATA_FILE}")
+    return fs.isdir(inner) and fs.exists(f"{inner}/{META_FILE}") and fs.exists(f"{inner}/{METADATA_FILE}")
 
 
 def is_complete_sharded(path: str | os.PathLike) -> bool:
@@ -103,19 +110,34 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer:
     barrier()
     writer = collecting_writer()
     if writer is None:
-        _write_parts(tensors, temporary, group=None)
-        if is_writer:
-            _finish(skeleton, temporary, path)
+        _write_directory(skeleton, tensors, temporary, path, None, is_writer)
         barrier()
         return
     staged, group = writer.stage(tensors), writer.process_group()
+    writer.add_write(path, lambda: _write_directory(skeleton, staged, temporary, path, group, is_writer))
 
-    def write_in_background() -> None:
-        _write_parts(staged, temporary, group)  # returns on every rank once all parts are written
+
+def _write_directory(skeleton: dict[str, Any], tensors: dict[str, torch.Tensor], temporary: str, path: str,
+                     group: Any, is_writer: bool) -> None:
+    """Every rank's parts into ``temporary``, then (``is_writer``) ``meta.pt`` and the rename to ``path``. A failed
+    write leaves nothing under ``path`` but what was there, and no temporary to fill the disk."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        _write_parts(tensors, temporary, group)  # returns on every rank once all parts are written
         if is_writer:
             _finish(skeleton, temporary, path)
+    except (OSError, RuntimeError, dcp.api.CheckpointException) as error:
+        if is_writer:  # DCP's save ends on every rank together, failed or not: no rank writes any more
+            remove_sharded(temporary)
+        cause = _first_failure(error)
+        raise disk_full_or(cause, path, tensor_bytes(tensors)) from cause
 
-    writer.add_write(path, write_in_background)
+
+def _first_failure(error: BaseException) -> BaseException:
+    """The first rank's own error inside DCP's report of a failed save, else ``error``."""
+    failures = getattr(error, "failures", None)
+    return next(iter(failures.values()))[0] if failures else error
 
 
 def _write_parts(tensors: dict[str, torch.Tensor], temporary: str, group: Any) -> None:
@@ -134,14 +156,18 @@ def _finish(skeleton: dict[str, Any], temporary: str, path: str) -> None:
     _move_into_place(temporary, path)
 
 
-def load_sharded(path: str | os.PathLike, leave_split_unread: bool = False) -> dict[str, Any]:
-    """The checkpoint dict in the directory ``path``, every tensor read whole.
+def load_sharded(path: str | os.PathLike, leave_split_unread: bool = False,
+                 weights_only: bool | None = None) -> dict[str, Any]:
+    """The checkpoint dict in the directory ``path``, every tensor read whole, without unpickling code
+    (``framework.io.dcp_reader``; ``weights_only=False`` unpickles whatever it holds, for checkpoints you trust).
 
     With ``leave_split_unread``, a tensor saved in several parts (a DTensor) is left unread, an
     ``UnreadTensor`` in its place: the strategy loading it reads it with ``read_unread`` into the
     layout of the parameter or optimizer state it goes to, every rank reading only its parts
     (whole reads are for one process: ``framework consolidate``, ``load_from_checkpoint``).
     """
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
     path = os.fspath(path).rstrip("/")
     if not is_sharded_checkpoint(path):
         fs, inner = filesystem(path)
@@ -149,16 +175,22 @@ def load_sharded(path: str | os.PathLike, leave_split_unread: bool = False) -> d
             raise CheckpointError(f"{path!r} is one file already (a strategy that saves whole checkpoints wrote it); "
                                   "it loads as it is.")
         raise CheckpointError(f"{path!r} is not a sharded checkpoint directory: it needs {META_FILE} and "
-                              f"{_DCP_METADATA_FILE}, which a zero2/zero3 run writes" +
+                              f"{METADATA_FILE}, which a zero2/zero3 run writes" +
                               ("." if fs.exists(inner) else ", and it does not exist."))
-    skeleton = _load_meta(path)
-    reader = _reader(path)
-    targets: dict[str, torch.Tensor] = {}
+    trusted = weights_only is False
+    skeleton = load_checkpoint_file(f"{path}/{META_FILE}", map_location="cpu", weights_only=weights_only)
+    reader = checkpoint_reader(path, trusted)
+    targets: dict[str, Any] = {}
     unread: dict[str, Any] = {}
     for key, saved in reader.read_metadata().state_dict_metadata.items():
+        if isinstance(saved, BytesStorageMetadata):
+            if not trusted:
+                raise pickled_entry(path, key)
+            targets[key] = None  # DCP unpickles it into its place
+            continue
         size, dtype = saved.size, saved.properties.dtype
         if leave_split_unread and len(saved.chunks) > 1:
-            unread[key] = UnreadTensor(path, key, size, dtype)
+            unread[key] = UnreadTensor(path, key, size, dtype, trusted)
         else:
             targets[key] = torch.empty(size, dtype=dtype)
     _read(targets, reader, together=False)
@@ -168,11 +200,11 @@ def load_sharded(path: str | os.PathLike, leave_split_unread: bool = False) -> d
 def read_unread(targets: dict[UnreadTensor, torch.Tensor]) -> None:
     """Read each ``UnreadTensor`` into its target (a DTensor: this rank reads only its parts). Every rank of the
     process group calls it, with targets for the same checkpoint."""
-    by_path: dict[str, dict[str, torch.Tensor]] = {}
+    by_path: dict[tuple[str, bool], dict[str, torch.Tensor]] = {}
     for unread, target in targets.items():
-        by_path.setdefault(unread.path, {})[unread.key] = target
-    for path, tensors in sorted(by_path.items()):
-        _read(tensors, _reader(path), together=True)
+        by_path.setdefault((unread.path, unread.trusted), {})[unread.key] = target
+    for (path, trusted), tensors in sorted(by_path.items()):
+        _read(tensors, checkpoint_reader(path, trusted), together=True)
 
 
 def _read(targets: dict[str, torch.Tensor], reader: Any, together: bool) -> None:
@@ -183,7 +215,13 @@ def _read(targets: dict[str, torch.Tensor], reader: Any, together: bool) -> None
     together = together and dist.is_available() and dist.is_initialized()
     with warnings.catch_warnings():  # DCP warns that no process group means one process: that is what is asked
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
-        dcp.load(targets, storage_reader=reader, no_dist=not together)
+        try:
+            dcp.load(targets, storage_reader=reader, no_dist=not together)
+        except dcp.api.CheckpointException as wrapped:  # a rank's refusal (dcp_reader), inside DCP's report
+            refusals = [error for error, _ in wrapped.failures.values() if isinstance(error, CheckpointError)]
+            if refusals:
+                raise refusals[0] from None
+            raise
 
 
 def consolidate(checkpoint_dir: str | os.PathLike, output_file: str | os.PathLike) -> None:
@@ -231,10 +269,6 @@ def join_tensors(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 # -- storage ---
-def _load_meta(path: str) -> dict[str, Any]:
-    return load_checkpoint_file(f"{path}/{META_FILE}", map_location="cpu")
-
-
 def _clear_interrupted_save(path: str, temporary: str) -> None:
     """Undo what a killed save of ``path`` left (step 1 of the module's protocol): its unfinished directory, and
     a replacement stopped between its renames, whose previous checkpoint goes back to ``path``."""
@@ -327,14 +361,3 @@ def _writer(path: str, on_host: bool) -> Any:
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
     return FsspecWriter(path, **options)
-
-
-def _reader(path: str) -> Any:
-    fs, inner = filesystem(path)
-    if is_local(fs):
-        from torch.distributed.checkpoint import FileSystemReader
-
-        return FileSystemReader(inner)
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-    return FsspecReader(path)

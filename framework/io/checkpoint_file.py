@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import struct
 from typing import Any
 
 import torch
 
-from framework.errors import CheckpointError
+from framework.errors import CheckpointError, UnsafeCheckpointError
 from framework.io.async_writer import collecting_writer
-from framework.io.fs import filesystem, is_temporary, write_atomic
+from framework.io.fs import filesystem, free_bytes, is_temporary, write_atomic
 from framework.version import __version__
 
 # The layout of the checkpoint dict; a reader refuses files of a newer layout instead of half-loading them.
@@ -39,10 +40,59 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike,
     writer = collecting_writer()
     if writer is not None:
         staged = writer.stage(checkpoint)
-        writer.add_write(os.fspath(path), lambda: write_atomic(path, lambda file: torch.save(staged, file),
-                                                               storage_options))
+        writer.add_write(os.fspath(path), lambda: _write(staged, path, storage_options))
         return
-    write_atomic(path, lambda file: torch.save(checkpoint, file), storage_options)
+    _write(checkpoint, path, storage_options)
+
+
+def _write(checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: dict[str, Any] | None) -> None:
+    try:
+        write_atomic(path, lambda file: torch.save(checkpoint, file), storage_options)
+    except (OSError, RuntimeError) as error:  # a full disk shows in torch.save as "unexpected pos"
+        raise disk_full_or(error, path, tensor_bytes(checkpoint)) from error
+
+
+def tensor_bytes(value: Any) -> int:
+    """The bytes of the tensors in the nested ``value`` (each storage counted once; a DTensor: this rank's part):
+    about what saving it writes."""
+    seen: dict[tuple, int] = {}
+
+    def visit(item: Any) -> None:
+        if isinstance(item, torch.Tensor):
+            local = getattr(item, "_local_tensor", item)
+            storage = local.untyped_storage()
+            seen[(local.device, storage.data_ptr())] = storage.nbytes()
+        elif isinstance(item, dict):
+            for entry in item.values():
+                visit(entry)
+        elif isinstance(item, (list, tuple)):
+            for entry in item:
+                visit(entry)
+
+    visit(value)
+    return sum(seen.values())
+
+
+def disk_full_or(error: BaseException, path: str | os.PathLike, needed: int) -> BaseException:
+    """A ``CheckpointError`` naming ``path``, the bytes its save needed and the space left, where ``error`` came
+    from a full disk (ENOSPC, or less space left than the save needs); else ``error`` itself."""
+    import errno
+
+    free = free_bytes(path)
+    full = isinstance(error, OSError) and error.errno == errno.ENOSPC
+    if not full and (free is None or free >= needed):
+        return error
+    left = f"and {_megabytes(free)} ({free} bytes) are left" if free is not None else "more than is left"
+    return CheckpointError(
+        f"Saving the checkpoint {os.fspath(path)!r} failed: the disk is full. It needs about {_megabytes(needed)} "
+        f"({needed} bytes) {left} where it goes. Nothing was written under that name and the earlier checkpoints "
+        "are kept; free some space (or save elsewhere: ModelCheckpoint(dirpath=...)) and start again. "
+        f"({type(error).__name__}: {str(error)[:120]})"
+    )
+
+
+def _megabytes(count: int | None) -> str:
+    return "?" if count is None else f"{count / 2**20:.1f} MiB"
 
 
 def is_complete_checkpoint_file(path: str | os.PathLike) -> bool:
@@ -101,16 +151,28 @@ def load_checkpoint_file(
         except pickle.UnpicklingError as error:
             if not safe:
                 raise
-            raise pickle.UnpicklingError(
-                f"Checkpoint {os.fspath(path)!r} holds pickled Python objects, not only tensors and plain data, so it "
-                "was not loaded: unpickling a file can run any code it carries. If you trust where the file came "
-                f"from, load it with weights_only=False. ({error})"
-            ) from None
+            raise unsafe_file(path, error) from None
         except (RuntimeError, EOFError, KeyError, ValueError, OSError) as error:  # torch.load on damaged bytes;
             # OSError: its zip reader seeks past the end of a cut local file
             raise _damaged(path, fs.size(inner), f"{type(error).__name__}: {str(error)[:200]}") from None
     _check_format(checkpoint, path)
     return checkpoint
+
+
+def unsafe_file(path: str | os.PathLike, error: BaseException) -> UnsafeCheckpointError:
+    """The error for the file ``path``, which torch's weights-only unpickler refused with ``error``."""
+    return UnsafeCheckpointError(
+        f"Checkpoint {os.fspath(path)!r} holds pickled Python objects, not only tensors and plain data "
+        f"({what_pickle_named(error)}), so it was not loaded: unpickling a file can run any code it carries. If you "
+        "trust where the file came from, load it with weights_only=False."
+    )
+
+
+def what_pickle_named(error: BaseException) -> str:
+    """What torch's weights-only unpickler refused, from its message ("GLOBAL os.system was not an allowed
+    global ...": "it names os.system")."""
+    found = re.search(r"GLOBAL ([\w.]+)", str(error))
+    return f"it names {found.group(1)}" if found else str(error).strip().splitlines()[0][:200]
 
 
 def _damaged(path: str | os.PathLike, size: int, why: str) -> CheckpointError:

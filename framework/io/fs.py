@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import threading
 import uuid
 from collections.abc import Callable
@@ -161,6 +162,21 @@ def _replace_local(source: str, target: str) -> None:
                 threading.Thread(target=replaced.close, name="framework-free-replaced-file", daemon=True).start()
             else:
                 replaced.close()
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """The bytes free for writing on the local filesystem that holds ``path`` (or its nearest existing parent);
+    None for other filesystems, where that cannot be known."""
+    fs, inner = filesystem(path)
+    if not is_local(fs):
+        return None
+    directory = os.path.abspath(inner)
+    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:
+        return None
 
 
 def is_local(fs: Any) -> bool:
