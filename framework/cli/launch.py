@@ -25,6 +25,7 @@ import argparse
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -69,14 +70,22 @@ def _torchrun(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser, parse_min_max_nnodes
 
+    from framework.cli.errors import ConfigError
+    from framework.cli.launch_options import check_options
     from framework.cli.restarts import forward_preemption_signals, run_with_restarts
-    from framework.runtime.preemption import REQUEUE_EXIT_CODE
+    from framework.runtime.preemption import JOB_ID_VARIABLE, REQUEUE_EXIT_CODE
 
     parser = get_args_parser()
     options = _options_before_script(argv, _flags_of(parser))
     if not any(option.split("=")[0] in _RENDEZVOUS_OPTIONS for option in options) and _nodes(options) == "1":
         argv.insert(0, "--standalone")
     parsed = parser.parse_args(argv)
+    try:
+        check_options(parsed)
+    except ConfigError as error:
+        print(f"framework launch: error: {error}", file=sys.stderr)
+        return 2
+    os.environ.setdefault(JOB_ID_VARIABLE, uuid.uuid4().hex)  # the job every attempt's checkpoints belong to
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(_threads_per_rank(parsed.nproc_per_node))
     forward_preemption_signals(parsed)

@@ -17,17 +17,20 @@ codes list them too), and SIGABRT is how a gloo rank that ends with an exception
 ("terminate called without an active exception").
 
 The ranks of attempt k see ``FRAMEWORK_RESTART_COUNT=k`` and ``FRAMEWORK_RESTART_REASON`` (which rank ended the
-attempt before, and how). On several nodes the launchers cannot agree on one decision, so there torchrun's own
+attempt before, and how), and torchrun's own variables as its restarts set them (``TORCHELASTIC_RESTART_COUNT=k``,
+``TORCHELASTIC_MAX_RESTARTS=N``, one ``TORCHELASTIC_RUN_ID`` for every attempt). On several nodes the launchers cannot agree on one decision, so there torchrun's own
 restarts run, each with a fresh store (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), retrying every failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from framework.runtime.preemption import (
     MAX_RESTARTS_VARIABLE,
@@ -46,9 +49,11 @@ def run_with_restarts(parsed: argparse.Namespace, run_once: Callable[[argparse.N
     it succeeds, fails in a way not retried, or ``parsed.max_restarts`` restarts are spent. Returns the exit code."""
     restarts, parsed.max_restarts = parsed.max_restarts, 0
     os.environ[MAX_RESTARTS_VARIABLE] = str(restarts)
+    first_run_id: dict[str, str] = {}
     for attempt in range(restarts + 1):
         os.environ[RESTART_COUNT_VARIABLE] = str(attempt)
-        failures = run_once(parsed)
+        with counted_as_torchrun(attempt, restarts, first_run_id):
+            failures = run_once(parsed)
         if not failures:
             return 0
         verdict = classify(failures)
@@ -63,6 +68,30 @@ def run_with_restarts(parsed: argparse.Namespace, run_once: Callable[[argparse.N
         _say(f"{reason}; starting all ranks again (restart {attempt + 1} of {restarts}).")
         os.environ[RESTART_REASON_VARIABLE] = reason
     return 1
+
+
+@contextlib.contextmanager
+def counted_as_torchrun(attempt: int, restarts: int, first_run_id: dict[str, str]) -> Iterator[None]:
+    """Inside it, the ranks torchrun's agent starts see the variables torchrun's own restarts would give them:
+    ``TORCHELASTIC_RESTART_COUNT`` = ``attempt``, ``TORCHELASTIC_MAX_RESTARTS`` = ``restarts``, and the first
+    attempt's ``TORCHELASTIC_RUN_ID`` (kept in ``first_run_id``), where each attempt's agent, started with no
+    restarts of its own and a new rendezvous, would say 0, 0 and a new id."""
+    from torch.distributed.elastic.agent.server import local_elastic_agent as agent
+
+    start_processes = agent.start_processes
+
+    def start_counted(*args: Any, **kwargs: Any) -> Any:
+        for environment in kwargs.get("envs", {}).values():
+            first_run_id.setdefault("id", environment.get("TORCHELASTIC_RUN_ID", ""))
+            environment.update(TORCHELASTIC_RESTART_COUNT=str(attempt), TORCHELASTIC_MAX_RESTARTS=str(restarts),
+                               TORCHELASTIC_RUN_ID=first_run_id["id"])
+        return start_processes(*args, **kwargs)
+
+    agent.start_processes = start_counted  # the one place the agent hands each rank its environment
+    try:
+        yield
+    finally:
+        agent.start_processes = start_processes
 
 
 def classify(exit_codes: dict[int, int]) -> str:

@@ -262,3 +262,20 @@ RESTART_COUNT_VARIABLE = "FRAMEWORK_RESTART_COUNT"
 RESTART_REASON_VARIABLE = "FRAMEWORK_RESTART_REASON"
 # Set by ``framework launch --max-restarts N`` on its ranks: N.
 MAX_RESTARTS_VARIABLE = "FRAMEWORK_MAX_RESTARTS"
+# Set by ``framework launch`` (and the Trainer's own launcher) once per job, the same in every attempt: an id.
+JOB_ID_VARIABLE = "FRAMEWORK_JOB_ID"
+
+
+def job_identity(environ: os._Environ[str] | dict[str, str] | None = None) -> str:
+    """The job this process belongs to, the same in every attempt of it (a restart, a requeue): ``"slurm:<id>"``
+    in a SLURM batch job (its id survives a requeue), else ``"launch:<id>"`` under ``framework launch`` or ranks
+    the Trainer started, else ``"torchelastic:<run id>"`` under torchrun with a rendezvous id; ``""`` for a
+    process no launcher started."""
+    environ = os.environ if environ is None else environ
+    slurm = slurm_job_id(environ)
+    if slurm is not None:
+        return f"slurm:{slurm}"
+    if environ.get(JOB_ID_VARIABLE):
+        return f"launch:{environ[JOB_ID_VARIABLE]}"
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "")
+    return f"torchelastic:{run_id}" if run_id not in ("", "none") else ""

@@ -13,21 +13,28 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from framework.runtime.launchers import RankExitedError, start_processes
-from framework.runtime.preemption import MAX_RESTARTS_VARIABLE, RESTART_COUNT_VARIABLE, RESTART_REASON_VARIABLE
+from framework.runtime.preemption import (
+    JOB_ID_VARIABLE,
+    MAX_RESTARTS_VARIABLE,
+    RESTART_COUNT_VARIABLE,
+    RESTART_REASON_VARIABLE,
+)
 
 
 def start_with_restarts(function: Callable[..., Any], args: Sequence[Any], world_size: int, method: str,
                         environment: dict[str, str], max_restarts: int) -> list[Any]:
     """``start_processes``, started again (all ranks) each time a rank is killed by a signal, ``max_restarts``
     times at most; its results, or the error of the last attempt."""
-    reason = ""
+    reason, job = "", {JOB_ID_VARIABLE: os.environ.get(JOB_ID_VARIABLE) or uuid.uuid4().hex}
     for attempt in range(max_restarts + 1):
         counts = {RESTART_COUNT_VARIABLE: str(attempt), MAX_RESTARTS_VARIABLE: str(max_restarts),
                   RESTART_REASON_VARIABLE: reason} if max_restarts else {}
+        counts.update(job)
         try:
             return start_processes(function, args, world_size, method, {**environment, **counts})
         except RankExitedError as error:
