@@ -377,9 +377,11 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
         :param strict: see above; ``True`` requires every key to match.
         :param weights_only: see above; ``None`` or ``True`` load tensors and plain data only.
         """
-        from framework.io.checkpoint import load_checkpoint
+        from framework.io.checkpoint import check_trainer_checkpoint, load_checkpoint
 
-        checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu", weights_only=weights_only)
+        checkpoint = check_trainer_checkpoint(
+            load_checkpoint(checkpoint_path, map_location=map_location or "cpu", weights_only=weights_only),
+            checkpoint_path)
         saved = read_hparams_file(hparams_file) if hparams_file is not None else checkpoint.get("hyper_parameters", {})
         model = build_from_hparams(cls, saved, overrides, checkpoint.get("hparams_name", "kwargs"))
         model.on_load_checkpoint(checkpoint)

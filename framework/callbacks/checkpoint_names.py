@@ -74,13 +74,19 @@ class CheckpointNames:
         is left out. Where a save was killed while it replaced a sharded ``last.ckpt`` (between its two
         renames), the previous one, whole, is found at ``last.ckpt.previous`` and counts instead.
         """
+        found = (complete_checkpoint_at(name) for name in self.last_checkpoint_names())
+        return sorted(path for path in found if path is not None)
+
+    def last_checkpoint_names(self) -> list[str]:
+        """The names a "last" checkpoint of this callback is found under, complete or not: ``last_model_path``,
+        and ``last.ckpt``, ``last-v1.ckpt`` ... in ``dirpath`` (one whose replacement was cut short between its two
+        renames counts under its own name)."""
         names = {self.last_model_path} if self.last_model_path else set()
         if self.dirpath is not None:
             names |= set(versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION))
             set_aside = versions_of(self.dirpath, self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION + SET_ASIDE_SUFFIX)
             names |= {path.removesuffix(SET_ASIDE_SUFFIX) for path in set_aside}
-        found = (complete_checkpoint_at(name) for name in names)
-        return sorted(path for path in found if path is not None)
+        return sorted(names)
 
     def _monitor_candidates(self, trainer: Trainer) -> dict[str, torch.Tensor]:
         """The values file names and the top-k ranking use: rank 0's, on every rank.

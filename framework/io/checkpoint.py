@@ -15,7 +15,9 @@ Only complete checkpoints count: ``is_complete_checkpoint`` says whether one is 
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,11 +37,11 @@ from framework.io.checkpoint_file import (
     load_checkpoint_file,
     save_checkpoint_file,
 )
-from framework.io.fs import filesystem, modified_time
+from framework.io.fs import filesystem, is_local, modified_time, names_in
 
-__all__ = ["FORMAT_VERSION", "SET_ASIDE_SUFFIX", "check_trainer_checkpoint", "complete_checkpoint_at",
-           "is_complete_checkpoint", "load_checkpoint", "newest_complete_checkpoint", "remove_checkpoint",
-           "save_checkpoint"]
+__all__ = ["FORMAT_VERSION", "SET_ASIDE_SUFFIX", "CheckpointChoice", "check_trainer_checkpoint", "choose_checkpoint",
+           "complete_checkpoint_at", "complete_checkpoints_in", "is_complete_checkpoint", "load_checkpoint",
+           "newest_complete_checkpoint", "peek_checkpoint", "remove_checkpoint", "save_checkpoint"]
 
 
 def save_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike,
@@ -98,6 +100,25 @@ def _described(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def peek_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint at ``path``, its tensors' data left unread where that can be: a local file is mapped into
+    memory (``torch.load(mmap=True)``, which reads only the pickled structure), a directory's tensors stay
+    markers (only ``meta.pt`` is read); a file elsewhere is read whole. For looking at a checkpoint's counters
+    and stamps before choosing it; ``{}`` when it cannot be read."""
+    fs, inner = filesystem(path)
+    try:
+        if fs.isdir(inner):
+            return load_checkpoint_file(f"{os.fspath(path).rstrip('/')}/{META_FILE}", map_location="cpu")
+        if is_local(fs):
+            try:
+                return torch.load(inner, mmap=True, weights_only=True, map_location="cpu")
+            except RuntimeError:  # torch's legacy format cannot be mapped
+                pass
+        return load_checkpoint_file(path, map_location="cpu")
+    except (OSError, RuntimeError, pickle.UnpicklingError):  # CheckpointError is a RuntimeError
+        return {}
+
+
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
     """Whether ``path`` holds a whole checkpoint, one a resume may start from.
 
@@ -120,8 +141,34 @@ def newest_complete_checkpoint(paths: Iterable[str | os.PathLike]) -> str | None
     (``meta.pt``: a directory's own time changes whenever an entry does, and not when it is renamed). Equal
     times go to the greater path, so every rank picks the same one.
     """
-    complete = [os.fspath(path) for path in paths if is_complete_checkpoint(path)]
-    return max(complete, key=lambda path: (_commit_time(path), path), default=None)
+    return choose_checkpoint(paths).path
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    """What ``choose_checkpoint`` found: ``path``, the newest complete checkpoint (None when none is), and
+    ``broken``, the incomplete or damaged ones passed over that are newer than it (all of them, without one)."""
+
+    path: str | None
+    broken: tuple[str, ...]
+
+
+def choose_checkpoint(paths: Iterable[str | os.PathLike]) -> CheckpointChoice:
+    """The newest complete of ``paths`` (as ``newest_complete_checkpoint``), and the broken ones newer than it,
+    for a warning that names both: a resume never passes over a broken checkpoint without a word."""
+    complete, broken = [], []
+    for path in dict.fromkeys(os.fspath(path) for path in paths):
+        (complete if is_complete_checkpoint(path) else broken).append(path)
+    chosen = max(complete, key=lambda path: (_commit_time(path), path), default=None)
+    since = _commit_time(chosen) if chosen is not None else float("-inf")
+    return CheckpointChoice(chosen, tuple(sorted(path for path in broken if _written_time(path) >= since)))
+
+
+def complete_checkpoints_in(directory: str, extension: str = ".ckpt") -> list[str]:
+    """The complete checkpoints (files and directories) in ``directory`` whose names end with ``extension``."""
+    paths = [f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(directory, name)
+             for name in names_in(directory) if name.endswith(extension)]
+    return [path for path in paths if is_complete_checkpoint(path)]
 
 
 def complete_checkpoint_at(path: str | os.PathLike) -> str | None:
@@ -144,3 +191,13 @@ def remove_checkpoint(path: str | os.PathLike) -> None:
 def _commit_time(path: str) -> float:
     fs, inner = filesystem(path)
     return modified_time(f"{path.rstrip('/')}/{META_FILE}" if fs.isdir(inner) else path)
+
+
+def _written_time(path: str) -> float:
+    """When ``path`` was last written, whatever its state (a directory without its commit marker: its own time)."""
+    for candidate in (lambda: _commit_time(path), lambda: modified_time(path)):
+        try:
+            return candidate()
+        except OSError:  # missing
+            continue
+    return 0.0

@@ -1,74 +1,145 @@
-"""Which checkpoint a ``fit`` without ``ckpt_path`` resumes from by itself: the job was started again after a lost
-rank or a preemption, so the same command goes on where the last complete checkpoint left it.
+"""Which checkpoint a ``fit`` without ``ckpt_path`` resumes from by itself, and when a preemption checkpoint is done
+with. A ``ckpt_path`` the user passes always wins; ``Trainer(auto_resume=False)`` turns all of this off.
 
-- A preemption checkpoint (``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, written when a signal stopped the run)
-  is resumed from whenever one exists: it means the run was stopped to be started again. Once a fit that went on
-  from an interruption ends, the preemption checkpoints are removed, so a later run of the script starts afresh.
-- On a restart (``framework launch --max-restarts``/torchrun's ``TORCHELASTIC_RESTART_COUNT``, or SLURM's
-  ``SLURM_RESTART_COUNT`` after a requeue), the checkpoints of the run's ModelCheckpoint callbacks count too.
+Which checkpoint, and when:
 
-The newest complete one of these wins; an incomplete one (a save cut short) never does. A ``ckpt_path`` the user
-passes always wins over this; ``"hpc"`` names the newest preemption checkpoint, as in Lightning.
-``Trainer(auto_resume=False)`` turns all of this off.
+- **A restart of this job** (``framework launch --max-restarts`` or torchrun after a lost rank:
+  ``TORCHELASTIC_RESTART_COUNT`` > 0; the Trainer's own ranks started again: ``DDPStrategy(max_restarts=...)``; a
+  SLURM requeue: ``SLURM_RESTART_COUNT`` > 0) resumes from the newest complete checkpoint of this job: its
+  ModelCheckpoint files and the preemption checkpoints. Each checkpoint records the job that wrote it (the SLURM
+  job, else the launch: ``runtime.preemption.job_identity``), so a file an earlier, finished job left in the same
+  folder is never taken.
+- **Any other start** (a plain re-run of the script, a job submitted again by hand) resumes from the newest
+  preemption checkpoint, ``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, if there is one: a run stopped by a
+  preemption signal wrote it to be continued, and no run has gone on from it yet.
+- Otherwise the fit starts afresh.
+
+A checkpoint whose save was cut short is never taken; one passed over for that is named in a warning, beside the
+one taken instead. The log says which file was resumed and why it was chosen.
+
+A preemption checkpoint is done with once a fit has gone on past it: when the fit has saved its first checkpoint
+(the save complete, in the background too), or when it ends. Rank 0 then removes the preemption checkpoints that
+were there when the fit started (every rank has loaded what it resumed from by then: a save has every rank wait
+for it, and the end of fit waits for every rank first), so no later run goes back to that old state. A fit stopped
+by an error before its first save leaves them for the next start.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from framework import console
-from framework.io.checkpoint import newest_complete_checkpoint
-from framework.io.fs import names_in, remove
-from framework.runtime.preemption import MAX_RESTARTS_VARIABLE, RESTART_REASON_VARIABLE, restart_count
+from framework.io.async_writer import collecting_writer
+from framework.io.checkpoint import choose_checkpoint, peek_checkpoint, remove_checkpoint
+from framework.io.fs import names_in
+from framework.runtime.preemption import (
+    MAX_RESTARTS_VARIABLE,
+    RESTART_REASON_VARIABLE,
+    job_identity,
+    restart_count,
+)
 from framework.trainer.preemption import hpc_checkpoints, in_directory
+from framework.trainer.state import TrainerStatus
 
 if TYPE_CHECKING:
     from framework.trainer.trainer import Trainer
 
 
-def automatic_ckpt_path(trainer: Trainer) -> str | None:
-    """The checkpoint a ``fit(ckpt_path=None)`` resumes from (see the module's docstring), or None to start afresh."""
-    candidates = hpc_checkpoints(trainer.default_root_dir)
-    if restart_count():
-        candidates += _model_checkpoint_files(trainer)
-    return newest_complete_checkpoint(candidates)
+@dataclass(frozen=True)
+class Resume:
+    """The checkpoint a fit resumes from by itself, and why it was chosen (said in the log)."""
+
+    path: str
+    why: str
 
 
-def announce_resume(trainer: Trainer, path: str, checkpoint: dict[str, Any]) -> None:
+def automatic_resume(trainer: Trainer) -> Resume | None:
+    """The checkpoint a ``fit(ckpt_path=None)`` resumes from (see the module's docstring), or None to start afresh.
+    Rank 0 decides; the others are told."""
+    preempted = hpc_checkpoints(trainer.default_root_dir)
+    restarts = restart_count()
+    own = _model_checkpoint_files(trainer) if restarts else []
+    job, others = job_identity(), []
+    choice = choose_checkpoint(preempted + own)
+    while choice.path in own and job and _job_of(choice.path) != job:  # an earlier job's file in the same folder
+        own.remove(choice.path)
+        others.append(choice.path)
+        choice = choose_checkpoint(preempted + own)
+    if choice.broken:
+        instead = f"resuming from {choice.path} instead" if choice.path else "no complete one is left to resume from"
+        console.warn_user(f"Passed over {_listed(choice.broken)}: incomplete or damaged (a save cut short, or a "
+                          f"copy cut off); {instead}.")
+    if choice.path is None:
+        return None
+    if not restarts:
+        why = "a run stopped by a preemption signal left it, and no run has gone on from it yet"
+    else:
+        most = os.environ.get(MAX_RESTARTS_VARIABLE, "")
+        reason = os.environ.get(RESTART_REASON_VARIABLE, "")
+        why = (f"restart {restarts}{' of ' + most if most else ''} of this job{': ' + reason if reason else ''}; "
+               "the newest complete checkpoint this job wrote"
+               + (f" (passed over {_listed(others)}, written by another job)" if others else ""))
+    return Resume(choice.path, why)
+
+
+def announce_resume(trainer: Trainer, resume: Resume, checkpoint: dict[str, Any]) -> None:
     """Say, on rank 0, in the console and to each logger (``Logger.log_restart``), that the run resumes by itself
-    from ``path``: which restart this is and why the last attempt ended."""
+    from ``resume.path``, and why."""
     if not trainer.is_global_zero:
         return
     restarts, most = restart_count(), os.environ.get(MAX_RESTARTS_VARIABLE, "")
     record = {"restart": restarts, "max_restarts": int(most) if most.isdigit() else None,
               "reason": os.environ.get(RESTART_REASON_VARIABLE, "") if restarts else "preempted",
-              "checkpoint": path, "global_step": int(checkpoint.get("global_step", 0))}
-    which = f"restart {restarts}{' of ' + most if most else ''} of this job" if restarts else \
-        "a preemption checkpoint was left by the last run"
-    reason = f": {record['reason']}" if restarts and record["reason"] else ""
-    console.info(f"Resuming from {path} at global step {record['global_step']} ({which}{reason}). Pass "
-                 "fit(ckpt_path=...) to choose another checkpoint.")
+              "checkpoint": resume.path, "global_step": int(checkpoint.get("global_step", 0))}
+    console.info(f"Resuming from {resume.path} at global step {record['global_step']}: {resume.why}. Pass "
+                 "fit(ckpt_path=...) to choose another checkpoint, or Trainer(auto_resume=False) to start afresh.")
     for logger in trainer.loggers:
         log_restart = getattr(logger, "log_restart", None)
         if callable(log_restart):
             log_restart(record)
 
 
-def forget_preemption_checkpoints(trainer: Trainer) -> None:
-    """After a fit that went on from an interruption (it resumed by itself, or this is a restart) has ended: remove
-    the preemption checkpoints in ``default_root_dir``, so a later run of the script starts afresh instead of
-    resuming an old one. (A restart may have resumed from a newer ModelCheckpoint file than the preemption one.)"""
-    if not trainer.is_global_zero or not trainer.auto_resume:
+# -- preemption checkpoints done with ---
+def note_preemption_checkpoints(trainer: Trainer) -> None:
+    """At the start of fit (rank 0): the preemption checkpoints there now are done with once this fit has gone
+    on past them (``consume_preemption_checkpoints``)."""
+    trainer.run_context.preemption_checkpoints = (
+        hpc_checkpoints(trainer.default_root_dir) if trainer.is_global_zero and trainer.auto_resume else [])
+
+
+def consume_preemption_checkpoints(trainer: Trainer) -> None:
+    """This fit has gone on past the preemption checkpoints it started with: remove them (rank 0), once the save
+    being made is complete (after its background write, inside a save point), or now."""
+    if trainer.state.status != TrainerStatus.RUNNING:  # a save after a fit that failed: it did not go on
         return
-    if restart_count() or trainer.ckpt_path in hpc_checkpoints(trainer.default_root_dir):
-        for path in hpc_checkpoints(trainer.default_root_dir):
-            remove(path)
+    paths, trainer.run_context.preemption_checkpoints = trainer.run_context.preemption_checkpoints, []
+    if not paths:
+        return
+
+    def remove_all() -> None:
+        for path in paths:
+            remove_checkpoint(path)
+
+    writer = collecting_writer()
+    if writer is not None:
+        writer.then(remove_all, f"removing the preemption checkpoint(s) {_listed(paths)}")
+    else:
+        remove_all()
+
+
+def consume_at_fit_end(trainer: Trainer) -> None:
+    """A fit ended: once every rank is here, the preemption checkpoints it started with are removed."""
+    trainer.runtime.barrier("preemption checkpoints done with")
+    consume_preemption_checkpoints(trainer)
 
 
 def _model_checkpoint_files(trainer: Trainer) -> list[str]:
     found: list[str] = []
     for callback in trainer.checkpoint_callbacks:
+        if getattr(callback, "save_weights_only", False):  # its files cannot resume a fit
+            continue
         directory = getattr(callback, "dirpath", None)
         extension = getattr(callback, "FILE_EXTENSION", ".ckpt")
         if directory:
@@ -76,6 +147,12 @@ def _model_checkpoint_files(trainer: Trainer) -> list[str]:
         last: Any = getattr(callback, "last_model_path", "")
         if last:
             found.append(str(last))
-    return found
+    return list(dict.fromkeys(found))
 
 
+def _job_of(path: str) -> str:
+    return str(peek_checkpoint(path).get("loops", {}).get("fit", {}).get("job_id", ""))
+
+
+def _listed(paths: Any) -> str:
+    return ", ".join(str(path) for path in paths)

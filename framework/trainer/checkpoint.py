@@ -7,11 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 from framework import console
 from framework.callbacks.model_checkpoint import ModelCheckpoint
-from framework.errors import MisconfigurationError, describe
+from framework.errors import CheckpointError, MisconfigurationError, describe
 from framework.hparams import checkpoint_safe
-from framework.io.checkpoint import newest_complete_checkpoint
+from framework.io.checkpoint import (
+    SET_ASIDE_SUFFIX,
+    check_trainer_checkpoint,
+    choose_checkpoint,
+    complete_checkpoint_at,
+    complete_checkpoints_in,
+)
 from framework.io.checkpoint_file import FORMAT_VERSION
 from framework.io.fs import exists
+from framework.runtime.preemption import job_identity
 from framework.seed import rng_states
 from framework.trainer.dispatch import call_refusing_logs
 from framework.trainer.lightning_checkpoint import from_lightning, is_lightning_checkpoint, lightning_progress
@@ -32,7 +39,8 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
         "format_version": FORMAT_VERSION,
         "epoch": state.current_epoch,
         "global_step": state.global_step,
-        "loops": {"fit": {**state.state_dict(), "rng_states": _rng_states(trainer), **_epoch_so_far(trainer)}},
+        "loops": {"fit": {**state.state_dict(), "rng_states": _rng_states(trainer), **_epoch_so_far(trainer),
+                          "job_id": job_identity()}},
         "state_dict": trainer.runtime.strategy.module_state_dict(trainer.model),
     }
     if not weights_only:
@@ -109,8 +117,6 @@ def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     fit adds ``restore_training_state`` once the optimizers exist (and ``restore_optimizer_states`` after on_fit_start).
     """
     trainer.module.on_load_checkpoint(checkpoint)
-    if "state_dict" not in checkpoint:
-        raise MisconfigurationError("The checkpoint has no 'state_dict' entry; it was not written by a Trainer.")
     trainer.runtime.strategy.load_module_state(trainer.model, checkpoint["state_dict"],
                                                strict=trainer.module.strict_loading)
     if trainer.datamodule is not None and "datamodule" in checkpoint:
@@ -244,11 +250,58 @@ def load_for(trainer: Trainer, ckpt_path: Any, weights_only: bool | None = None)
     if path is None:
         return None
     trainer.run_context.ckpt_path = path
-    checkpoint = trainer.runtime.strategy.load_checkpoint(path, weights_only=weights_only)
+    checkpoint = check_trainer_checkpoint(trainer.runtime.strategy.load_checkpoint(path, weights_only=weights_only),
+                                          path)
     if is_lightning_checkpoint(checkpoint):
         resuming = trainer.state.fn == TrainerFn.FITTING
         checkpoint = from_lightning(checkpoint, trainer.datamodule, path, resuming)
     return checkpoint
+
+
+def _last_checkpoint(trainer: Trainer) -> str | None:
+    """The newest complete "last" checkpoint of the checkpoint callbacks; None, with a warning as in Lightning,
+    when there is none yet; when every one there is broken, the newest complete checkpoint beside them."""
+    candidates: list[str] = []
+    directories: list[str] = []
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint):
+            for name in callback.last_checkpoint_names():
+                if exists(name) or exists(name + SET_ASIDE_SUFFIX):
+                    candidates.append(complete_checkpoint_at(name) or name)
+            if callback.dirpath is not None:
+                directories.append(callback.dirpath)
+        elif getattr(callback, "last_model_path", "") and exists(callback.last_model_path):
+            candidates.append(callback.last_model_path)
+    if not candidates:
+        console.warn_user("ckpt_path='last' is set, but there is no last checkpoint yet, so none is loaded. "
+                          "ModelCheckpoint(save_last=True) writes one.")
+        return None
+    return _whole_or_beside("last", candidates, directories)
+
+
+def _whole_or_beside(name: str, candidates: list[str], directories: list[str]) -> str:
+    """The newest complete of ``candidates`` (what ckpt_path=``name`` names); when all are broken, the newest
+    complete checkpoint in ``directories``; a warning names what was passed over, and a CheckpointError says
+    when nothing whole is left. Never a silent fresh start."""
+    choice = choose_checkpoint(candidates)
+    path = choice.path
+    if path is None:
+        path = choose_checkpoint(p for directory in directories for p in complete_checkpoints_in(directory)).path
+        if path is None:
+            raise CheckpointError(
+                f"ckpt_path={name!r}: {_listed(choice.broken)} {'is' if len(choice.broken) == 1 else 'are'} "
+                "incomplete or damaged (a save cut short, or a copy cut off), and there is no complete checkpoint "
+                "beside it to resume from. Pass ckpt_path=<a whole checkpoint> or start afresh (ckpt_path=None)."
+            )
+    if choice.broken:
+        console.warn_user(f"ckpt_path={name!r}: {_listed(choice.broken)} is incomplete or damaged (a save cut short, "
+                          f"or a copy cut off), so the run resumes from {path}, the newest complete checkpoint "
+                          f"{'of them' if choice.path else 'beside it'}.")
+    return path
+
+
+def _listed(paths: Any) -> str:
+    return ", ".join(str(path) for path in paths)
 
 
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
@@ -267,23 +320,13 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
             )
         return os.fspath(best)
     if ckpt_path == "last":
-        candidates: set[str] = set()
-        for callback in trainer.checkpoint_callbacks:
-            if isinstance(callback, ModelCheckpoint):
-                candidates.update(callback.find_last_checkpoints())
-            elif getattr(callback, "last_model_path", "") and exists(callback.last_model_path):
-                candidates.add(callback.last_model_path)
-        if not candidates:
-            console.warn_user("ckpt_path='last' is set, but there is no last checkpoint yet, so none is loaded. "
-                              "ModelCheckpoint(save_last=True) writes one.")
-            return None
-        return newest_complete_checkpoint(candidates)
+        return _last_checkpoint(trainer)
     if ckpt_path == "hpc":
-        found = newest_complete_checkpoint(hpc_checkpoints(trainer.default_root_dir))
-        if found is None:
-            raise MisconfigurationError(f"ckpt_path='hpc': there is no complete preemption checkpoint "
+        found = hpc_checkpoints(trainer.default_root_dir)
+        if not found:
+            raise MisconfigurationError(f"ckpt_path='hpc': there is no preemption checkpoint "
                                         f"(hpc_ckpt_<n>.ckpt) in default_root_dir={trainer.default_root_dir!r}.")
-        return found
+        return _whole_or_beside("hpc", found, [trainer.default_root_dir])
     if not isinstance(ckpt_path, (str, os.PathLike)):
         raise MisconfigurationError(
             f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', 'hpc', or a path to a checkpoint file."

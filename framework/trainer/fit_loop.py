@@ -18,7 +18,12 @@ from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.profilers.base import profiled_batches
 from framework.seed import restore_rng_states, rng_states
-from framework.trainer.auto_resume import announce_resume, automatic_ckpt_path, forget_preemption_checkpoints
+from framework.trainer.auto_resume import (
+    announce_resume,
+    automatic_resume,
+    consume_at_fit_end,
+    note_preemption_checkpoints,
+)
 from framework.trainer.automatic import AutomaticOptimization
 from framework.trainer.checkpoint import (
     load_for,
@@ -84,15 +89,17 @@ class FitLoop(ValidationInFit):
             console.warn_user("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
         # As in Lightning: weights, DataModule and callback states come back before configure_optimizers
         # (which may ask for the training loader), the optimizers' and the loops' state after it.
-        automatic = ckpt_path is None and trainer.auto_resume
-        if automatic:
-            ckpt_path = trainer.runtime.broadcast(automatic_ckpt_path(trainer) if trainer.is_global_zero else None)
+        resume = None
+        if ckpt_path is None and trainer.auto_resume:
+            resume = trainer.runtime.broadcast(automatic_resume(trainer) if trainer.is_global_zero else None)
+            ckpt_path = resume.path if resume is not None else None
+        note_preemption_checkpoints(trainer)
         checkpoint = load_for(trainer, ckpt_path, trainer._weights_only) if ckpt_path is not None else None
         if checkpoint is not None:
             self._resumed_rng = restore_for_fit(trainer, checkpoint)
             self._resumed_epoch = checkpoint.get("loops", {}).get("fit", {})
-            if automatic:
-                announce_resume(trainer, ckpt_path, checkpoint)
+            if resume is not None:
+                announce_resume(trainer, resume, checkpoint)
         configure_optimizers(trainer, self.context, self.manual.optimizer_step)
         trainer.state.stage = RunningStage.TRAINING
         self.context.step_hooks = StepHooks(trainer)
@@ -118,7 +125,7 @@ class FitLoop(ValidationInFit):
         finally:
             self.preemption.watch.restore()
         trainer.hooks.call(Hook.ON_FIT_END)
-        forget_preemption_checkpoints(trainer)
+        consume_at_fit_end(trainer)
 
     def _check_settings(self) -> None:
         trainer, module = self.trainer, self.trainer.module

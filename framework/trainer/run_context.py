@@ -57,5 +57,7 @@ class RunContext:
     loaded_at: dict[str, int] = field(default_factory=dict)
     #: The checkpoint this run loaded (``trainer.ckpt_path``), None when it loaded none.
     ckpt_path: str | None = None
+    #: On rank 0 of a fit: the preemption checkpoints it started with, removed once it has gone on past them.
+    preemption_checkpoints: list[str] = field(default_factory=list)
     #: The last predict's predictions and batch indices, for prediction writers.
     predict_loop: PredictionState = field(default_factory=PredictionState)

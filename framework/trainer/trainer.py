@@ -19,6 +19,7 @@ from framework.module import Module
 from framework.profilers import PassThroughProfiler, resolve_profiler
 from framework.runtime import Runtime
 from framework.trainer import arguments as check
+from framework.trainer.auto_resume import consume_preemption_checkpoints
 from framework.trainer.checkpoint import dump_checkpoint, evaluation_ckpt_path
 from framework.trainer.compiled import CompiledSteps, unwrap_compiled
 from framework.trainer.defaults import default_loggers, with_default_callbacks
@@ -443,6 +444,8 @@ class Trainer(TrainerRun):
             raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
         self.runtime.strategy.save_checkpoint(dump_checkpoint(self, bool(weights_only)), os.fspath(filepath),
                                               storage_options=storage_options)
+        if not weights_only:
+            consume_preemption_checkpoints(self)  # this fit went on past them
 
 
 def _datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any) -> tuple[Any, Any]:

@@ -70,14 +70,15 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_from_the_newest_complete
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 2)" in done.stderr
     assert "rank 0: SIGTERM received while rank 1 is gone; a preemption checkpoint needs every rank" in done.stderr
-    assert "of this job: rank 1 was killed by SIGKILL)" in done.stdout + done.stderr
+    assert "of this job: rank 1 was killed by SIGKILL; the newest complete checkpoint this job wrote" in \
+        done.stdout + done.stderr
     assert sorted((tmp_path / "starts").read_text().split("\n")[:-1]) == ["0 0", "0 1", "1 0", "1 1"]
     _assert_same_run(_outcome(tmp_path), uninterrupted)
     [record] = [json.loads(line) for line in (tmp_path / "logs" / "version_0" / "restarts.jsonl").open()]
     assert record == {"restart": 1, "max_restarts": 2, "reason": "rank 1 was killed by SIGKILL",
                       "checkpoint": str(tmp_path / "checkpoints" / "last.ckpt"), "global_step": record["global_step"]}
     assert record["global_step"] in (3, 4)  # the last save before the kill at step 4 (or the one at 4, if it finished)
-    assert f"at global step {record['global_step']} (restart 1 of 2 of this job" in done.stdout + done.stderr
+    assert f"at global step {record['global_step']}: restart 1 of 2 of this job" in done.stdout + done.stderr
 
 
 def test_an_exception_in_the_script_is_not_retried(tmp_path):
