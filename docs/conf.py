@@ -67,7 +67,7 @@ autodoc_preserve_defaults = True  # show ``precision="32-true"``, not the evalua
 # render as plain text instead of failing the nitpicky build.
 nitpick_ignore_regex = [
     ("py:.*", r"(torch|collections|os|contextlib|datetime|enum|abc|argparse|typing|pathlib|types|logging|"
-              r"concurrent|threading|multiprocessing|numpy|fsspec|re|io|inspect|tqdm|rich|yaml|weakref)\..*"),
+              r"concurrent|threading|multiprocessing|numpy|fsspec|re|io|inspect|tqdm|rich|yaml|weakref|_?pickle)\..*"),
     ("py:class", r"framework\.utilities\.rank_zero\.T"),  # a TypeVar
 ]
 # framework classes that public signatures return or take but that have no entry of their own (in no

@@ -1,7 +1,7 @@
 """The quickstart on two processes with DDP, in bf16 mixed precision: one Trainer argument each.
 
-``devices=2, strategy="ddp"`` runs two processes, each on its own half of the training set in
-batches of the same size, with gradients averaged between them in backward; ``precision="bf16-mixed"`` runs the matrix multiplies in
+``devices=2, strategy="ddp"`` runs two processes, each on its own half of the training set in batches of the
+same size, with gradients averaged between them in backward; ``precision="bf16-mixed"`` runs the matrix multiplies in
 bfloat16 while the weights stay fp32. Nothing else in the model or the data changes. The Trainer
 starts the two processes itself (here on the CPU, with gloo; with ``accelerator="cuda"`` on a GPU
 machine, one GPU per process and nccl), and when ``fit`` returns, this process holds the trained model and

@@ -72,7 +72,7 @@ def _torchrun(argv: list[str]) -> int:
 
     from framework.cli.errors import ConfigError
     from framework.cli.launch_options import check_options
-    from framework.cli.restarts import forward_preemption_signals, run_with_restarts
+    from framework.cli.restarts import forward_preemption_signals, run_with_restarts, say_failure
     from framework.runtime.preemption import JOB_ID_VARIABLE, REQUEUE_EXIT_CODE
 
     parser = get_args_parser()
@@ -97,7 +97,12 @@ def _torchrun(argv: list[str]) -> int:
         failures = _run_attempt(parsed)
     except SignalException as received:
         return _signalled(received.sigval)
-    return 0 if not failures else REQUEUE_EXIT_CODE if REQUEUE_EXIT_CODE in failures.values() else 1
+    if not failures:
+        return 0
+    if REQUEUE_EXIT_CODE in failures.values():
+        return REQUEUE_EXIT_CODE
+    say_failure(failures)
+    return 1
 
 
 def _run_attempt(parsed: argparse.Namespace) -> dict[int, int]:

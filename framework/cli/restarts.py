@@ -18,8 +18,9 @@ codes list them too), and SIGABRT is how a gloo rank that ends with an exception
 
 The ranks of attempt k see ``FRAMEWORK_RESTART_COUNT=k`` and ``FRAMEWORK_RESTART_REASON`` (which rank ended the
 attempt before, and how), and torchrun's own variables as its restarts set them (``TORCHELASTIC_RESTART_COUNT=k``,
-``TORCHELASTIC_MAX_RESTARTS=N``, one ``TORCHELASTIC_RUN_ID`` for every attempt). On several nodes the launchers cannot agree on one decision, so there torchrun's own
-restarts run, each with a fresh store (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), retrying every failure.
+``TORCHELASTIC_MAX_RESTARTS=N``, one ``TORCHELASTIC_RUN_ID`` for every attempt). On several nodes the launchers
+cannot agree on one decision, so there torchrun's own restarts run, each with a fresh store
+(``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), retrying every failure.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def run_with_restarts(parsed: argparse.Namespace, run_once: Callable[[argparse.N
             return REQUEUE_EXIT_CODE
         reason = describe_failure(failures)
         if verdict == FAILED:
+            say_failure(failures)
             return 1
         if attempt == restarts:
             _say(f"{reason}; no restart left (--max-restarts {restarts}).")
@@ -123,6 +125,11 @@ def describe_failure(exit_codes: dict[int, int]) -> str:
         return f"rank {rank} was killed by {number.name}"
     rank, code = next(iter(exit_codes.items()))
     return f"rank {rank} exited with status {code}"
+
+
+def say_failure(exit_codes: dict[int, int]) -> None:
+    """Print which rank ended the job, and how (the ranks' own output above says why)."""
+    _say(f"{describe_failure(exit_codes)} first, which ended the job; the other ranks were stopped.")
 
 
 def forward_preemption_signals(parsed: argparse.Namespace) -> None:

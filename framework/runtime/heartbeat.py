@@ -136,4 +136,13 @@ def _process_exists(pid: int) -> bool:
         return False
     except PermissionError:  # someone else's process took the number
         return True
-    return True
+    return not process_ended(pid) if os.path.isdir("/proc") else True
+
+
+def process_ended(pid: int) -> bool:
+    """Whether ``pid`` has ended and waits only to be collected by its parent (a zombie), or is gone (Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True

@@ -38,10 +38,12 @@ from framework.runtime.heartbeat import (
     busy_ranks,
     end_ranks_here,
     gone_ranks,
+    process_ended,
     silent_ranks,
     start_heartbeat,
 )
 from framework.runtime.preemption import unanswered_signal
+from framework.strategies.group_exit import ranks_that_left
 
 FIRST_FAILURE_KEY = "framework/first_failure"  # a RankFailure, as JSON: the first rank that died of an exception
 FAILED_NODE_KEY = "framework/failed_node"  # set by the first launcher whose ranks failed: the others stop theirs
@@ -95,17 +97,20 @@ _hook_installed = False  # one excepthook per process, however many Runtimes att
 
 
 def share_failures_with_peers() -> None:
-    """In a rank torchrun started (``framework launch``): if this process dies of an exception, write it in the
-    store the nodes share, for the other ranks and launchers to name; if it dies because a collective lost a
-    peer, name the rank that failed first beside its own error. Installed as ``sys.excepthook`` (around the one
-    in place), so nothing runs until the rank fails; elsewhere, and a second time, it does nothing."""
+    """In a rank torchrun started (``framework launch``) or ``srun`` started: if this process dies of an exception,
+    write it in the store the ranks share, for the other ranks and launchers to name; if it dies because a
+    collective lost a peer, name the rank that left or failed first beside its own error. Installed as
+    ``sys.excepthook`` (around the one in place), so nothing runs until the rank fails; elsewhere, and a second
+    time, it does nothing. Under torchrun each rank's heartbeat starts too (its store is up before the ranks)."""
     global _hook_installed
-    if _hook_installed or "TORCHELASTIC_RUN_ID" not in os.environ:
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    if _hook_installed or not (torchrun or "SLURM_PROCID" in os.environ and "RANK" not in os.environ):
         return
     _hook_installed = True
-    beats = open_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), _RANK_CONNECT_S)
+    beats = open_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), _RANK_CONNECT_S) if torchrun \
+        else None
     if beats is not None:
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        rank, world_size, _ = _identity()
         start_heartbeat(beats, rank, each_beat=lambda: leave_if_unanswerable(beats, rank, world_size))
     previous = sys.excepthook
 
@@ -142,19 +147,56 @@ def _share_or_explain(error: BaseException, text: str) -> None:
     store = open_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), _RANK_CONNECT_S)
     if store is None:
         return
-    rank = int(os.environ["RANK"])
+    rank, world_size, node_rank = _identity()
     if _timed_out(error):
         _name_ranks_keeping_it_waiting(error, store)
         return
     if not lost_a_peer(error):
         # The process's connections close only after this hook: the record is there before any peer notices.
-        failure = RankFailure(rank, int(os.environ["WORLD_SIZE"]), int(os.environ.get("GROUP_RANK", "0")),
+        failure = RankFailure(rank, world_size, node_rank,
                               f"{type(error).__name__}: {error}", text)
         store.compare_set(FIRST_FAILURE_KEY, "", json.dumps(asdict(failure)))
         return
-    first = _wait_for_first_failure(store)
+    left = _left_before(rank, world_size)
+    if left:
+        _add_note(error, f"[framework] {left}, while this rank waited for it in a collective; this rank's collective "
+                         "lost its connection to it. (Do the ranks take different paths through the code?)")
+        return
+    # A rank that raised wrote its record before its connections closed; one killed (or gone by os._exit) wrote
+    # none, and its process is gone; one on another machine may still be writing its record.
+    first = first_failure(store)
+    gone = [other for other in gone_ranks(store, world_size, _GONE_ELSEWHERE_S) if other != rank]
+    if first is None and gone:
+        names = ", ".join(f"rank {other}" for other in gone)
+        _add_note(error, f"[framework] The process of {names} had ended (killed by a signal, or os._exit) while this "
+                         "rank waited for it in a collective; the launcher's report gives its exit status.")
+        return
+    first = first or _wait_for_first_failure(store)
     if first is not None and first.rank != rank:
         _add_note(error, f"[framework] {first.summary()}; this rank's collective lost its connection to it.")
+
+
+def _identity() -> tuple[int, int, int]:
+    """This rank, the world size and this node's rank, as torchrun (or else srun) set them."""
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("GROUP_RANK", "0"))
+    return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]), int(os.environ.get("SLURM_NODEID", "0"))
+
+
+def _left_before(rank: int, world_size: int) -> str:
+    """``"Rank 1 reached its end (sys.exit, or the end of its script) 5.0 s before"`` for the other ranks that
+    left the process group at their end (``strategies.group_exit``), or ""."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return ""
+    try:
+        left = ranks_that_left(dist.distributed_c10d._get_default_store(), world_size)
+    except RuntimeError:  # the store went with the rank that held it
+        return ""
+    now = time.time()
+    return "; ".join(f"Rank {other} reached its end (sys.exit, or the end of its script) {now - stamp:.1f} s before"
+                     for other, (stamp, _, _) in sorted(left.items()) if other != rank)
 
 
 def _timed_out(error: BaseException) -> bool:
@@ -164,7 +206,7 @@ def _timed_out(error: BaseException) -> bool:
 
 
 def _name_ranks_keeping_it_waiting(error: BaseException, store: Any) -> None:
-    world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    rank, world_size, _ = _identity()
     silent = silent_ranks(store, world_size, older_than_s=3 * INTERVAL_S)
     busy = {other: beat for other, beat in busy_ranks(store, world_size, 3 * INTERVAL_S).items() if other != rank}
     if silent:
@@ -349,13 +391,4 @@ def _running_children() -> list[int]:
                 pids.extend(int(pid) for pid in children.read().split())
         except OSError:
             continue
-    return [pid for pid in pids if not _exited(pid)]
-
-
-def _exited(pid: int) -> bool:
-    """Whether ``pid`` has ended and waits only to be reaped (a zombie), or is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+    return [pid for pid in pids if not process_ended(pid)]

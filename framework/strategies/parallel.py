@@ -15,10 +15,10 @@ from torch import nn
 from framework.errors import MisconfigurationError, describe
 from framework.io import pickling
 from framework.strategies.base import Strategy
+from framework.strategies.group_exit import all_ranks_leaving, group_started
 
 # How the ranks no launcher started may be started (framework.runtime.start_method holds the rule for "auto").
 START_METHODS = ("auto", "fork", "spawn", "forkserver", "popen")
-_EXIT_BARRIER_TIMEOUT = timedelta(seconds=60)
 _REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 
 
@@ -35,6 +35,7 @@ def start_process_group(backend: str, **options: Any) -> None:
     import torch.distributed.nn  # noqa: F401  (see the docstring)
 
     dist.init_process_group(backend, **options)
+    group_started()
 
 
 class StepRouter(nn.Module):
@@ -255,28 +256,28 @@ class ParallelStrategy(Strategy):
 
     # -- end ---
     def end_process_group(self) -> None:
-        """A barrier, then destroy the process group if this strategy started it."""
+        """Once every rank is at its end (``EXIT_WAIT_S`` seconds at most: see ``group_exit``), destroy the process
+        group if this strategy started it."""
         if self._started_group and dist.is_initialized():
-            self.barrier("end")
-            dist.destroy_process_group()
+            self._leave_group()
         self._started_group = False
         self._gloo_group = None  # destroyed with the default group
 
     def _end_at_exit(self) -> None:
         if getattr(sys, "last_value", None) is not None:
-            return  # this rank dies of an error: the others may never reach a barrier
-        if not (self._started_group and dist.is_initialized()):
-            return
-        try:
-            if self.backend == "gloo":  # bounded: a rank that left by sys.exit mid-run never arrives
-                dist.monitored_barrier(timeout=_EXIT_BARRIER_TIMEOUT)
-            else:
-                self.barrier("exit")
-            dist.destroy_process_group()
-        except RuntimeError:  # another rank is gone already: nothing left to close in order
-            pass
+            return  # this rank dies of an error: the others may never reach their end
+        if self._started_group and dist.is_initialized():
+            self._leave_group()
         self._started_group = False
         self._gloo_group = None
+
+    def _leave_group(self) -> None:
+        # No barrier: a rank that leaves early would wait in it while the others wait in another collective.
+        if all_ranks_leaving(self.global_rank, self.world_size):
+            try:
+                dist.destroy_process_group()
+            except RuntimeError:  # another rank is gone already: nothing left to close in order
+                pass
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, rank={self.global_rank})"

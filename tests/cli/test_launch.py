@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -84,12 +85,18 @@ def test_each_rank_takes_its_share_of_the_cores_and_ends_gloo_before_exit(tmp_pa
             torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_a_failing_script_gives_a_nonzero_exit(tmp_path):
-    script = tmp_path / "fails.py"
-    script.write_text("import os\nraise SystemExit(3 if os.environ['RANK'] == '1' else 0)\n")
-    done = subprocess.run([*RUN, "--nproc-per-node", "2", str(script)], capture_output=True, text=True,
-                          env=_environment(), timeout=120)
-    assert done.returncode == 1
+def test_a_rank_that_exits_while_another_waits_for_it_ends_the_job_in_seconds_naming_it(tmp_path):
+    # Rank 1 calls sys.exit(1) while rank 0 waits for it in wait_for_everyone(): no exit handler may wait for
+    # the others in a collective of its own (each would wait for the other until gloo's 30-minute timeout).
+    script = str(ROOT / "tests" / "cli" / "leaving_script.py")
+    done = subprocess.run([*RUN, "--num_processes", "2", "--cpu", script, str(tmp_path)], capture_output=True,
+                          text=True, env=_environment(), timeout=120)
+    ended_after = time.time() - float((tmp_path / "leaving").read_text())
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert ended_after < 10, f"the job ended {ended_after:.0f} s after rank 1 left"
+    assert "Rank 1 reached its end (sys.exit, or the end of its script)" in done.stderr, done.stderr[-3000:]
+    assert "rank 1 exited with status 1 first, which ended the job" in done.stderr
+    assert "rank 0 was answered" not in done.stdout
 
 
 def test_usage():

@@ -1,0 +1,75 @@
+"""Ending the process group at a rank's end without waiting on the other ranks for long.
+
+A destroy of the group while a peer still closes it can abort gloo in that peer (SIGABRT at exit), so the ranks
+first meet. They meet in the group's store, not in a collective: a rank that leaves early (``sys.exit`` in the
+middle of the run) would otherwise wait in a barrier while the others wait in another collective, each for the
+other, until the 30-minute timeout, and no launcher would see anything end. In the store each rank adds itself to
+a count and waits until every rank has, for ``EXIT_WAIT_S`` seconds at most; then, if all came, destroys the
+group. If not, it leaves the group as it is: its process ends, its connections close, and a peer waiting for it
+in a collective fails at once ("Connection closed by peer"), naming this rank (:mod:`framework.runtime.peer_failure`)
+for the launcher to end the job.
+
+Example::
+
+    if all_ranks_leaving(rank, world_size):     # at most EXIT_WAIT_S seconds
+        dist.destroy_process_group()
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+EXIT_WAIT_S = 3.0
+_COUNT_KEY = "framework/leaving/{group}"
+_LEFT_KEY = "framework/left/{rank}"  # "<time> <host> <pid>": this rank has reached its end
+_POLL_S = 0.02
+
+_group = 0  # how many process groups this process started before this one (every rank counts alike)
+_counted = False  # this process added itself already (end_training, then its exit)
+
+
+def all_ranks_leaving(rank: int, world_size: int, wait_s: float = EXIT_WAIT_S) -> bool:
+    """Count this rank among those at their end and wait up to ``wait_s`` seconds for the others; whether every
+    rank got there (False as well where the store is gone: a rank that held it ended)."""
+    global _counted
+    import torch.distributed as dist
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        count = _COUNT_KEY.format(group=_group)
+        if not _counted:
+            store.set(_LEFT_KEY.format(rank=rank), f"{time.time()!r} {socket.gethostname()} {os.getpid()}")
+            _counted = True
+            arrived = store.add(count, 1)
+        else:
+            arrived = store.add(count, 0)
+        deadline = time.monotonic() + wait_s
+        while arrived < world_size and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            arrived = store.add(count, 0)
+    except (RuntimeError, ValueError):  # torch's DistNetworkError, DistStoreError; no default group any more
+        return False
+    return arrived >= world_size
+
+
+def ranks_that_left(store: object, world_size: int) -> dict[int, tuple[float, str, int]]:
+    """The ranks that reached their end (``all_ranks_leaving``), with when (seconds since the epoch), where and
+    which process."""
+    left = {}
+    for rank in range(world_size):
+        key = _LEFT_KEY.format(rank=rank)
+        if store.check([key]):  # type: ignore[attr-defined]
+            stamp, host, pid = store.get(key).decode().split(" ")  # type: ignore[attr-defined]
+            left[rank] = (float(stamp), host, int(pid))
+    return left
+
+
+def group_started() -> None:
+    """A new process group starts (after an earlier one ended, in a later run in this process): no rank has left
+    it yet."""
+    global _counted, _group
+    if _counted:
+        _group += 1
+    _counted = False
