@@ -60,8 +60,8 @@ shape with their own names)::
     on_validation_end
     on_validation_model_train                 # Module only
 
-Any exception: ``on_exception`` (callbacks, then Module), then it propagates, except
-``KeyboardInterrupt``, which ends the run with status ``interrupted``.
+Any exception: ``on_exception`` (callbacks, then Module), then it propagates; ``KeyboardInterrupt`` too, after a
+warning (the run's status is ``interrupted``).
 """
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
 
     # -- steps ---
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        """The loss of one training batch: a tensor, a dict with a ``"loss"`` tensor, or None to skip; needed to fit."""
+        """Needed to fit: the batch's loss, a dict with a ``"loss"`` tensor, or None to skip it (warned once a fit)."""
         raise MisconfigurationError(f"{type(self).__qualname__} must define training_step(batch, batch_idx) to fit.")
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -270,7 +270,7 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
         raise MisconfigurationError(f"{type(self).__qualname__} must define test_step(batch, batch_idx) to test.")
 
     def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
-        """By default, the module called on the batch.
+        """By default ``self(batch)`` (``predict`` refuses a Module with neither ``forward`` nor ``predict_step``).
 
         :param batch: the batch, on the device.
         :param batch_idx: its index in the loader.

@@ -86,6 +86,10 @@ def run_predict(trainer: Trainer, ckpt_path: Any) -> list[Any] | None:
     if module.predict_step is None:  # set so; the default one needs no override
         raise MisconfigurationError(f"trainer.predict() needs {type(module).__qualname__}.predict_step, which is "
                                     "None: define it, or delete the attribute to use the default (self(batch)).")
+    if not overrides(module, Module, "predict_step") and not _has_forward(module):
+        raise MisconfigurationError(f"trainer.predict() needs {type(module).__qualname__}.predict_step or .forward, "
+                                    "and it has neither: define predict_step(self, batch, batch_idx) to say what a "
+                                    "prediction is, or forward (the default predict_step returns self(batch)).")
     restore_for_evaluation(trainer, ckpt_path)
     module.zero_grad()
     if trainer.limit_predict_batches == 0:  # as in Lightning: the loop is skipped without asking for its loaders
@@ -106,6 +110,10 @@ def run_predict(trainer: Trainer, ckpt_path: Any) -> list[Any] | None:
     finally:
         module._logging_refused_in = None
     return predictions if trainer._keep_predictions else None
+
+
+def _has_forward(module: torch.nn.Module) -> bool:
+    return "forward" in vars(module) or type(module).forward is not torch.nn.Module.forward
 
 
 def run_evaluation(trainer: Trainer, kind: str, loaders: list, limits: list[float],

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from framework import console
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, overrides
 from framework.module import Module
@@ -67,6 +68,8 @@ class StepClosure:
             else:
                 self.optimizer.zero_grad()
         if loss is None:
+            if not hooks.warned_of_skipping:
+                _warn_of_skipping(hooks, self.batch_idx, trainer.state.current_epoch)
             return None
         if hooks.before_backward is not None:
             hooks.before_backward(loss)
@@ -82,6 +85,13 @@ class StepClosure:
                 hooks.clip(self.optimizer, gradient_clip_val=trainer.gradient_clip_val,
                            gradient_clip_algorithm=trainer.gradient_clip_algorithm)
         return loss
+
+
+def _warn_of_skipping(hooks: StepHooks, batch_idx: int, epoch: int) -> None:
+    hooks.warned_of_skipping = True
+    console.warn_user(f"`training_step` returned None at batch {batch_idx} of epoch {epoch}: that batch's backward "
+                      "and optimizer step were skipped. If that was on purpose, ignore this warning (given once per "
+                      "fit); if not, return the loss (a tensor, or a dict with a 'loss' tensor).")
 
 
 def outputs_for_hooks(output: Any, loss: torch.Tensor | None) -> dict[str, Any]:
@@ -136,6 +146,7 @@ class StepHooks:
 
     def __init__(self, trainer: Trainer) -> None:
         hooks, module, runtime = trainer.hooks, trainer.module, trainer.runtime
+        self.warned_of_skipping = False  # training_step returned None: said once per fit
         self.before_backward = hooks.get(Hook.ON_BEFORE_BACKWARD)
         self.after_backward = hooks.get(Hook.ON_AFTER_BACKWARD)
         self.before_optimizer_step = hooks.get(Hook.ON_BEFORE_OPTIMIZER_STEP)

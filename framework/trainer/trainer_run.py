@@ -64,11 +64,9 @@ class TrainerRun(TrainerProperties):
             self.state.status = TrainerStatus.INTERRUPTED
             self._on_exception(interruption)
             self._finalize_loggers("interrupted")
-            if self.world_size > 1:
-                raise  # the others wait for this rank in a collective: its launcher must stop them all
-            console.warn_user("Detected KeyboardInterrupt: the run was stopped (trainer.state.status is "
-                              "'interrupted').")
-            return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
+            if self.world_size == 1:  # on several ranks the launcher, or the calling process, says it once
+                _say_interrupted()
+            raise  # so the script stops, with Ctrl-C's status (130), as any program does (Lightning exits 1)
         except BaseException as error:
             self.state.status = TrainerStatus.INTERRUPTED
             self._on_exception(error)
@@ -92,9 +90,8 @@ class TrainerRun(TrainerProperties):
             return run_launched(self, fn, model, datamodule, loaders, ckpt_path, weights_only)
         except KeyboardInterrupt:
             self.state.status = TrainerStatus.INTERRUPTED
-            console.warn_user("Detected KeyboardInterrupt: the ranks were stopped (trainer.state.status is "
-                              "'interrupted').")
-            return [] if fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
+            _say_interrupted()
+            raise
         except BaseException:
             self.state.status = TrainerStatus.INTERRUPTED
             raise
@@ -259,3 +256,8 @@ _FIRST_STAGE = {
 }
 
 
+def _say_interrupted() -> None:
+    console.warn_user("Detected KeyboardInterrupt: the run was stopped (trainer.state.status is 'interrupted'); "
+                      "the interrupt goes on to the caller, so the script stops. To go on after it (a notebook "
+                      "cell, a sweep), catch KeyboardInterrupt around the call: the Trainer can fit again "
+                      "from where it stopped.")

@@ -438,10 +438,10 @@ def test_save_on_exception_saves_what_the_failing_rank_can_without_waiting_for_t
     assert os.listdir(tmp_path) == (["epoch=0-step=2.ckpt"] if failing_rank == 0 else [])
 
 
-def test_a_keyboard_interrupt_on_one_rank_stops_all_and_fit_returns_interrupted():
+def test_a_keyboard_interrupt_on_one_rank_stops_all_and_reaches_the_caller():
     trainer = quiet_trainer(devices=2, max_epochs=1, strategy=framework.strategies.DDPStrategy(timeout=30))
     started = time.monotonic()
-    with pytest.warns(UserWarning, match="KeyboardInterrupt"):
+    with pytest.warns(UserWarning, match="KeyboardInterrupt"), pytest.raises(KeyboardInterrupt):
         trainer.fit(FailsAtBatchTwo(1, KeyboardInterrupt), DataLoader(regression_data(64), batch_size=4))
     assert time.monotonic() - started < 20 and trainer.interrupted
 

@@ -200,7 +200,8 @@ def test_fit_again_on_an_interrupted_trainer_goes_on_from_the_batch_it_stopped_a
 
     framework.seed_everything(0, verbose=False)
     model, trainer = InterruptedOnce(), quiet_trainer(max_epochs=1)
-    trainer.fit(model, loaders()[0])
+    with pytest.warns(UserWarning, match="KeyboardInterrupt"), pytest.raises(KeyboardInterrupt):
+        trainer.fit(model, loaders()[0])
     assert trainer.interrupted and model.batches == [(0, 0), (0, 1), (0, 2)]
     trainer.fit(model, loaders()[0])
     assert model.batches == [(0, i) for i in range(10)] and trainer.global_step == 10

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import warnings
 
 import pytest
 import torch
@@ -194,8 +193,10 @@ def test_training_step_returning_none_skips_the_update():
 
     model = Skips()
     before = _weights(model).clone()
-    quiet_trainer(max_epochs=1, limit_train_batches=2).fit(model, loader())
+    with pytest.warns(UserWarning, match="returned None at batch 1 of epoch 0") as warned:
+        quiet_trainer(max_epochs=2, limit_train_batches=4).fit(model, loader())
     assert not torch.equal(before, _weights(model))
+    assert sum("returned None" in str(warning.message) for warning in warned) == 1  # once per fit
 
 
 def test_outputs_given_to_on_train_batch_end_match_lightning():
@@ -213,7 +214,7 @@ def test_outputs_given_to_on_train_batch_end_match_lightning():
     assert not seen[0]["loss"].requires_grad
 
 
-def test_keyboard_interrupt_ends_fit_gracefully():
+def test_keyboard_interrupt_ends_fit_gracefully_and_goes_on_to_the_caller():
     exceptions = []
 
     class Interrupts(Regressor):
@@ -227,7 +228,7 @@ def test_keyboard_interrupt_ends_fit_gracefully():
             exceptions.append(type(exception))
 
     trainer = quiet_trainer(max_epochs=1, callbacks=[Watch()])
-    with warnings.catch_warnings(record=True):
+    with pytest.warns(UserWarning, match="the interrupt goes on to the caller"), pytest.raises(KeyboardInterrupt):
         trainer.fit(Interrupts(), loader())
     assert trainer.state.status == TrainerStatus.INTERRUPTED
     assert trainer.global_step == 3

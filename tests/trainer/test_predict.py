@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
+import framework
+from framework.errors import MisconfigurationError
 from tests.helpers import Regressor, loader, quiet_trainer, regression_data
 
 
@@ -53,3 +56,13 @@ def test_with_return_predictions_false_nothing_is_kept():
     trainer = quiet_trainer()
     assert trainer.predict(Regressor(), loader(), return_predictions=False) is None
     assert not hasattr(trainer, "predictions")
+
+
+def test_predict_without_predict_step_or_forward_says_to_define_one():
+    class NoForward(framework.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+    with pytest.raises(MisconfigurationError, match=r"NoForward.predict_step or .forward, and it has neither"):
+        quiet_trainer().predict(NoForward(), DataLoader(torch.randn(4, 2), batch_size=2))

@@ -95,7 +95,7 @@ def test_interrupted_and_ckpt_path(tmp_path):
     trainer.validate(Regressor(), loader(), ckpt_path=path, verbose=False)
     assert trainer.ckpt_path == str(path)
     trainer = quiet_trainer(max_epochs=1)
-    with pytest.warns(UserWarning, match="KeyboardInterrupt"):
+    with pytest.warns(UserWarning, match="KeyboardInterrupt"), pytest.raises(KeyboardInterrupt):
         trainer.fit(Interrupts(), loader())
     assert trainer.interrupted
 
