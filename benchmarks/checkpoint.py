@@ -25,12 +25,18 @@ which a save was due (step and save, or step and staging copy), the training tim
 save made before it added to it against the run without saving, and the end of fit after the last step (the
 last save: written then, or waited for).
 
-    python benchmarks/checkpoint.py [--runs 3] [--dir /tmp] [--table files|training|both] [--steps 16 --every 4]
+The third (``--table safety``) is what loading without running code costs: the file and the sharded directory of
+the same state loaded as they are by default (torch's ``weights_only`` unpickler; ``.metadata`` through the
+restricted unpickler of ``framework.io.dcp_reader``, part files checked one by one) against ``weights_only=False``
+(torch's own unpickler, DCP's own reader).
+
+    python benchmarks/checkpoint.py [--runs 3] [--dir /tmp] [--table files|safety|training|both] [--steps 16 --every 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -47,6 +53,7 @@ from torch import nn
 import framework
 from framework.callbacks import Callback, ModelCheckpoint
 from framework.io.checkpoint import load_checkpoint
+from framework.io.checkpoint_dir import save_sharded
 from framework.trainer.checkpoint import dump_checkpoint, restore_checkpoint, restore_training_state
 
 WIDTH, DEPTH = 3162, 10
@@ -116,7 +123,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the checkpoint files are written")
-    parser.add_argument("--table", choices=("files", "training", "both"), default="both")
+    parser.add_argument("--table", choices=("files", "safety", "training", "both"), default="both",
+                        help="both: files and training")
     parser.add_argument("--steps", type=int, default=16, help="training steps per run (training table)")
     parser.add_argument("--every", type=int, default=4, help="save every this many steps (training table)")
     parser.add_argument("--width", type=int, default=3162, help="of each of the 10 layers (3162: 100M parameters)")
@@ -128,6 +136,8 @@ def main() -> None:
     WIDTH = args.width
     if args.table in ("files", "both"):
         files_table(args)
+    if args.table == "safety":
+        safety_table(args)
     if args.table in ("training", "both"):
         training_table(args)
 
@@ -205,6 +215,32 @@ def print_table(variants: dict, times: dict[tuple[str, str], list[float]], paths
         row = " | ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths, strict=True))
         print(f"| {name:<11} | {row} | {os.path.getsize(paths[name]) / 1e6:>7.0f} |")
 
+
+# -- the cost of loading without running code ---
+def safety_table(args: argparse.Namespace) -> None:
+    """Loading the 100M checkpoint as a file and as a sharded directory: the restricted unpickling (the default)
+    against the unrestricted load of the same bytes (``weights_only=False``: torch's own unpickler for the file,
+    DCP's own reader for the directory), interleaved, median of ``--runs``."""
+    trainer, _ = trained_trainer()
+    checkpoint = dump_checkpoint(trainer)
+    paths = {"file": os.path.join(args.dir, "safety.ckpt"), "directory": os.path.join(args.dir, "safety-dir.ckpt")}
+    trainer.save_checkpoint(paths["file"])
+    save_sharded(checkpoint, paths["directory"], is_writer=True, barrier=lambda: None)
+    del checkpoint
+    times: dict[tuple[str, bool], list[float]] = {}
+    for run in range(args.runs):
+        for form in paths:
+            for restricted in (True, False)[:: 1 if run % 2 == 0 else -1]:
+                load = functools.partial(load_checkpoint, paths[form], weights_only=None if restricted else False)
+                times.setdefault((form, restricted), []).append(timed(load))
+    print(f"\nLoading without running code: {args.dir}, median of {args.runs} runs, torch {torch.__version__}\n")
+    print("| checkpoint | restricted load s | unrestricted load s | restricted × unrestricted |")
+    print("|------------|------------------:|--------------------:|--------------------------:|")
+    for form in paths:
+        restricted, unrestricted = (statistics.median(times[(form, kind)]) for kind in (True, False))
+        print(f"| {form:<10} | {restricted:>17.2f} | {unrestricted:>19.2f} | {restricted / unrestricted:>25.3f} |")
+    os.remove(paths["file"])
+    shutil.rmtree(paths["directory"])
 
 
 # -- the cost of saving while training ---

@@ -55,7 +55,7 @@ from framework.io.checkpoint_file import (
     save_checkpoint_file,
     tensor_bytes,
 )
-from framework.io.dcp_reader import METADATA_FILE, checkpoint_reader, pickled_entry
+from framework.io.dcp_reader import METADATA_FILE, checkpoint_reader, parts_are_whole, pickled_entry
 from framework.io.fs import filesystem, is_local, is_temporary, write_atomic
 
 META_FILE = "meta.pt"
@@ -84,10 +84,11 @@ def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
 
 def is_complete_sharded(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a whole sharded checkpoint: a directory under a finished name (not a temporary)
-    with DCP's ``.metadata`` and a whole ``meta.pt``, the commit marker written last."""
+    with DCP's ``.metadata``, a whole ``meta.pt`` (the commit marker, written last) and every part file as long
+    as the index says."""
     path = os.fspath(path).rstrip("/")
     return (not is_temporary(path) and is_sharded_checkpoint(path)
-            and is_complete_checkpoint_file(f"{path}/{META_FILE}"))
+            and is_complete_checkpoint_file(f"{path}/{META_FILE}") and parts_are_whole(path))
 
 
 def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer: bool,
@@ -221,7 +222,9 @@ def _read(targets: dict[str, torch.Tensor], reader: Any, together: bool) -> None
             refusals = [error for error, _ in wrapped.failures.values() if isinstance(error, CheckpointError)]
             if refusals:
                 raise refusals[0] from None
-            raise
+            first = next(iter(wrapped.failures.values()))[0]
+            raise CheckpointError(f"Checkpoint directory {os.fspath(reader.path)!r} is damaged: a part of it could "
+                                  f"not be read ({type(first).__name__}: {str(first)[:200]}).") from first
 
 
 def consolidate(checkpoint_dir: str | os.PathLike, output_file: str | os.PathLike) -> None:

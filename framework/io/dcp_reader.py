@@ -97,6 +97,26 @@ def load_metadata(file: IO[bytes], where: str) -> Any:
     return metadata
 
 
+def parts_are_whole(path: str) -> bool:
+    """Whether every part file of the checkpoint directory ``path`` is as long as ``.metadata`` says (a copy cut
+    off, or a disk that filled, leaves one shorter)."""
+    fs, inner = filesystem(path)
+    try:
+        with fs.open(f"{inner}/{METADATA_FILE}", "rb") as file:
+            metadata = load_metadata(file, f"{path}/{METADATA_FILE}")
+    except UnsafeCheckpointError:
+        return True  # whole, and refused when it is loaded, naming what it holds
+    except (CheckpointError, OSError):
+        return False
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    try:
+        return all(fs.size(f"{inner}/{name}") >= size for name, size in needed.items())
+    except OSError:  # a part file missing
+        return False
+
+
 def checkpoint_reader(path: str, trusted: bool) -> Any:
     """A DCP storage reader for the directory ``path`` (a local path or an fsspec URL): the restricted one, or
     DCP's own where ``trusted``."""

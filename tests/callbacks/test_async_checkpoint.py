@@ -27,6 +27,7 @@ from framework.io.checkpoint import save_checkpoint
 from framework.io.staging import Stager
 from framework.testing import spawn
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer
+from tests.io.planting import assert_every_member_refuses_a_payload
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -288,6 +289,8 @@ def test_zero3_saves_in_the_background_the_same_sharded_checkpoints_as_in_the_fo
         assert background["global_step"] == foreground["global_step"]
         for key in ("state_dict", "optimizer_states"):
             torch.testing.assert_close(background[key], foreground[key], rtol=0, atol=0, msg=f"{name} {key}")
+    for mode in ("False", "True"):  # a payload in any member of either writer's directory runs nothing
+        assert_every_member_refuses_a_payload(tmp_path / mode / "last.ckpt", tmp_path / f"planted-{mode}")
 
 
 def test_a_runtime_refuses_plugins_saying_where_async_checkpoint_io_goes():

@@ -9,7 +9,9 @@ do what ``PROBE_MODE`` says:
 
     framework launch --nproc-per-node 2 --max-restarts N tests/cli/restart_probe.py OUT
 
-Each rank appends ``attempt rank sum`` to OUT after its all-reduce (and ``signalled rank NAME`` in ``signal``).
+Each rank appends ``attempt rank sum`` to OUT after its all-reduce, then torchrun's restart variables as it sees
+them (``TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID``), and ``signalled rank NAME``
+in ``signal``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def main(out: str) -> None:
     total = torch.ones(1)
     dist.all_reduce(total)
     with open(out, "a") as lines:
-        lines.write(f"{attempt} {dist.get_rank()} {int(total.item())}\n")
+        names = ("RESTART_COUNT", "MAX_RESTARTS", "RUN_ID")
+        torchruns = (os.environ.get(f"TORCHELASTIC_{name}", "-") for name in names)
+        lines.write(f"{attempt} {dist.get_rank()} {int(total.item())} {' '.join(torchruns)}\n")
     dist.barrier()
     if mode == "raise" and dist.get_rank() == 1:
         raise ValueError("a bug in the script")

@@ -18,6 +18,7 @@ from framework.callbacks import Callback
 from framework.errors import MisconfigurationError
 from framework.strategies import ModelParallelStrategy
 from framework.testing import SavedActivations, spawn, state_bytes
+from tests.io.planting import assert_every_member_refuses_a_payload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -213,6 +214,7 @@ def test_consolidate_makes_one_file_of_a_2x2_checkpoint_that_loads_into_the_whol
     model = tutorial.GPT.load_from_checkpoint(str(tmp_path / "whole.ckpt"))
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, weights[name], msg=name)
+    assert_every_member_refuses_a_payload(tmp_path / "run.ckpt", tmp_path / "planted")  # the 2x2 layout
 
 
 # -- the bare Runtime ---
