@@ -23,7 +23,7 @@ import time
 
 EXIT_WAIT_S = 3.0
 _COUNT_KEY = "framework/leaving/{group}"
-_LEFT_KEY = "framework/left/{rank}"  # "<time> <host> <pid>": this rank has reached its end
+_LEFT_KEY = "framework/left/{group}/{rank}"  # "<time> <host> <pid>": this rank has reached its end
 _POLL_S = 0.02
 
 _group = 0  # how many process groups this process started before this one (every rank counts alike)
@@ -40,7 +40,8 @@ def all_ranks_leaving(rank: int, world_size: int, wait_s: float = EXIT_WAIT_S) -
         store = dist.distributed_c10d._get_default_store()
         count = _COUNT_KEY.format(group=_group)
         if not _counted:
-            store.set(_LEFT_KEY.format(rank=rank), f"{time.time()!r} {socket.gethostname()} {os.getpid()}")
+            stamp = f"{time.time()!r} {socket.gethostname()} {os.getpid()}"
+            store.set(_LEFT_KEY.format(group=_group, rank=rank), stamp)
             _counted = True
             arrived = store.add(count, 1)
         else:
@@ -59,7 +60,7 @@ def ranks_that_left(store: object, world_size: int) -> dict[int, tuple[float, st
     which process."""
     left = {}
     for rank in range(world_size):
-        key = _LEFT_KEY.format(rank=rank)
+        key = _LEFT_KEY.format(group=_group, rank=rank)  # this group's: an earlier one's ranks all left it
         if store.check([key]):  # type: ignore[attr-defined]
             stamp, host, pid = store.get(key).decode().split(" ")  # type: ignore[attr-defined]
             left[rank] = (float(stamp), host, int(pid))
