@@ -28,7 +28,8 @@ last save: written then, or waited for).
 The third (``--table safety``) is what loading without running code costs: the file and the sharded directory of
 the same state loaded as they are by default (torch's ``weights_only`` unpickler; ``.metadata`` through the
 restricted unpickler of ``framework.io.dcp_reader``, part files checked one by one) against ``weights_only=False``
-(torch's own unpickler, DCP's own reader).
+(torch's own unpickler, DCP's own reader); and the unpickling alone, both ways (the file memory-mapped so that
+its tensors are not read, the directory's ``.metadata``), whose difference is what the check costs a load.
 
     python benchmarks/checkpoint.py [--runs 3] [--dir /tmp] [--table files|safety|training|both] [--steps 16 --every 4]
 """
@@ -40,6 +41,7 @@ import functools
 import json
 import logging
 import os
+import pickle
 import shutil
 import statistics
 import tempfile
@@ -54,6 +56,7 @@ import framework
 from framework.callbacks import Callback, ModelCheckpoint
 from framework.io.checkpoint import load_checkpoint
 from framework.io.checkpoint_dir import save_sharded
+from framework.io.dcp_reader import load_metadata
 from framework.trainer.checkpoint import dump_checkpoint, restore_checkpoint, restore_training_state
 
 WIDTH, DEPTH = 3162, 10
@@ -220,27 +223,50 @@ def print_table(variants: dict, times: dict[tuple[str, str], list[float]], paths
 def safety_table(args: argparse.Namespace) -> None:
     """Loading the 100M checkpoint as a file and as a sharded directory: the restricted unpickling (the default)
     against the unrestricted load of the same bytes (``weights_only=False``: torch's own unpickler for the file,
-    DCP's own reader for the directory), interleaved, median of ``--runs``."""
+    DCP's own reader for the directory), interleaved, median of ``--runs``. Whole loads differ by more than the
+    check costs (the bytes are read again each time), so the unpickling is also timed alone, both ways: the file
+    memory-mapped (its records unpickled, its tensors not read), the directory's ``.metadata``."""
     trainer, _ = trained_trainer()
     checkpoint = dump_checkpoint(trainer)
     paths = {"file": os.path.join(args.dir, "safety.ckpt"), "directory": os.path.join(args.dir, "safety-dir.ckpt")}
     trainer.save_checkpoint(paths["file"])
     save_sharded(checkpoint, paths["directory"], is_writer=True, barrier=lambda: None)
     del checkpoint
-    times: dict[tuple[str, bool], list[float]] = {}
+    times: dict[tuple[str, str, bool], list[float]] = {}
     for run in range(args.runs):
         for form in paths:
             for restricted in (True, False)[:: 1 if run % 2 == 0 else -1]:
                 load = functools.partial(load_checkpoint, paths[form], weights_only=None if restricted else False)
-                times.setdefault((form, restricted), []).append(timed(load))
+                times.setdefault((form, "load", restricted), []).append(timed(load))
+                unpickle = functools.partial(UNPICKLINGS[form], paths[form], restricted)
+                times.setdefault((form, "unpickle", restricted), []).append(
+                    statistics.median(timed(unpickle) for _ in range(20)))
     print(f"\nLoading without running code: {args.dir}, median of {args.runs} runs, torch {torch.__version__}\n")
-    print("| checkpoint | restricted load s | unrestricted load s | restricted × unrestricted |")
-    print("|------------|------------------:|--------------------:|--------------------------:|")
+    print("| checkpoint | restricted load s | unrestricted load s | restricted × unrestricted "
+          "| restricted unpickling ms | unrestricted unpickling ms | check / load % |")
+    print("|------------|------------------:|--------------------:|--------------------------:"
+          "|-------------------------:|---------------------------:|--------------:|")
     for form in paths:
-        restricted, unrestricted = (statistics.median(times[(form, kind)]) for kind in (True, False))
-        print(f"| {form:<10} | {restricted:>17.2f} | {unrestricted:>19.2f} | {restricted / unrestricted:>25.3f} |")
+        load, unrestricted_load, unpickle, unrestricted_unpickle = (
+            statistics.median(times[(form, what, restricted)])
+            for what in ("load", "unpickle") for restricted in (True, False))
+        check = max(unpickle - unrestricted_unpickle, 0.0) / unrestricted_load * 100
+        print(f"| {form:<10} | {load:>17.2f} | {unrestricted_load:>19.2f} | {load / unrestricted_load:>25.3f} "
+              f"| {unpickle * 1e3:>24.2f} | {unrestricted_unpickle * 1e3:>26.2f} | {check:>13.3f} |")
     os.remove(paths["file"])
     shutil.rmtree(paths["directory"])
+
+
+def _unpickle_file(path: str, restricted: bool) -> None:
+    torch.load(path, mmap=True, weights_only=restricted)
+
+
+def _unpickle_directory(path: str, restricted: bool) -> None:
+    with open(os.path.join(path, ".metadata"), "rb") as file:
+        load_metadata(file, path) if restricted else pickle.load(file)
+
+
+UNPICKLINGS = {"file": _unpickle_file, "directory": _unpickle_directory}
 
 
 # -- the cost of saving while training ---

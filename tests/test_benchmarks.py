@@ -1,6 +1,6 @@
 """The GPU benchmark at its CPU size: every row runs, and the framework's rows read no more on the host and
-compile no more during the timed steps than the plain loop's. The checkpoint benchmark's training table at a
-small size: every row runs."""
+compile no more during the timed steps than the plain loop's. The checkpoint benchmark's training and safety tables
+at a small size: every row runs."""
 
 from __future__ import annotations
 
@@ -48,6 +48,19 @@ def test_the_checkpoint_benchmarks_training_table_runs_at_a_small_size(tmp_path)
         assert float(row[2]) >= 0 and float(row[4]) > 0
         assert (row[3].strip() == "-") == (row[1].strip() == "none")
     assert os.listdir(tmp_path) == []  # its checkpoints are removed
+
+
+def test_the_checkpoint_benchmarks_safety_table_runs_at_a_small_size(tmp_path):
+    command = [sys.executable, str(CHECKPOINT_BENCHMARK), "--table", "safety", "--width", "32", "--runs", "1",
+               "--dir", str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in completed.stdout.splitlines()
+            if line.startswith("| ") and "load s" not in line]
+    assert [row[0].strip() for row in rows] == ["file", "directory"]
+    for row in rows:
+        assert all(float(cell) >= 0 for cell in row[1:]) and float(row[2]) > 0
+    assert os.listdir(tmp_path) == []
 
 
 RECOVERY_BENCHMARK = BENCHMARK.parent / "recovery.py"
