@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 INTERVAL_S = 1.0
+STOP_WAIT_S = 5.0  # at exit, for a beat to end its store call (a store that is gone fails at once)
 _KEY = "framework/alive/{rank}"
 _started = False
 # A main thread whose innermost Python frame is in one of these waits for the other ranks: a collective, DDP's gradient
@@ -62,17 +64,28 @@ def start_heartbeat(store: Any, rank: int, each_beat: Callable[[], None] | None 
     who = f"{socket.gethostname()} {os.getpid()}"
     main = threading.main_thread().ident
 
+    stop = threading.Event()
+
     def beat() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 store.set(key, f"{time.time()!r} {who} {_where(main) or '-'}")
                 if each_beat is not None:
                     each_beat()
             except Exception:  # the store went away with the run: nothing left to tell
                 return
-            time.sleep(INTERVAL_S)
+            stop.wait(INTERVAL_S)
 
-    threading.Thread(target=beat, name="framework-heartbeat", daemon=True).start()
+    thread = threading.Thread(target=beat, name="framework-heartbeat", daemon=True)
+    thread.start()
+    atexit.register(_stop_beating, stop, thread)
+
+
+def _stop_beating(stop: threading.Event, thread: threading.Thread) -> None:
+    # A daemon thread still inside a store call when the interpreter finalizes aborts the whole process
+    # ("terminate called without an active exception", status -6, after the run succeeded): let it leave first.
+    stop.set()
+    thread.join(STOP_WAIT_S)
 
 
 def _where(thread: int | None) -> str:

@@ -23,11 +23,14 @@ import time
 
 EXIT_WAIT_S = 3.0
 _COUNT_KEY = "framework/leaving/{group}"
+_SEEN_KEY = "framework/all-leaving/{group}"  # how many ranks saw that every rank came
+_SEEN_WAIT_S = 1.0
 _LEFT_KEY = "framework/left/{group}/{rank}"  # "<time> <host> <pid>": this rank has reached its end
 _POLL_S = 0.02
 
 _group = 0  # how many process groups this process started before this one (every rank counts alike)
 _counted = False  # this process added itself already (end_training, then its exit)
+_saw_all = False  # ... and to the count of those that saw every rank come
 
 
 def all_ranks_leaving(rank: int, world_size: int, wait_s: float = EXIT_WAIT_S) -> bool:
@@ -50,9 +53,24 @@ def all_ranks_leaving(rank: int, world_size: int, wait_s: float = EXIT_WAIT_S) -
         while arrived < world_size and time.monotonic() < deadline:
             time.sleep(_POLL_S)
             arrived = store.add(count, 0)
+        if arrived >= world_size:
+            _wait_until_all_saw_it(store, rank, world_size)
     except (RuntimeError, ValueError):  # torch's DistNetworkError, DistStoreError; no default group any more
         return False
     return arrived >= world_size
+
+
+def _wait_until_all_saw_it(store: object, rank: int, world_size: int) -> None:
+    # Rank 0 usually holds the store: ending before the others have read the full count would cut them off in
+    # their next read (torch prints "Connection reset by peer" with a C++ trace, and they skip their destroy).
+    global _saw_all
+    seen = _SEEN_KEY.format(group=_group)
+    count = store.add(seen, 0 if _saw_all else 1)  # type: ignore[attr-defined]
+    _saw_all = True
+    deadline = time.monotonic() + _SEEN_WAIT_S
+    while rank == 0 and count < world_size and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        count = store.add(seen, 0)  # type: ignore[attr-defined]
 
 
 def ranks_that_left(store: object, world_size: int) -> dict[int, tuple[float, str, int]]:
@@ -70,7 +88,7 @@ def ranks_that_left(store: object, world_size: int) -> dict[int, tuple[float, st
 def group_started() -> None:
     """A new process group starts (after an earlier one ended, in a later run in this process): no rank has left
     it yet."""
-    global _counted, _group
+    global _counted, _group, _saw_all
     if _counted:
         _group += 1
-    _counted = False
+    _counted = _saw_all = False

@@ -65,3 +65,31 @@ def test_a_main_thread_counts_as_waiting_only_inside_torch_distributed_autograd_
     finally:
         release.set()
         done.append(True)
+
+
+_ENDS_WHILE_BEATING = """
+import sys, time
+from datetime import timedelta
+from torch.distributed import TCPStore
+from framework.runtime import heartbeat
+
+server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+client = TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=10))
+
+def busy_beat():  # store calls back to back for a while, as a beat under a loaded machine can take
+    until = time.monotonic() + 0.5
+    while time.monotonic() < until:
+        client.set("framework/busy", "x" * 1000)
+
+heartbeat.start_heartbeat(client, 0, each_beat=busy_beat)
+time.sleep(0.1)
+print("script ends")
+"""
+
+
+def test_a_process_that_ends_while_its_heartbeat_is_in_a_store_call_exits_cleanly():
+    # torch aborts a process whose daemon thread is inside a store call as the interpreter finalizes: the rank
+    # finished its work, and its launcher saw status -6 and failed the job.
+    ended = subprocess.run([sys.executable, "-c", _ENDS_WHILE_BEATING], capture_output=True, text=True, timeout=60)
+    assert (ended.returncode, ended.stdout) == (0, "script ends\n"), ended.stderr[-2000:]
+    assert "terminate called" not in ended.stderr
