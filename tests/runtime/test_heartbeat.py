@@ -68,7 +68,7 @@ def test_a_main_thread_counts_as_waiting_only_inside_torch_distributed_autograd_
 
 
 _ENDS_WHILE_BEATING = """
-import sys, time
+import time
 from datetime import timedelta
 from torch.distributed import TCPStore
 from framework.runtime import heartbeat

@@ -1,6 +1,7 @@
 """A rank that ends, however it ends, while another waits for it in a collective never holds the job: the other
 ends within seconds, naming it (``strategies.group_exit``, ``runtime.peer_failure``). Real gloo ranks, forked from
-one server that imported torch once (``leaving_rank``)."""
+one server that imported torch once (``leaving_rank``). Ranks that end together end cleanly, also when rank 0
+holds the store."""
 
 from __future__ import annotations
 
@@ -49,9 +50,8 @@ def test_the_rank_left_waiting_ends_within_seconds_naming_the_one_that_ended(ser
     assert _NAMED[how] in errors, errors[-3000:]
 
 
-
 _MEETS_AT_ITS_END = """
-import os, sys, time
+import os, time
 import torch.distributed as dist
 from framework.strategies import group_exit
 
