@@ -5,7 +5,8 @@ first meet. They meet in the group's store, not in a collective: a rank that lea
 middle of the run) would otherwise wait in a barrier while the others wait in another collective, each for the
 other, until the 30-minute timeout, and no launcher would see anything end. In the store each rank adds itself to
 a count and waits until every rank has, for ``EXIT_WAIT_S`` seconds at most; then, if all came, destroys the
-group. If not, it leaves the group as it is: its process ends, its connections close, and a peer waiting for it
+group (rank 0, which usually holds the store, first waits up to a second more until every rank has read that all
+came). If not, it leaves the group as it is: its process ends, its connections close, and a peer waiting for it
 in a collective fails at once ("Connection closed by peer"), naming this rank (:mod:`framework.runtime.peer_failure`)
 for the launcher to end the job.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from typing import Any
 
 EXIT_WAIT_S = 3.0
 _COUNT_KEY = "framework/leaving/{group}"
@@ -36,41 +38,38 @@ _saw_all = False  # ... and to the count of those that saw every rank come
 def all_ranks_leaving(rank: int, world_size: int, wait_s: float = EXIT_WAIT_S) -> bool:
     """Count this rank among those at their end and wait up to ``wait_s`` seconds for the others; whether every
     rank got there (False as well where the store is gone: a rank that held it ended)."""
-    global _counted
+    global _counted, _saw_all
     import torch.distributed as dist
 
     try:
         store = dist.distributed_c10d._get_default_store()
-        count = _COUNT_KEY.format(group=_group)
-        if not _counted:
+        first_time = not _counted
+        if first_time:
             stamp = f"{time.time()!r} {socket.gethostname()} {os.getpid()}"
             store.set(_LEFT_KEY.format(group=_group, rank=rank), stamp)
             _counted = True
-            arrived = store.add(count, 1)
-        else:
-            arrived = store.add(count, 0)
-        deadline = time.monotonic() + wait_s
-        while arrived < world_size and time.monotonic() < deadline:
-            time.sleep(_POLL_S)
-            arrived = store.add(count, 0)
+        arrived = _count_until_all(store, _COUNT_KEY.format(group=_group), int(first_time), world_size, wait_s)
         if arrived >= world_size:
-            _wait_until_all_saw_it(store, rank, world_size)
+            # Rank 0 usually holds the store: ending before the others have read the full count would cut them
+            # off in their next read (torch prints "Connection reset by peer" with a C++ trace, and they skip
+            # their destroy), so it waits until they have said they saw it.
+            _count_until_all(store, _SEEN_KEY.format(group=_group), int(not _saw_all), world_size,
+                             _SEEN_WAIT_S if rank == 0 else 0.0)
+            _saw_all = True
     except (RuntimeError, ValueError):  # torch's DistNetworkError, DistStoreError; no default group any more
         return False
     return arrived >= world_size
 
 
-def _wait_until_all_saw_it(store: object, rank: int, world_size: int) -> None:
-    # Rank 0 usually holds the store: ending before the others have read the full count would cut them off in
-    # their next read (torch prints "Connection reset by peer" with a C++ trace, and they skip their destroy).
-    global _saw_all
-    seen = _SEEN_KEY.format(group=_group)
-    count = store.add(seen, 0 if _saw_all else 1)  # type: ignore[attr-defined]
-    _saw_all = True
-    deadline = time.monotonic() + _SEEN_WAIT_S
-    while rank == 0 and count < world_size and time.monotonic() < deadline:
+def _count_until_all(store: Any, key: str, add: int, world_size: int, wait_s: float) -> int:
+    """Add ``add`` to the count under ``key``, then read it until it reaches ``world_size``, for ``wait_s``
+    seconds at most; the last count read."""
+    count = store.add(key, add)
+    deadline = time.monotonic() + wait_s
+    while count < world_size and time.monotonic() < deadline:
         time.sleep(_POLL_S)
-        count = store.add(seen, 0)  # type: ignore[attr-defined]
+        count = store.add(key, 0)
+    return count
 
 
 def ranks_that_left(store: object, world_size: int) -> dict[int, tuple[float, str, int]]:
