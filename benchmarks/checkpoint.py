@@ -56,7 +56,7 @@ import framework
 from framework.callbacks import Callback, ModelCheckpoint
 from framework.io.checkpoint import load_checkpoint
 from framework.io.checkpoint_dir import save_sharded
-from framework.io.dcp_reader import load_metadata
+from framework.io.dcp_reader import METADATA_FILE, load_metadata
 from framework.trainer.checkpoint import dump_checkpoint, restore_checkpoint, restore_training_state
 
 WIDTH, DEPTH = 3162, 10
@@ -262,8 +262,11 @@ def _unpickle_file(path: str, restricted: bool) -> None:
 
 
 def _unpickle_directory(path: str, restricted: bool) -> None:
-    with open(os.path.join(path, ".metadata"), "rb") as file:
-        load_metadata(file, path) if restricted else pickle.load(file)
+    with open(os.path.join(path, METADATA_FILE), "rb") as file:
+        if restricted:
+            load_metadata(file, path)
+        else:
+            pickle.load(file)
 
 
 UNPICKLINGS = {"file": _unpickle_file, "directory": _unpickle_directory}
