@@ -18,6 +18,7 @@ from framework.loggers.base import Logger
 from framework.loggers.directory import DirectoryLogger
 from framework.module import Module
 from framework.trainer.data import INFINITE, load_train_data
+from framework.trainer.settings import SETTING_NAMES, Settings
 from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
 
 if TYPE_CHECKING:
@@ -26,12 +27,30 @@ if TYPE_CHECKING:
     from framework.trainer.prediction_state import PredictionState
     from framework.utilities.types import LRSchedulerConfig
 
-#: What ``max_epochs=None`` means when nothing else bounds training, as in Lightning.
-DEFAULT_MAX_EPOCHS = 1000
+class SettingView:
+    """A Trainer attribute showing the field of the same name of its ``Settings`` (``trainer.max_epochs``);
+    setting it replaces that field, for the run under way too (``Trainer.replace_settings``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"The Trainer's ``{name}`` setting (``trainer.settings.{name}``)."
+
+    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
+        if trainer is None:
+            return self
+        return getattr(trainer._settings, self.name)
+
+    def __set__(self, trainer: Any, value: Any) -> None:
+        trainer.replace_settings(**{self.name: value})
 
 
 class TrainerProperties:
     """The views a ``Trainer`` offers (the Trainer subclasses this)."""
+
+    @property
+    def settings(self) -> Settings:
+        """The checked value arguments, frozen; each is also an attribute (``trainer.max_epochs``)."""
+        return self._settings
 
     @property
     def current_epoch(self) -> int:
@@ -134,16 +153,11 @@ class TrainerProperties:
         return self.loggers[0] if self.loggers else None
 
     @property
-    def default_root_dir(self) -> str:
-        """The ``default_root_dir`` given, else the working directory the Trainer was made in."""
-        return self._default_root_dir
-
-    @property
     def log_dir(self) -> str | None:
         """Lightning's rule: the first logger's run directory for CSV and TensorBoard loggers, the ``save_dir`` of
         any other (None where it has none); ``default_root_dir`` without a logger."""
         if not self.loggers:
-            return self._default_root_dir
+            return self.default_root_dir
         logger = self.loggers[0]
         return logger.log_dir if isinstance(logger, DirectoryLogger) else logger.save_dir
 
@@ -203,11 +217,7 @@ class TrainerProperties:
     def epoch_limit(self) -> int:
         """``max_epochs`` as training applies it (-1: no limit). ``max_epochs=None`` means 1000 epochs, or no
         limit where ``max_steps``, ``max_time`` or a ``Timer`` bounds the run (Lightning's rule)."""
-        if self.max_epochs is not None:
-            return self.max_epochs
-        if self.max_steps != -1 or self.max_time is not None or any(isinstance(c, Timer) for c in self.callbacks):
-            return -1
-        return DEFAULT_MAX_EPOCHS
+        return self._settings.epoch_limit(any(isinstance(c, Timer) for c in self.callbacks))
 
     def settle_epoch_limits(self) -> None:
         """Keep the epoch limit as fit applies it, as Lightning's Trainer does at fit's start: ``max_epochs``
@@ -234,7 +244,7 @@ class TrainerProperties:
     @property
     def sanity_steps(self) -> float:
         """Validation batches per loader in the sanity check (infinity for ``num_sanity_val_steps=-1``)."""
-        return INFINITE if self.num_sanity_val_steps == -1 else self.num_sanity_val_steps
+        return self._settings.sanity_steps
 
     @property
     def interrupted(self) -> bool:
@@ -335,6 +345,11 @@ class TrainerProperties:
     def enable_validation(self) -> bool:
         """``fit`` validates: the Module has a ``validation_step``, there is validation data and the limit is not 0."""
         return self.run_context.validates_in_fit
+
+
+for _name in SETTING_NAMES:  # each setting is an attribute under its argument's name, as in Lightning
+    setattr(TrainerProperties, _name, SettingView())
+    TrainerProperties.__dict__[_name].__set_name__(TrainerProperties, _name)
 
 
 def _one_or_list(loaders: list[Any]) -> Any:

@@ -2,6 +2,7 @@
 ``trainer_run.py``)."""
 
 import contextlib
+import dataclasses
 import os
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from framework.module import Module
 from framework.profilers import PassThroughProfiler, resolve_profiler
 from framework.runtime import Runtime
 from framework.trainer import arguments as check
+from framework.trainer.settings import build_settings
 from framework.trainer.auto_resume import consume_preemption_checkpoints
 from framework.trainer.checkpoint import dump_checkpoint, evaluation_ckpt_path
 from framework.trainer.compiled import CompiledSteps, unwrap_compiled
@@ -178,75 +180,26 @@ class Trainer(TrainerRun):
         compile: bool | dict[str, Any] = False,
         auto_resume: bool = True,
     ) -> None:
+        given = dict(locals())  # every argument by name, for the one builder of the settings
+        del given["self"]
         self.runtime = Runtime(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes,
                                precision=precision, compile=compile)
-        if check.check_bool("barebones", barebones):
-            (enable_checkpointing, logger, enable_progress_bar, log_every_n_steps, enable_model_summary,
-             num_sanity_val_steps) = check.barebones_settings(
-                enable_checkpointing=enable_checkpointing, logger=logger, enable_progress_bar=enable_progress_bar,
-                log_every_n_steps=log_every_n_steps, enable_model_summary=enable_model_summary,
-                num_sanity_val_steps=num_sanity_val_steps, fast_dev_run=fast_dev_run, detect_anomaly=detect_anomaly)
-            if self.runtime.global_rank == 0:
-                console.info("Trainer(barebones=True): checkpointing, logging, the progress bar, the model summary and "
-                             "the sanity check are off, to measure the Trainer's own speed.")
-        self.auto_resume = check.check_bool("auto_resume", auto_resume)
-        self.fast_dev_run = check.check_fast_dev_run(fast_dev_run)
-        self.max_steps = check.check_int("max_steps", max_steps, -1)
-        self.min_steps = check.check_int("min_steps", min_steps, 0, none_means=None)
-        self.max_time = parse_duration("Trainer", "max_time", max_time)
-        # None stays None, as in Lightning; training applies it as 1000 epochs or none (epoch_limit).
-        self.max_epochs = check.check_int("max_epochs", max_epochs, -1, none_means=None)
-        self.min_epochs = check.check_int("min_epochs", min_epochs, 0, none_means=None)
-        check.check_order("min_epochs", self.min_epochs, "max_epochs", -1 if max_epochs is None else max_epochs)
-        check.check_order("min_steps", self.min_steps, "max_steps", self.max_steps)
-        self.limit_train_batches = check.check_limit("limit_train_batches", limit_train_batches)
-        self.limit_val_batches = check.check_limit("limit_val_batches", limit_val_batches)
-        self.limit_test_batches = check.check_limit("limit_test_batches", limit_test_batches)
-        self.limit_predict_batches = check.check_limit("limit_predict_batches", limit_predict_batches)
-        self.overfit_batches = check.check_limit("overfit_batches", overfit_batches)
-        self.check_val_every_n_epoch = check.check_int("check_val_every_n_epoch", check_val_every_n_epoch, 1, None)
-        self.val_check_interval = check.check_val_check_interval(val_check_interval, self.check_val_every_n_epoch)
-        if self.runtime.global_rank == 0:
-            check.note_one_or_all(limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
-                                  limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
-                                  overfit_batches=overfit_batches, val_check_interval=val_check_interval)
-        self.num_sanity_val_steps = check.check_int("num_sanity_val_steps", num_sanity_val_steps, -1, 2)
-        self.log_every_n_steps = check.check_int("log_every_n_steps", log_every_n_steps, 0, 50)
-        self.accumulate_grad_batches = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)
-        self.gradient_clip_val = check.check_optional_number("gradient_clip_val", gradient_clip_val)
-        # None stays None, as in Lightning (configure_gradient_clipping receives it); clipping reads it as "norm".
-        self.gradient_clip_algorithm = check.check_choice(
-            "gradient_clip_algorithm",
-            gradient_clip_algorithm.lower() if isinstance(gradient_clip_algorithm, str) else gradient_clip_algorithm,
-            (None, "norm", "value"),
-        )
-        self.reload_dataloaders_every_n_epochs = check.check_int(
-            "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0
-        )
-        self.deterministic = check.check_choice("deterministic", deterministic, (None, True, False, "warn"))
-        self.benchmark = check.check_choice("benchmark", benchmark, (None, True, False))
-        self.inference_mode = check.check_bool("inference_mode", inference_mode)
-        self.use_distributed_sampler = check.check_bool("use_distributed_sampler", use_distributed_sampler)
-        self.detect_anomaly = check.check_bool("detect_anomaly", detect_anomaly)
-        self.barebones = check.check_bool("barebones", barebones)
-        self.sync_batchnorm = check.check_bool("sync_batchnorm", sync_batchnorm)
-        self.enable_checkpointing = check.check_bool("enable_checkpointing", _default(enable_checkpointing, True))
-        self.enable_progress_bar = check.check_bool("enable_progress_bar", _default(enable_progress_bar, True))
-        self.enable_model_summary = check.check_bool("enable_model_summary", _default(enable_model_summary, True))
+        self._settings = build_settings(given, announce=self.runtime.global_rank == 0)
+        self._current_run: Any = None  # the Run of the call under way, else the last one
         self.checkpoint_io = _checkpoint_io(plugins)  # ModelCheckpoint's writer, None: write at once
         self.profiler = resolve_profiler(profiler)
         # what the loops wrap their hooks, steps and fetches with: nothing for no profiler (or a pass-through one)
         self._profiling = None if isinstance(self.profiler, PassThroughProfiler) else self.profiler
-        self._default_root_dir = check.check_root_dir(default_root_dir)
-        self.enable_autolog_hparams = check.check_bool("enable_autolog_hparams", enable_autolog_hparams)
         self.callbacks: list[Callback] = with_default_callbacks(
             check.check_list_of("callbacks", callbacks, Callback, "Callback"), self.enable_checkpointing,
             self.enable_progress_bar, self.enable_model_summary, self.max_time,
         )
+        logger = False if self.barebones else logger
         self.loggers: list[Logger] = self._resolve_loggers(logger)
-        self._loggers_asked_for = logger is not False and logger != []
         if self.fast_dev_run:
-            self._apply_fast_dev_run()
+            # As in Lightning: no files are written (ModelCheckpoint skips itself), but trainer.logger stays
+            # usable where loggers were asked for.
+            self.loggers = [DummyLogger()] if logger is not False and logger != [] else []
         self._apply_torch_flags()
 
         self.state = TrainerState()
@@ -269,16 +222,14 @@ class Trainer(TrainerRun):
         self._given_compiler: Any = None  # from fit(torch.compile(model)): its options compile the steps
         self._compiled_steps = CompiledSteps()
 
-    # -- arguments that change others ---
-    def _apply_fast_dev_run(self) -> None:
-        n = self.fast_dev_run
-        self.limit_train_batches = self.limit_val_batches = n
-        self.limit_test_batches = self.limit_predict_batches = n
-        self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0
-        self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
-        # As in Lightning: no files are written (ModelCheckpoint skips itself), but trainer.logger stays
-        # usable where loggers were asked for.
-        self.loggers = [DummyLogger()] if self._loggers_asked_for else []
+    # -- settings ---
+    def replace_settings(self, **changes: Any) -> None:
+        """Set settings fields (``trainer.max_epochs = 3`` calls this): a new ``Settings`` with ``changes``, which
+        a run under way reads from its next use of them. The values are not checked, as with Lightning's
+        attributes."""
+        self._settings = dataclasses.replace(self._settings, **changes)
+        if self._current_run is not None:
+            self._current_run.settings = self._settings
 
     def _apply_torch_flags(self) -> None:
         if self.deterministic is not None:
@@ -288,7 +239,7 @@ class Trainer(TrainerRun):
 
     def _resolve_loggers(self, logger: Any) -> list[Logger]:
         if logger is None or logger is True:
-            return default_loggers(self._default_root_dir)
+            return default_loggers(self.default_root_dir)
         if logger is False:
             return []
         loggers = list(logger) if isinstance(logger, (list, tuple)) else [logger]
@@ -469,7 +420,3 @@ def _checkpoint_io(plugins: Any) -> AsyncCheckpointIO | None:
             "(framework.io.AsyncCheckpointIO); precision=, strategy= and accelerator= take the other choices."
         )
     return writers[0] if writers else None
-
-
-def _default(value: Any, default: Any) -> Any:
-    return default if value is None else value
