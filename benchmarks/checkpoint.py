@@ -54,10 +54,10 @@ from torch import nn
 
 import framework
 from framework.callbacks import Callback, ModelCheckpoint
-from framework.io.checkpoint import load_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint
 from framework.io.checkpoint_dir import save_sharded
 from framework.io.dcp_reader import METADATA_FILE, load_metadata
-from framework.trainer.checkpoint import dump_checkpoint, restore_checkpoint, restore_training_state
+from framework.trainer.checkpoint_contents import dump_checkpoint, restore_checkpoint, restore_training_state
 
 WIDTH, DEPTH = 3162, 10
 SAVINGS = ("none", "sync", "async")
@@ -148,7 +148,7 @@ def main() -> None:
 def files_table(args: argparse.Namespace) -> None:
     trainer, model = trained_trainer()
     parameters = sum(p.numel() for p in model.parameters())
-    checkpoint = dump_checkpoint(trainer)
+    checkpoint = dump_checkpoint(trainer.fit_loop.run)
     ours, plain = os.path.join(args.dir, "framework.ckpt"), os.path.join(args.dir, "plain.ckpt")
     lightning = lightning_trainer()
     theirs = os.path.join(args.dir, "lightning.ckpt")
@@ -163,8 +163,8 @@ def files_table(args: argparse.Namespace) -> None:
 
     def framework_resume() -> None:
         loaded = load_checkpoint(ours)
-        restore_checkpoint(trainer, loaded)
-        restore_training_state(trainer, loaded)
+        restore_checkpoint(trainer.fit_loop.run, loaded)
+        restore_training_state(trainer.fit_loop.run, loaded)
 
     variants: dict[str, dict[str, Callable[[], object]]] = {
         "plain torch": {"save": lambda: torch.save(checkpoint, plain),
@@ -227,7 +227,7 @@ def safety_table(args: argparse.Namespace) -> None:
     check costs (the bytes are read again each time), so the unpickling is also timed alone, both ways: the file
     memory-mapped (its records unpickled, its tensors not read), the directory's ``.metadata``."""
     trainer, _ = trained_trainer()
-    checkpoint = dump_checkpoint(trainer)
+    checkpoint = dump_checkpoint(trainer.fit_loop.run)
     paths = {"file": os.path.join(args.dir, "safety.ckpt"), "directory": os.path.join(args.dir, "safety-dir.ckpt")}
     trainer.save_checkpoint(paths["file"])
     save_sharded(checkpoint, paths["directory"], is_writer=True, barrier=lambda: None)

@@ -199,7 +199,7 @@ def measure(model: str, ranks: int, what: str, directory: str, timeout: float) -
     """One run: {row: {"total": seconds, part: seconds, ...}}."""
     width, batch, every, at = MODELS[model]
     if what == "usr1":
-        import framework.io.checkpoint  # noqa: F401  (torch, imported before the run starts, not during it)
+        import framework.io.checkpoint_storage  # noqa: F401  (torch, imported before the run starts, not during it)
     work = tempfile.mkdtemp(prefix=f"recovery-{model}-{ranks}-{what}-", dir=directory)
     script = [str(Path(__file__).resolve()), "--train", work, str(width), str(batch), str(every)]
     launch = [sys.executable, "-m", "framework", "launch", "--nproc-per-node", str(ranks), "--max-restarts", "1"]
@@ -244,7 +244,7 @@ def after_kill(run: Run, pid: int, ranks: int) -> dict[str, dict[str, float]]:
 
 
 def after_usr1(run: Run, pid: int, ranks: int) -> dict[str, dict[str, float]]:
-    from framework.io.checkpoint import is_complete_checkpoint
+    from framework.io.checkpoint_storage import is_complete_checkpoint
 
     path = os.path.join(run.work, "hpc_ckpt_1.ckpt")
     signalled = time.time()

@@ -79,14 +79,14 @@ def _is_constant(obj: object) -> bool:
 def _members(cls: type) -> list[str]:
     """The public members a class page lists: its own and those of its private ``framework`` bases (mixins such
     as ``Module``'s hooks), not those of documented bases (``Callback``'s hooks stay on ``Callback``'s entry) or
-    of torch and the standard library."""
+    of torch and the standard library, nor plumbing marked ``:meta private:`` in its docstring."""
     public = public_ids()
     names: list[str] = []
     for klass in cls.__mro__:
         if klass is not cls and (id(klass) in public or not klass.__module__.startswith("framework")):
             continue
-        for name in vars(klass):
-            if not name.startswith("_") and name not in names:
+        for name, member in vars(klass).items():
+            if not name.startswith("_") and name not in names and ":meta private:" not in (inspect.getdoc(member) or ""):
                 names.append(name)
     return names
 

@@ -100,7 +100,7 @@ class DataModule(LoaderHooks, HyperparametersMixin):
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, hparams_file: str | os.PathLike | None = None,
                              weights_only: bool | None = None, **overrides: Any) -> "DataModule":
         """Rebuild the DataModule from the hyperparameters (and state) a Trainer checkpoint saved for it."""
-        from framework.io.checkpoint import load_checkpoint
+        from framework.io.checkpoint_storage import load_checkpoint
 
         checkpoint = load_checkpoint(checkpoint_path, map_location="cpu", weights_only=weights_only)
         saved = (read_hparams_file(hparams_file) if hparams_file is not None

@@ -2,13 +2,15 @@
 
 ``Trainer.fit`` runs, for each hook, the callbacks first (in the order given, checkpoint
 callbacks last) and then the ``Module`` (a ``DataModule`` hook, where there is one, before
-the ``Module``'s); ``on_load_checkpoint`` is the exception, Module first, as in Lightning::
+the ``Module``'s); ``on_load_checkpoint`` is the exception, Module first (before the weights are loaded) and the
+callbacks after, as in Lightning::
 
     configure_callbacks                       # Module only; every run (fit, validate, test, predict)
     prepare_data                              # DataModule, then Module; once per node
     setup("fit")                              # DataModule, callbacks, Module
     configure_model                           # Module only
-    <ckpt_path: on_load_checkpoint (Module, then callbacks); weights, DataModule and callback states>
+    <ckpt_path: on_load_checkpoint (Module); weights; DataModule state; on_load_checkpoint (callbacks);
+     callback states>
     configure_optimizers                      # Module only
     <ckpt_path: optimizer, scheduler, precision and loop state>
     on_fit_start
@@ -67,91 +69,134 @@ warning (the run's status is ``interrupted``).
 from __future__ import annotations
 
 import functools
-from enum import Enum
+from enum import Enum, Flag, auto
 
 
-class Target(Enum):
-    """Who implements a hook."""
+class Owner(Flag):
+    """Who may define a hook: the Module, callbacks, a DataModule (any combination)."""
 
-    BOTH = "callbacks and module"
-    MODULE = "module only"
-    CALLBACK = "callbacks only"
+    MODULE = auto()
+    CALLBACK = auto()
+    DATAMODULE = auto()
+
+
+class Trait(Flag):
+    """How the loops call a hook, beyond who defines it."""
+
+    NONE = 0
+    #: ``self.log`` refuses to log in it, as in Lightning (its loops keep no results there).
+    NO_LOGGING = auto()
+    #: The Module's own implementation does work (eval mode, zeroing gradients, moving the batch), so it runs
+    #: where nothing overrides it.
+    DEFAULT_ACTS = auto()
+    #: A batch-transfer hook: a DataModule's own replaces the Module's instead of running before it.
+    BATCH_TRANSFER = auto()
+
+
+_M, _C, _D = Owner.MODULE, Owner.CALLBACK, Owner.DATAMODULE
+_NO_LOG, _ACTS, _BATCH = Trait.NO_LOGGING, Trait.DEFAULT_ACTS, Trait.BATCH_TRANSFER
 
 
 class Hook(str, Enum):
-    """One member per hook; the value is the method name on ``Callback`` and ``Module``."""
+    """One member per hook; the value is the method name on ``Callback``, ``Module`` and ``DataModule``.
 
-    target: Target
+    Each member also says who may define it (``owners``) and how the loops call it (``traits``): this table is
+    all the hook runner reads (``framework.trainer.hook_runner``).
+    """
 
-    def __new__(cls, name: str, target: Target = Target.BOTH) -> Hook:
+    owners: Owner
+    traits: Trait
+
+    def __new__(cls, name: str, owners: Owner = _M | _C, traits: Trait = Trait.NONE) -> Hook:
         member = str.__new__(cls, name)
         member._value_ = name
-        member.target = target
+        member.owners = owners
+        member.traits = traits
         return member
 
-    CONFIGURE_CALLBACKS = "configure_callbacks", Target.MODULE
-    PREPARE_DATA = "prepare_data", Target.MODULE
-    SETUP = "setup"
-    CONFIGURE_MODEL = "configure_model", Target.MODULE
-    CONFIGURE_OPTIMIZERS = "configure_optimizers", Target.MODULE
-    TEARDOWN = "teardown"
+    @property
+    def for_callbacks(self) -> bool:
+        """Callbacks may define it (as ``hook(trainer, pl_module, ...)``)."""
+        return Owner.CALLBACK in self.owners
 
-    ON_FIT_START = "on_fit_start"
-    ON_FIT_END = "on_fit_end"
-    ON_SANITY_CHECK_START = "on_sanity_check_start", Target.CALLBACK
-    ON_SANITY_CHECK_END = "on_sanity_check_end", Target.CALLBACK
+    @property
+    def for_module(self) -> bool:
+        """The Module may define it."""
+        return Owner.MODULE in self.owners
+
+    @property
+    def for_datamodule(self) -> bool:
+        """A DataModule may define it; its implementation runs before the Module's (or instead, for batch hooks)."""
+        return Owner.DATAMODULE in self.owners
+
+    @property
+    def may_log(self) -> bool:
+        """``self.log`` works inside it."""
+        return Trait.NO_LOGGING not in self.traits
+
+    CONFIGURE_CALLBACKS = "configure_callbacks", _M, _NO_LOG
+    PREPARE_DATA = "prepare_data", _M | _D, _NO_LOG
+    SETUP = "setup", _M | _C | _D, _NO_LOG
+    CONFIGURE_MODEL = "configure_model", _M, _NO_LOG
+    CONFIGURE_OPTIMIZERS = "configure_optimizers", _M, _NO_LOG
+    TEARDOWN = "teardown", _M | _C | _D, _NO_LOG
+
+    ON_FIT_START = "on_fit_start", _M | _C, _NO_LOG
+    ON_FIT_END = "on_fit_end", _M | _C, _NO_LOG
+    ON_SANITY_CHECK_START = "on_sanity_check_start", _C, _NO_LOG
+    ON_SANITY_CHECK_END = "on_sanity_check_end", _C, _NO_LOG
 
     ON_TRAIN_START = "on_train_start"
-    ON_TRAIN_END = "on_train_end"
+    ON_TRAIN_END = "on_train_end", _M | _C, _NO_LOG
     ON_TRAIN_EPOCH_START = "on_train_epoch_start"
     ON_TRAIN_EPOCH_END = "on_train_epoch_end"
     ON_TRAIN_BATCH_START = "on_train_batch_start"
     ON_TRAIN_BATCH_END = "on_train_batch_end"
 
-    ON_BEFORE_BATCH_TRANSFER = "on_before_batch_transfer", Target.MODULE
-    TRANSFER_BATCH_TO_DEVICE = "transfer_batch_to_device", Target.MODULE
-    ON_AFTER_BATCH_TRANSFER = "on_after_batch_transfer", Target.MODULE
+    ON_BEFORE_BATCH_TRANSFER = "on_before_batch_transfer", _M | _D, _NO_LOG | _BATCH
+    TRANSFER_BATCH_TO_DEVICE = "transfer_batch_to_device", _M | _D, _NO_LOG | _BATCH | _ACTS
+    ON_AFTER_BATCH_TRANSFER = "on_after_batch_transfer", _M | _D, _NO_LOG | _BATCH
 
     ON_BEFORE_BACKWARD = "on_before_backward"
-    BACKWARD = "backward", Target.MODULE
+    BACKWARD = "backward", _M
     ON_AFTER_BACKWARD = "on_after_backward"
     ON_BEFORE_OPTIMIZER_STEP = "on_before_optimizer_step"
-    CONFIGURE_GRADIENT_CLIPPING = "configure_gradient_clipping", Target.MODULE
-    OPTIMIZER_STEP = "optimizer_step", Target.MODULE
+    CONFIGURE_GRADIENT_CLIPPING = "configure_gradient_clipping", _M
+    OPTIMIZER_STEP = "optimizer_step", _M
     ON_BEFORE_ZERO_GRAD = "on_before_zero_grad"
-    OPTIMIZER_ZERO_GRAD = "optimizer_zero_grad", Target.MODULE
-    LR_SCHEDULER_STEP = "lr_scheduler_step", Target.MODULE
+    OPTIMIZER_ZERO_GRAD = "optimizer_zero_grad", _M
+    LR_SCHEDULER_STEP = "lr_scheduler_step", _M, _NO_LOG
 
-    ON_VALIDATION_MODEL_ZERO_GRAD = "on_validation_model_zero_grad", Target.MODULE
-    ON_VALIDATION_MODEL_EVAL = "on_validation_model_eval", Target.MODULE
-    ON_VALIDATION_MODEL_TRAIN = "on_validation_model_train", Target.MODULE
+    ON_VALIDATION_MODEL_ZERO_GRAD = "on_validation_model_zero_grad", _M, _NO_LOG | _ACTS
+    ON_VALIDATION_MODEL_EVAL = "on_validation_model_eval", _M, _NO_LOG | _ACTS
+    ON_VALIDATION_MODEL_TRAIN = "on_validation_model_train", _M, _NO_LOG | _ACTS
     ON_VALIDATION_START = "on_validation_start"
-    ON_VALIDATION_END = "on_validation_end"
+    ON_VALIDATION_END = "on_validation_end", _M | _C, _NO_LOG
     ON_VALIDATION_EPOCH_START = "on_validation_epoch_start"
     ON_VALIDATION_EPOCH_END = "on_validation_epoch_end"
     ON_VALIDATION_BATCH_START = "on_validation_batch_start"
     ON_VALIDATION_BATCH_END = "on_validation_batch_end"
 
-    ON_TEST_MODEL_EVAL = "on_test_model_eval", Target.MODULE
-    ON_TEST_MODEL_TRAIN = "on_test_model_train", Target.MODULE
+    ON_TEST_MODEL_EVAL = "on_test_model_eval", _M, _NO_LOG | _ACTS
+    ON_TEST_MODEL_TRAIN = "on_test_model_train", _M, _NO_LOG | _ACTS
     ON_TEST_START = "on_test_start"
-    ON_TEST_END = "on_test_end"
+    ON_TEST_END = "on_test_end", _M | _C, _NO_LOG
     ON_TEST_EPOCH_START = "on_test_epoch_start"
     ON_TEST_EPOCH_END = "on_test_epoch_end"
     ON_TEST_BATCH_START = "on_test_batch_start"
     ON_TEST_BATCH_END = "on_test_batch_end"
 
-    ON_PREDICT_MODEL_EVAL = "on_predict_model_eval", Target.MODULE
-    ON_PREDICT_START = "on_predict_start"
-    ON_PREDICT_END = "on_predict_end"
-    ON_PREDICT_EPOCH_START = "on_predict_epoch_start"
-    ON_PREDICT_EPOCH_END = "on_predict_epoch_end"
-    ON_PREDICT_BATCH_START = "on_predict_batch_start"
-    ON_PREDICT_BATCH_END = "on_predict_batch_end"
+    ON_PREDICT_MODEL_EVAL = "on_predict_model_eval", _M, _NO_LOG | _ACTS
+    ON_PREDICT_START = "on_predict_start", _M | _C, _NO_LOG
+    ON_PREDICT_END = "on_predict_end", _M | _C, _NO_LOG
+    ON_PREDICT_EPOCH_START = "on_predict_epoch_start", _M | _C, _NO_LOG
+    ON_PREDICT_EPOCH_END = "on_predict_epoch_end", _M | _C, _NO_LOG
+    ON_PREDICT_BATCH_START = "on_predict_batch_start", _M | _C, _NO_LOG
+    ON_PREDICT_BATCH_END = "on_predict_batch_end", _M | _C, _NO_LOG
 
-    ON_SAVE_CHECKPOINT = "on_save_checkpoint"
-    ON_LOAD_CHECKPOINT = "on_load_checkpoint"
-    ON_EXCEPTION = "on_exception"
+    ON_SAVE_CHECKPOINT = "on_save_checkpoint", _M | _C, _NO_LOG
+    ON_LOAD_CHECKPOINT = "on_load_checkpoint", _M | _C, _NO_LOG
+    ON_EXCEPTION = "on_exception", _M | _C, _NO_LOG
 
 
 def defines(obj: object, base: type, name: str) -> bool:

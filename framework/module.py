@@ -13,7 +13,7 @@ from framework import export
 from framework.errors import MisconfigurationError, describe, unloggable_value
 from framework.hparams import HyperparametersMixin, build_from_hparams, read_hparams_file
 from framework.loader_hooks import LoaderHooks
-from framework.module_hooks import ModuleHooks
+from framework.module_hook_defaults import ModuleHooks
 from framework.module_optimization import OptimizationMethods
 
 if TYPE_CHECKING:
@@ -377,7 +377,7 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
         :param strict: see above; ``True`` requires every key to match.
         :param weights_only: see above; ``None`` or ``True`` load tensors and plain data only.
         """
-        from framework.io.checkpoint import check_trainer_checkpoint, load_checkpoint
+        from framework.io.checkpoint_storage import check_trainer_checkpoint, load_checkpoint
 
         checkpoint = check_trainer_checkpoint(
             load_checkpoint(checkpoint_path, map_location=map_location or "cpu", weights_only=weights_only),

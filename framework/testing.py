@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from framework.runtime.launchers import start_processes
+from framework.runtime.worker_processes import start_processes
 from framework.runtime.start_method import choose_start_method
 
 __all__ = ["HOST_READS", "HostReads", "SavedActivations", "count_host_reads", "spawn", "state_bytes"]

@@ -23,7 +23,7 @@ LAYERS: list[list[set[str]]] = [
     [{"loggers"}, {"profilers"}, {"precision"}, {"callbacks"}],
     [{"strategies"}],
     [{"runtime"}],
-    [{"module", "module_hooks", "module_optimization", "datamodule"}],
+    [{"module", "module_hook_defaults", "module_optimization", "datamodule"}],
     [{"trainer"}, {"accelerate"}],
     [{"tuner"}],
     [{"cli"}, {"testing"}],

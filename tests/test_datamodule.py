@@ -8,7 +8,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import framework
-from framework.io.checkpoint import load_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint
 from tests.helpers import Regressor, loader, quiet_trainer, regression_data
 
 # Both recording classes override the batch-transfer hooks; the one test about that checks the warning.

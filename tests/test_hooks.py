@@ -7,7 +7,7 @@ import torch
 
 import framework
 from framework.errors import MisconfigurationError
-from framework.hooks import Hook, Target
+from framework.hooks import Hook
 from tests.helpers import Regressor, loader, quiet_trainer
 
 CALLS: list[str] = []
@@ -31,9 +31,9 @@ class RecordingModule(Regressor):
 
 # Override every hook on both classes with a recorder that then runs the base behaviour.
 for hook in Hook:
-    if hook.target != Target.MODULE:
+    if hook.for_callbacks:
         setattr(RecordingCallback, hook.value, _recorder("cb", hook.value, getattr(framework.Callback, hook.value)))
-    if hook.target != Target.CALLBACK:
+    if hook.for_module:
         setattr(RecordingModule, hook.value, _recorder("m", hook.value, getattr(Regressor, hook.value)))
 for step in ("training_step", "validation_step", "test_step", "predict_step"):
     setattr(RecordingModule, step, _recorder("m", step, getattr(Regressor, step)))
@@ -300,7 +300,7 @@ def test_a_callback_logs_through_the_module_where_the_module_may_log():
     trainer = quiet_trainer(max_epochs=1, callbacks=[LogsFromACallback()])
     trainer.fit(Regressor(), loader())
     assert trainer.callback_metrics["from_callback"] == 2.0
-    with pytest.raises(MisconfigurationError, match=r"self.log\('too_early', ...\) inside on_fit_start"):
+    with pytest.raises(MisconfigurationError, match=r"self.log\('too_early', ...\) inside Callback.on_fit_start"):
         quiet_trainer(max_epochs=2, callbacks=[LogsFromACallback()]).fit(Regressor(), loader())
 
 
@@ -314,7 +314,7 @@ def test_callback_hooks_name_their_arguments_as_lightning_so_keyword_calls_work(
     for cls in classes:
         for hook in Hook:
             method = getattr(cls, hook.value, None)
-            if hook.target == Target.MODULE or method is None:
+            if not hook.for_callbacks or method is None:
                 continue
             parameters = list(inspect.signature(method).parameters)
             assert parameters[1:3] == ["trainer", "pl_module"], f"{cls.__name__}.{hook.value}{parameters}"

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 import framework
 from framework import MisconfigurationError
-from framework.io.checkpoint import load_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint
 from tests.helpers import Regressor, loader, quiet_trainer, regression_data
 
 

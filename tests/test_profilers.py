@@ -63,8 +63,9 @@ def test_names_pass_through_and_bad_input(caplog):
     assert isinstance(quiet_trainer(profiler="simple").profiler, SimpleProfiler)
     assert isinstance(quiet_trainer(profiler="advanced").profiler, AdvancedProfiler)
     trainer = quiet_trainer(max_epochs=1, profiler="passthrough")
-    assert isinstance(trainer.profiler, PassThroughProfiler) and trainer._profiling is None  # nothing wrapped
+    assert isinstance(trainer.profiler, PassThroughProfiler)
     trainer.fit(Regressor(), loader())
+    assert trainer.fit_loop.run.profiling is None  # nothing wrapped
     expected = r"Trainer\(profiler='fancy'.*'advanced', 'passthrough', 'pytorch', 'simple'"
     with pytest.raises(MisconfigurationError, match=expected):
         quiet_trainer(profiler="fancy")

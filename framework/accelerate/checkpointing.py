@@ -16,7 +16,7 @@ from typing import Any
 from framework.accelerate import state_folders
 from framework.accelerate.weights import read_weights, weights_file, write_weights
 from framework.errors import MisconfigurationError
-from framework.io.checkpoint import load_checkpoint, save_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
 from framework.runtime.wrappers import forward_module, original_optimizer
 from framework.seed import restore_rng_states, rng_states
 

@@ -10,7 +10,7 @@ import torch
 from framework.accelerate.config_keys import KEYS
 from framework.accelerate.utils.environment import patch_environment
 from framework.errors import MisconfigurationError
-from framework.runtime.launchers import start_processes
+from framework.runtime.worker_processes import start_processes
 from framework.runtime.start_method import choose_start_method
 
 

@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 
-from framework.io.checkpoint import SET_ASIDE_SUFFIX
+from framework.io.checkpoint_storage import SET_ASIDE_SUFFIX
 from framework.io.fs import write_atomic
 
 COMMIT_FILE = "state_complete.json"

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from framework.errors import MisconfigurationError, describe
-from framework.io.checkpoint import load_checkpoint, save_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
 from framework.io.fs import write_bytes_atomic
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,

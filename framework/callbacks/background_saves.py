@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from framework import console
 from framework.errors import CheckpointError
 from framework.io.async_writer import AsyncCheckpointIO
-from framework.io.checkpoint import remove_checkpoint
+from framework.io.checkpoint_storage import remove_checkpoint
 
 if TYPE_CHECKING:
     from framework.trainer.trainer import Trainer

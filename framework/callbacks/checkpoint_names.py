@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from framework.callbacks.checkpoint_files import fill_template, versions_of
-from framework.io.checkpoint import SET_ASIDE_SUFFIX, complete_checkpoint_at
+from framework.io.checkpoint_storage import SET_ASIDE_SUFFIX, complete_checkpoint_at
 from framework.io.fs import exists
 
 if TYPE_CHECKING:

@@ -5,10 +5,9 @@ from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError
-from framework.hooks import Hook, Target
+from framework.hooks import Hook
 
-CALLBACK_HOOKS = frozenset(hook.value for hook in Hook if hook.target != Target.MODULE) | {"state_dict",
-                                                                                          "load_state_dict"}
+CALLBACK_HOOKS = frozenset(hook.value for hook in Hook if hook.for_callbacks) | {"state_dict", "load_state_dict"}
 
 
 class LambdaCallback(Callback):

@@ -10,7 +10,7 @@ ends the launch on every node, as torchrun does on one: the other nodes' launche
 launcher prints which rank failed first and with what error (:mod:`framework.runtime.peer_failure`).
 
 ``--max-restarts N`` starts every rank again when one is killed (up to N times; the Trainer resumes from the
-newest complete checkpoint), but not after an exception in the script (:mod:`framework.cli.restarts`).
+newest complete checkpoint), but not after an exception in the script (:mod:`framework.cli.launch_restarts`).
 SIGTERM, SIGUSR1 and SIGUSR2 sent to the launcher are passed on to the ranks, which save a checkpoint and stop;
 the launcher waits ``--shutdown-timeout`` seconds (torchrun's option, 30 by default) before it kills them, and
 exits with status 75 (``REQUEUE_EXIT_CODE``), as each rank does: "start the job again".
@@ -66,14 +66,14 @@ def launch(argv: Sequence[str]) -> int:
 
 def _torchrun(argv: list[str]) -> int:
     """``torchrun <argv>`` with this launcher's defaults (--standalone on one node, OMP_NUM_THREADS, the restarts
-    of :mod:`framework.cli.restarts`, preemption signals passed on to the ranks)."""
+    of :mod:`framework.cli.launch_restarts`, preemption signals passed on to the ranks)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser, parse_min_max_nnodes
 
     from framework.cli.errors import ConfigError
     from framework.cli.launch_options import check_options
-    from framework.cli.restarts import forward_preemption_signals, run_with_restarts, say_failure
-    from framework.runtime.preemption import JOB_ID_VARIABLE, REQUEUE_EXIT_CODE
+    from framework.cli.launch_restarts import forward_preemption_signals, run_with_restarts, say_failure
+    from framework.runtime.preemption_signals import JOB_ID_VARIABLE, REQUEUE_EXIT_CODE
 
     parser = get_args_parser()
     options = _options_before_script(argv, _flags_of(parser))
@@ -128,7 +128,7 @@ def _run_attempt(parsed: argparse.Namespace) -> dict[int, int]:
 
 def _signalled(number: signal.Signals) -> int:
     """The launcher's exit code after it received ``number`` and passed it on to the ranks."""
-    from framework.runtime.preemption import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE
+    from framework.runtime.preemption_signals import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE
 
     if number in PREEMPTION_SIGNALS:
         print(f"framework launch: {number.name} received and passed on to the ranks, which save a checkpoint "

@@ -140,3 +140,12 @@ def plain(value: Any) -> Any:
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a 0-d tensor or NumPy scalar
         return value.item()
     return repr(value)
+
+
+def log_dir_of(loggers: list[Any], default_root_dir: str) -> str | None:
+    """``trainer.log_dir`` by Lightning's rule: the first logger's run directory for CSV and TensorBoard loggers,
+    the ``save_dir`` of any other (None where it has none); ``default_root_dir`` without a logger."""
+    if not loggers:
+        return default_root_dir
+    logger = loggers[0]
+    return logger.log_dir if isinstance(logger, DirectoryLogger) else logger.save_dir

@@ -42,7 +42,7 @@ from framework.runtime.heartbeat import (
     silent_ranks,
     start_heartbeat,
 )
-from framework.runtime.preemption import unanswered_signal
+from framework.runtime.preemption_signals import unanswered_signal
 from framework.strategies.group_exit import ranks_that_left
 
 FIRST_FAILURE_KEY = "framework/first_failure"  # a RankFailure, as JSON: the first rank that died of an exception
@@ -142,7 +142,7 @@ def leave_if_unanswerable(store: Any, rank: int, world_size: int) -> None:
 
 
 def _share_or_explain(error: BaseException, text: str) -> None:
-    from framework.runtime.launchers import lost_a_peer
+    from framework.runtime.worker_processes import lost_a_peer
 
     store = open_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), _RANK_CONNECT_S)
     if store is None:

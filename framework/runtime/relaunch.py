@@ -17,7 +17,7 @@ from typing import Any
 
 from framework.errors import MisconfigurationError
 from framework.runtime.environment import SCRIPT_RANKS_VARIABLE
-from framework.runtime.launchers import TERMINATE_GRACE_S, die_with_parent, free_port, rank_variables
+from framework.runtime.worker_processes import TERMINATE_GRACE_S, die_with_parent, free_port, rank_variables
 
 # How long rank 0, at its end, waits for the ranks it started to end too.
 _FINISH_GRACE_S = 120.0

@@ -20,7 +20,7 @@ from framework.runtime.compile import StepCompiler, compile_options
 from framework.runtime.data_split import shard_loader
 from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
 from framework.runtime.environment import check_matches_launcher, detect_environment
-from framework.runtime.launching import LaunchMethods, attached_ranks, share_cores
+from framework.runtime.rank_start import LaunchMethods, attached_ranks, share_cores
 from framework.runtime.reporting import LoggerMethods, agree_on_runs, as_list
 from framework.runtime.saving import FileMethods
 from framework.runtime.wrappers import (

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from framework.io.checkpoint import load_checkpoint, save_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
 from framework.precision.base import Precision
 
 

@@ -376,7 +376,7 @@ class FSDPStrategy(ParallelStrategy):
         """Read a checkpoint. From a sharded directory the split tensors are read when loaded, each into the layout
         of the parameter (or optimizer state) it goes to, so each rank reads only its parts, whatever mesh (ZeRO,
         HSDP, tensor parallel) and number of ranks saved it; a file is read whole."""
-        from framework.io.checkpoint import load_checkpoint
+        from framework.io.checkpoint_storage import load_checkpoint
 
         return load_checkpoint(path, map_location="cpu", weights_only=weights_only, leave_split_unread=True)
 

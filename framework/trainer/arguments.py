@@ -10,7 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from framework import console
+from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
+from framework.io.async_writer import AsyncCheckpointIO
 
 
 def _fail(name: str, value: Any, accepted: str) -> MisconfigurationError:
@@ -201,3 +203,28 @@ def with_environment_defaults(init: Callable[..., None]) -> Callable[..., None]:
         init(self, **arguments)
 
     return from_environment
+
+
+def datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any, *more_loaders: Any) -> tuple[Any, Any]:
+    """A DataModule passed as ``dataloaders`` counts as ``datamodule``; a DataModule and loaders at once (in
+    ``dataloaders`` or ``more_loaders``, such as fit's validation loaders) is an error."""
+    if isinstance(dataloaders, DataModule):
+        datamodule, dataloaders = dataloaders, None
+    if datamodule is not None and any(loaders is not None for loaders in (dataloaders, *more_loaders)):
+        raise MisconfigurationError(
+            f"trainer.{entry} got dataloaders and a datamodule: pass dataloaders= or datamodule=, not both."
+        )
+    return datamodule, dataloaders
+
+
+def checkpoint_io_of(plugins: Any) -> AsyncCheckpointIO | None:
+    """The ``AsyncCheckpointIO`` among ``Trainer(plugins=)`` (one plugin or a list), or None; anything else is
+    refused."""
+    given = [] if plugins is None else plugins if isinstance(plugins, (list, tuple)) else [plugins]
+    writers = [plugin for plugin in given if isinstance(plugin, AsyncCheckpointIO)]
+    if len(writers) != len(given) or len(writers) > 1:
+        raise MisconfigurationError(
+            f"Trainer(plugins={describe(plugins)}): accepted is None or one AsyncCheckpointIO "
+            "(framework.io.AsyncCheckpointIO); precision=, strategy= and accelerator= take the other choices."
+        )
+    return writers[0] if writers else None

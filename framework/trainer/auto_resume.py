@@ -7,7 +7,7 @@ Which checkpoint, and when:
   ``TORCHELASTIC_RESTART_COUNT`` > 0; the Trainer's own ranks started again: ``DDPStrategy(max_restarts=...)``; a
   SLURM requeue: ``SLURM_RESTART_COUNT`` > 0) resumes from the newest complete checkpoint of this job: its
   ModelCheckpoint files and the preemption checkpoints. Each checkpoint records the job that wrote it (the SLURM
-  job, else the launch: ``runtime.preemption.job_identity``), so a file an earlier, finished job left in the same
+  job, else the launch: ``runtime.preemption_signals.job_identity``), so a file an earlier, finished job left in the same
   folder is never taken.
 - **Any other start** (a plain re-run of the script, a job submitted again by hand) resumes from the newest
   preemption checkpoint, ``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, if there is one: a run stopped by a
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from framework import console
 from framework.io.async_writer import collecting_writer
-from framework.io.checkpoint import choose_checkpoint, peek_checkpoint, remove_checkpoint
+from framework.io.checkpoint_storage import choose_checkpoint, peek_checkpoint, remove_checkpoint
 from framework.io.fs import names_in
-from framework.runtime.preemption import (
+from framework.runtime.preemption_signals import (
     MAX_RESTARTS_VARIABLE,
     RESTART_REASON_VARIABLE,
     job_identity,
@@ -44,7 +44,7 @@ from framework.trainer.preemption import hpc_checkpoints, in_directory
 from framework.trainer.state import TrainerStatus
 
 if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+    from framework.trainer.run import Run
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,12 @@ class Resume:
     why: str
 
 
-def automatic_resume(trainer: Trainer) -> Resume | None:
+def automatic_resume(run: Run) -> Resume | None:
     """The checkpoint a ``fit(ckpt_path=None)`` resumes from (see the module's docstring), or None to start afresh.
     Rank 0 decides; the others are told."""
-    preempted = hpc_checkpoints(trainer.default_root_dir)
+    preempted = hpc_checkpoints(run.settings.default_root_dir)
     restarts = restart_count()
-    own = _model_checkpoint_files(trainer) if restarts else []
+    own = _model_checkpoint_files(run) if restarts else []
     job, others = job_identity(), []
     choice = choose_checkpoint(preempted + own)
     while choice.path in own and job and _job_of(choice.path) != job:  # an earlier job's file in the same folder
@@ -84,10 +84,10 @@ def automatic_resume(trainer: Trainer) -> Resume | None:
     return Resume(choice.path, why)
 
 
-def announce_resume(trainer: Trainer, resume: Resume, checkpoint: dict[str, Any]) -> None:
+def announce_resume(run: Run, resume: Resume, checkpoint: dict[str, Any]) -> None:
     """Say, on rank 0, in the console and to each logger (``Logger.log_restart``), that the run resumes by itself
     from ``resume.path``, and why."""
-    if not trainer.is_global_zero:
+    if not run.is_global_zero:
         return
     restarts, most = restart_count(), os.environ.get(MAX_RESTARTS_VARIABLE, "")
     record = {"restart": restarts, "max_restarts": int(most) if most.isdigit() else None,
@@ -95,26 +95,26 @@ def announce_resume(trainer: Trainer, resume: Resume, checkpoint: dict[str, Any]
               "checkpoint": resume.path, "global_step": int(checkpoint.get("global_step", 0))}
     console.info(f"Resuming from {resume.path} at global step {record['global_step']}: {resume.why}. Pass "
                  "fit(ckpt_path=...) to choose another checkpoint, or Trainer(auto_resume=False) to start afresh.")
-    for logger in trainer.loggers:
+    for logger in run.loggers:
         log_restart = getattr(logger, "log_restart", None)
         if callable(log_restart):
             log_restart(record)
 
 
 # -- preemption checkpoints done with ---
-def note_preemption_checkpoints(trainer: Trainer) -> None:
+def note_preemption_checkpoints(run: Run) -> None:
     """At the start of fit (rank 0): the preemption checkpoints there now are done with once this fit has gone
     on past them (``consume_preemption_checkpoints``)."""
-    trainer.run_context.preemption_checkpoints = (
-        hpc_checkpoints(trainer.default_root_dir) if trainer.is_global_zero and trainer.auto_resume else [])
+    run.context.preemption_checkpoints = (
+        hpc_checkpoints(run.settings.default_root_dir) if run.is_global_zero and run.settings.auto_resume else [])
 
 
-def consume_preemption_checkpoints(trainer: Trainer) -> None:
+def consume_preemption_checkpoints(run: Run) -> None:
     """This fit has gone on past the preemption checkpoints it started with: remove them (rank 0), once the save
     being made is complete (after its background write, inside a save point), or now."""
-    if trainer.state.status != TrainerStatus.RUNNING:  # a save after a fit that failed: it did not go on
+    if run.state.status != TrainerStatus.RUNNING:  # a save after a fit that failed: it did not go on
         return
-    paths, trainer.run_context.preemption_checkpoints = trainer.run_context.preemption_checkpoints, []
+    paths, run.context.preemption_checkpoints = run.context.preemption_checkpoints, []
     if not paths:
         return
 
@@ -129,15 +129,15 @@ def consume_preemption_checkpoints(trainer: Trainer) -> None:
         remove_all()
 
 
-def consume_at_fit_end(trainer: Trainer) -> None:
+def consume_at_fit_end(run: Run) -> None:
     """A fit ended: once every rank is here, the preemption checkpoints it started with are removed."""
-    trainer.runtime.barrier("preemption checkpoints done with")
-    consume_preemption_checkpoints(trainer)
+    run.runtime.barrier("preemption checkpoints done with")
+    consume_preemption_checkpoints(run)
 
 
-def _model_checkpoint_files(trainer: Trainer) -> list[str]:
+def _model_checkpoint_files(run: Run) -> list[str]:
     found: list[str] = []
-    for callback in trainer.checkpoint_callbacks:
+    for callback in run.checkpoint_callbacks:
         if getattr(callback, "save_weights_only", False):  # its files cannot resume a fit
             continue
         directory = getattr(callback, "dirpath", None)

@@ -17,33 +17,33 @@ from framework.trainer.step import StepClosure
 
 if TYPE_CHECKING:
     from framework.trainer.run_context import RunContext
-    from framework.trainer.trainer import Trainer
+    from framework.trainer.run import Run
 
 
 class AutomaticOptimization:
     """One training batch under automatic optimization."""
 
-    def __init__(self, trainer: Trainer, context: RunContext) -> None:
-        self.trainer = trainer
+    def __init__(self, run: Run, context: RunContext) -> None:
+        self.run = run
         self.context = context
         self.closure: StepClosure | None = None  # made at each epoch's start, for the optimizer of that epoch
         self.applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
 
     def start_epoch(self) -> None:
         """Make the closure the epoch's steps run in."""
-        self.closure = StepClosure(self.trainer, self.context.optimizers[0])
+        self.closure = StepClosure(self.run, self.context.optimizers[0])
 
     def step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, torch.Tensor | None]:
         """Train on one batch: the closure (``training_step``, backward) alone while gradients accumulate, else
         inside the optimizer's step; returns ``training_step``'s output and loss."""
-        trainer, state = self.trainer, self.trainer.state
-        accumulate = trainer.accumulate_grad_batches
+        run, state = self.run, self.run.state
+        accumulate = run.settings.accumulate_grad_batches
         stepping = is_last or (batch_idx + 1) % accumulate == 0
         closure = self.closure
         closure.prepare(batch, batch_idx, stepping)
         optimizer = closure.optimizer
         if not stepping:
-            with trainer.runtime.no_backward_sync(trainer.model):
+            with run.runtime.no_backward_sync(run.model):
                 closure()
             return closure.output, closure.loss
         hooks = self.context.step_hooks
@@ -58,22 +58,22 @@ class AutomaticOptimization:
         state.global_step += 1
         self.applied = stepped
         if self.context.has_step_schedulers and stepped:  # in this order: knowing ``stepped`` may wait for the device
-            step_schedulers(trainer, "step", plateau=False)
+            step_schedulers(run, "step", plateau=False)
         if is_last:
-            step_schedulers(trainer, "epoch", plateau=False)
+            step_schedulers(run, "epoch", plateau=False)
         state.batches_stepped += 1
         return closure.output, closure.loss
 
     def _user_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: StepClosure, batch_idx: int) -> bool:
         """The Module's ``optimizer_step`` override, given an optimizer whose ``step`` goes through the runtime."""
-        trainer = self.trainer
+        run = self.run
         user_step, runtime_step = self.context.step_hooks.optimizer_step, self.context.step_hooks.runtime_optimizer_step
         outcome: list[bool] = []
 
         def step_through(opt: torch.optim.Optimizer, step_closure: Any = None, **kwargs: Any) -> Any:
             outcome.append(runtime_step(opt, step_closure, **kwargs))
 
-        user_step(trainer.state.current_epoch, batch_idx, OptimizerProxy(optimizer, step_through), closure)
+        user_step(run.state.current_epoch, batch_idx, OptimizerProxy(optimizer, step_through), closure)
         if not closure.ran:
             raise MisconfigurationError(
                 "Your optimizer_step override did not call optimizer.step(closure=optimizer_closure); the closure "

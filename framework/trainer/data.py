@@ -22,7 +22,7 @@ from framework.trainer.sampler import with_eval_shard, with_resumable_sampler
 from framework.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+    from framework.trainer.run import Run
 
 INFINITE = math.inf
 
@@ -129,43 +129,43 @@ def set_sampler_epoch(loader: Iterable, epoch: int) -> None:
             sampler.set_epoch(epoch)
 
 
-def load_train_data(trainer: Trainer) -> None:
+def load_train_data(run: Run) -> None:
     """Ask for the training loader and count its batches (the RunContext's ``train_loader``,
     ``num_training_batches``).
 
     Called when training starts (after the sanity check, as in Lightning), earlier if
     ``estimated_stepping_batches`` is read first, and again when a reload is due.
     """
-    loaders = find_loaders("train", trainer.run_context.given_loaders.get("train"), trainer.datamodule, trainer.module)
+    loaders = find_loaders("train", run.context.given_loaders.get("train"), run.datamodule, run.module)
     if loaders is None:
         raise no_training_data()
     if len(loaders) != 1:
         raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
     given = seed_workers_if_asked(loaders[0])
-    replicas, rank = sampler_ranks(trainer)
-    if trainer.overfit_batches:  # the same first batches every epoch, from a SequentialSampler as in Lightning
+    replicas, rank = sampler_ranks(run)
+    if run.settings.overfit_batches:  # the same first batches every epoch, from a SequentialSampler as in Lightning
         loader = with_sequential_order(given, "train")
         if replicas > 1:
             loader = with_resumable_sampler(loader, lambda: (0, False), replicas, rank)
     else:
-        loader = with_resumable_sampler(given, lambda: shuffle_seed(trainer.state, trainer.runtime), replicas, rank)
+        loader = with_resumable_sampler(given, lambda: shuffle_seed(run.state, run.runtime), replicas, rank)
     available = batch_count(loader)
     if available == 0:
         raise MisconfigurationError(
             "The training dataloader is empty (0 batches): check the dataset's length, batch_size and drop_last."
         )
-    name = "overfit_batches" if trainer.overfit_batches else "limit_train_batches"
-    context = trainer.run_context
+    name = "overfit_batches" if run.settings.overfit_batches else "limit_train_batches"
+    context = run.context
     context.train_loader = loader
-    context.num_training_batches = apply_limit(name, available, getattr(trainer, name), whole=batch_count(given))
-    context.val_check_batch = val_check_batch(trainer.val_check_interval, trainer.check_val_every_n_epoch,
+    context.num_training_batches = apply_limit(name, available, getattr(run.settings, name), whole=batch_count(given))
+    context.val_check_batch = val_check_batch(run.settings.val_check_interval, run.settings.check_val_every_n_epoch,
                                               context.num_training_batches)
-    context.loaded_at["train"] = trainer.state.current_epoch
-    if trainer.loggers and context.num_training_batches < trainer.log_every_n_steps and not trainer.fast_dev_run \
-            and trainer.is_global_zero:
+    context.loaded_at["train"] = run.state.current_epoch
+    if run.loggers and context.num_training_batches < run.settings.log_every_n_steps and not run.settings.fast_dev_run \
+            and run.is_global_zero:
         console.warn_user(
             f"The number of training batches ({context.num_training_batches}) is smaller than the logging interval "
-            f"Trainer(log_every_n_steps={trainer.log_every_n_steps}). Set a lower value for log_every_n_steps if "
+            f"Trainer(log_every_n_steps={run.settings.log_every_n_steps}). Set a lower value for log_every_n_steps if "
             "you want to see logs for the training epoch.", PossibleUserWarning
         )
 
@@ -180,24 +180,24 @@ def shuffle_seed(state: Any, runtime: Any) -> tuple[int, bool]:
     return state.shuffle_seed, True
 
 
-def any_rank_has_batches(trainer: Trainer, counts: list[float]) -> bool:
+def any_rank_has_batches(run: Run, counts: list[float]) -> bool:
     """Whether any rank has a batch to run in ``counts``: a rank whose part is empty still joins the loop's
     epoch end (its collectives), so an evaluation runs everywhere or nowhere."""
     mine = any(counts)
-    return trainer.runtime.reduce_boolean_decision(mine, all=False) if trainer.world_size > 1 else mine
+    return run.runtime.reduce_boolean_decision(mine, all=False) if run.world_size > 1 else mine
 
 
-def sampler_ranks(trainer: Trainer) -> tuple[int, int]:
+def sampler_ranks(run: Run) -> tuple[int, int]:
     """``(num_replicas, rank)`` to shard loaders by; ``(1, 0)`` with ``use_distributed_sampler=False``."""
-    shards = trainer.runtime.strategy.distributed_sampler_kwargs
-    if not trainer.use_distributed_sampler or shards is None:
+    shards = run.runtime.strategy.distributed_sampler_kwargs
+    if not run.settings.use_distributed_sampler or shards is None:
         return 1, 0
     return shards["num_replicas"], shards["rank"]
 
 
-def for_this_rank(trainer: Trainer, loader: Iterable) -> Iterable:
+def for_this_rank(run: Run, loader: Iterable) -> Iterable:
     """An evaluation ``loader`` holding only this rank's contiguous part of the data (each sample on one rank)."""
-    replicas, rank = sampler_ranks(trainer)
+    replicas, rank = sampler_ranks(run)
     return with_eval_shard(seed_workers_if_asked(loader), replicas, rank)
 
 
@@ -209,23 +209,23 @@ def no_training_data() -> MisconfigurationError:
     )
 
 
-def val_is_defined(trainer: Trainer) -> bool:
+def val_is_defined(run: Run) -> bool:
     """Whether fit validates: a ``validation_step``, a source of validation data, and a limit above 0.
 
     Decided without asking for the loaders, which are requested only when validation first runs.
     """
-    limit = trainer.overfit_batches if trainer.overfit_batches else trainer.limit_val_batches
-    if limit == 0 or not overrides(trainer.module, Module, "validation_step"):
+    limit = run.settings.overfit_batches if run.settings.overfit_batches else run.settings.limit_val_batches
+    if limit == 0 or not overrides(run.module, Module, "validation_step"):
         return False
-    return has_loader_source(trainer, "val")
+    return has_loader_source(run, "val")
 
 
-def has_loader_source(trainer: Trainer, stage: str) -> bool:
+def has_loader_source(run: Run, stage: str) -> bool:
     """Whether loaders for ``stage`` were given, or the DataModule or Module has ``<stage>_dataloader``."""
-    if trainer.run_context.given_loaders.get(stage) is not None:
+    if run.context.given_loaders.get(stage) is not None:
         return True
     method = f"{stage}_dataloader"
-    return any(defines_loader(owner, method) for owner in (trainer.datamodule, trainer.module))
+    return any(defines_loader(owner, method) for owner in (run.datamodule, run.module))
 
 
 def defines_loader(owner: Any, method: str) -> bool:
@@ -238,34 +238,34 @@ def defines_loader(owner: Any, method: str) -> bool:
     return callable(getattr(owner, method, None))  # a duck-typed data source
 
 
-def load_val_data(trainer: Trainer) -> None:
+def load_val_data(run: Run) -> None:
     """Ask for fit's validation loaders and count their batches (the RunContext's ``val_loaders``,
     ``val_batch_counts``)."""
-    context = trainer.run_context
-    loaders = find_loaders("val", context.given_loaders.get("val"), trainer.datamodule, trainer.module) or []
-    if trainer.overfit_batches:
+    context = run.context
+    loaders = find_loaders("val", context.given_loaders.get("val"), run.datamodule, run.module) or []
+    if run.settings.overfit_batches:
         loaders = [with_sequential_order(loader, "val") for loader in loaders]
-    name = "overfit_batches" if trainer.overfit_batches else "limit_val_batches"
-    context.val_loaders, context.val_batch_counts = rank_parts(trainer, loaders, name, getattr(trainer, name))
-    context.loaded_at["val"] = trainer.state.current_epoch
+    name = "overfit_batches" if run.settings.overfit_batches else "limit_val_batches"
+    context.val_loaders, context.val_batch_counts = rank_parts(run, loaders, name, getattr(run.settings, name))
+    context.loaded_at["val"] = run.state.current_epoch
 
 
-def forget_fit_data(trainer: Trainer) -> None:
+def forget_fit_data(run: Run) -> None:
     """Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
     training's when training starts (or when ``estimated_stepping_batches`` is first read)."""
-    context = trainer.run_context
+    context = run.context
     context.train_loader, context.num_training_batches = None, INFINITE
     context.val_loaders, context.val_batch_counts = [], []
     context.loaded_at.clear()
 
 
-def reload_due(trainer: Trainer, stage: str) -> bool:
+def reload_due(run: Run, stage: str) -> bool:
     """Whether the ``stage`` ("train" or "val") loaders must be requested (again) now."""
-    last = trainer.run_context.loaded_at.get(stage)
+    last = run.context.loaded_at.get(stage)
     if last is None:
         return True
-    n = trainer.reload_dataloaders_every_n_epochs
-    return bool(n) and trainer.state.current_epoch - last >= n
+    n = run.settings.reload_dataloaders_every_n_epochs
+    return bool(n) and run.state.current_epoch - last >= n
 
 
 def val_check_batch(interval: int | float, every_n_epochs: int | None, total: float) -> float:
@@ -289,21 +289,21 @@ def val_check_batch(interval: int | float, every_n_epochs: int | None, total: fl
     return max(1, int(total * interval))
 
 
-def eval_data(trainer: Trainer, stage: str, limit: int | float) -> tuple[list[Iterable], list[float]]:
+def eval_data(run: Run, stage: str, limit: int | float) -> tuple[list[Iterable], list[float]]:
     """The loaders of ``stage`` ("val", "test", "predict") and how many batches of each to run."""
-    loaders = find_loaders(stage, trainer.run_context.given_loaders.get(stage), trainer.datamodule, trainer.module)
+    loaders = find_loaders(stage, run.context.given_loaders.get(stage), run.datamodule, run.module)
     if loaders is None:
         raise MisconfigurationError(
             f"No {stage} data: pass dataloaders=, a datamodule=, or define {stage}_dataloader() on the Module."
         )
     if all(batch_count(loader) == 0 for loader in loaders) and limit != 0:
         raise MisconfigurationError(f"The {stage} dataloader is empty (0 batches).")
-    return rank_parts(trainer, loaders, f"limit_{stage}_batches", limit)
+    return rank_parts(run, loaders, f"limit_{stage}_batches", limit)
 
 
-def rank_parts(trainer: Trainer, loaders: list[Iterable], name: str, limit: int | float) -> tuple[list, list[float]]:
+def rank_parts(run: Run, loaders: list[Iterable], name: str, limit: int | float) -> tuple[list, list[float]]:
     """This rank's part of each evaluation loader, and how many of its batches to run under ``limit`` (``name``)."""
-    parts = [for_this_rank(trainer, loader) for loader in loaders]
+    parts = [for_this_rank(run, loader) for loader in loaders]
     counts = [apply_limit(name, batch_count(part), limit, whole=batch_count(loader))
               for part, loader in zip(parts, loaders, strict=True)]
     return parts, counts

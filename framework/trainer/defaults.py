@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 from datetime import timedelta
+from typing import Any
 
 from framework.callbacks import Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar, Timer, TQDMProgressBar
 from framework.callbacks.base import Callback
-from framework.errors import MisconfigurationError
+from framework.errors import MisconfigurationError, describe
 from framework.loggers import CSVLogger, Logger, TensorBoardLogger
-from framework.trainer.dispatch import check_state_keys
+from framework.loggers.base import DummyLogger
+from framework.trainer.hook_runner import check_state_keys
+from framework.trainer.settings import Settings
 from framework.utilities.rank_zero import rank_zero_info
 
 
@@ -54,3 +57,24 @@ def default_loggers(root_dir: str) -> list[Logger]:
     if importlib.util.find_spec("tensorboard") is not None:
         return [TensorBoardLogger(root_dir)]
     return [CSVLogger(root_dir)]
+
+
+def resolve_loggers(logger: Any, settings: Settings) -> list[Logger]:
+    """The loggers ``Trainer(logger=)`` asks for: ``None``/``True`` the default one, ``False`` none, a Logger (or
+    any object that logs like one, as Lightning takes) or a list; none with ``barebones``, and a ``DummyLogger``
+    under ``fast_dev_run`` (as in Lightning: no files are written, but ``trainer.logger`` stays usable)."""
+    if settings.barebones:
+        logger = False
+    if logger is None or logger is True:
+        loggers = default_loggers(settings.default_root_dir)
+    elif logger is False:
+        loggers = []
+    else:
+        loggers = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+        for item in loggers:
+            if not isinstance(item, Logger) and not callable(getattr(item, "log_metrics", None)):
+                raise MisconfigurationError(f"Trainer(logger={describe(item)}): accepted True, False, a Logger (or "
+                                            "an object with log_metrics) or a list of them.")
+    if settings.fast_dev_run:
+        return [DummyLogger()] if logger is not False and logger != [] else []
+    return loggers

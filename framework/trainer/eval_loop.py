@@ -14,7 +14,7 @@ from framework.hooks import Hook, overrides
 from framework.module import Module
 from framework.nested import move_to_device
 from framework.profilers.base import profiled, profiled_batches
-from framework.trainer.checkpoint import restore_for_evaluation
+from framework.trainer.checkpoint_paths import restore_for_evaluation
 from framework.trainer.data import INFINITE, any_rank_has_batches, eval_data, limited
 from framework.trainer.metrics import step_views, to_floats
 from framework.trainer.prediction_state import PredictionState, recording_indices
@@ -23,7 +23,7 @@ from framework.trainer.signatures import check_dataloader_idx, without_unaccepte
 from framework.trainer.state import RunningStage, TrainerFn
 
 if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+    from framework.trainer.run import Run
 
 
 @dataclass(frozen=True)
@@ -59,30 +59,30 @@ _LOOPS = {
 }
 
 
-def run_validate_or_test(trainer: Trainer, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
+def run_validate_or_test(run: Run, fn: TrainerFn, ckpt_path: Any) -> list[dict[str, float]]:
     """``trainer.validate`` or ``trainer.test`` once set up: restore, ask for the loaders, run the loop."""
     kind = "validate" if fn == TrainerFn.VALIDATING else "test"
     stage = "val" if kind == "validate" else "test"
     step_name = _LOOPS[kind].step
-    module = trainer.module
+    module = run.module
     if not overrides(module, Module, step_name):
         raise MisconfigurationError(f"trainer.{fn.value}() needs {type(module).__qualname__}.{step_name}.")
-    restore_for_evaluation(trainer, ckpt_path)  # first, so a restored DataModule builds the loaders
+    restore_for_evaluation(run, ckpt_path)  # first, so a restored DataModule builds the loaders
     module.zero_grad()  # as Lightning at a run's start: no earlier gradient holds memory
-    limit = getattr(trainer, f"limit_{stage}_batches")
+    limit = getattr(run.settings, f"limit_{stage}_batches")
     if limit == 0:  # as in Lightning: the loop is skipped without asking for its loaders
         return []
-    loaders, limits = eval_data(trainer, stage, limit)
-    trainer.run_context.eval_loaders[stage], trainer.run_context.eval_batches[stage] = loaders, limits
-    if not any_rank_has_batches(trainer, limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
+    loaders, limits = eval_data(run, stage, limit)
+    run.context.eval_loaders[stage], run.context.eval_batches[stage] = loaders, limits
+    if not any_rank_has_batches(run, limits):  # limit_*_batches=0: the loop is skipped, as in Lightning
         return []
-    trainer.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
-    return run_evaluation(trainer, kind, loaders, limits)
+    run.state.stage = RunningStage.VALIDATING if kind == "validate" else RunningStage.TESTING
+    return run_evaluation(run, kind, loaders, limits)
 
 
-def run_predict(trainer: Trainer, ckpt_path: Any) -> list[Any] | None:
+def run_predict(run: Run, ckpt_path: Any) -> list[Any] | None:
     """``trainer.predict`` once set up: restore, ask for the loaders, run the loop, keep what was asked for."""
-    module = trainer.module
+    module = run.module
     if module.predict_step is None:  # set so; the default one needs no override
         raise MisconfigurationError(f"trainer.predict() needs {type(module).__qualname__}.predict_step, which is "
                                     "None: define it, or delete the attribute to use the default (self(batch)).")
@@ -90,33 +90,33 @@ def run_predict(trainer: Trainer, ckpt_path: Any) -> list[Any] | None:
         raise MisconfigurationError(f"trainer.predict() needs {type(module).__qualname__}.predict_step or .forward, "
                                     "and it has neither: define predict_step(self, batch, batch_idx) to say what a "
                                     "prediction is, or forward (the default predict_step returns self(batch)).")
-    restore_for_evaluation(trainer, ckpt_path)
+    restore_for_evaluation(run, ckpt_path)
     module.zero_grad()
-    if trainer.limit_predict_batches == 0:  # as in Lightning: the loop is skipped without asking for its loaders
-        return [] if trainer._keep_predictions else None
-    loaders, limits = eval_data(trainer, "predict", trainer.limit_predict_batches)
-    state = trainer.run_context.predict_loop = PredictionState(len(loaders))
-    writers = [callback for callback in trainer.callbacks if isinstance(callback, BasePredictionWriter)]
+    if run.settings.limit_predict_batches == 0:  # as in Lightning: the loop is skipped without asking for its loaders
+        return [] if run.keep_predictions else None
+    loaders, limits = eval_data(run, "predict", run.settings.limit_predict_batches)
+    state = run.context.predict_loop = PredictionState(len(loaders))
+    writers = [callback for callback in run.callbacks if isinstance(callback, BasePredictionWriter)]
     if writers:  # they are told each prediction's sample indices
         loaders, state.recorders = (list(parts) for parts in zip(*map(recording_indices, loaders), strict=True))
-    trainer.run_context.eval_loaders["predict"], trainer.run_context.eval_batches["predict"] = loaders, limits
-    if not any_rank_has_batches(trainer, limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
-        return [] if trainer._keep_predictions else None
-    trainer.state.stage = RunningStage.PREDICTING
+    run.context.eval_loaders["predict"], run.context.eval_batches["predict"] = loaders, limits
+    if not any_rank_has_batches(run, limits):  # limit_predict_batches=0: the loop is skipped, as in Lightning
+        return [] if run.keep_predictions else None
+    run.state.stage = RunningStage.PREDICTING
     module._logging_refused_in = "predict_step"  # as in Lightning, predicting logs nothing
-    keep = trainer._keep_predictions or any(writer.interval.on_epoch for writer in writers)
+    keep = run.keep_predictions or any(writer.interval.on_epoch for writer in writers)
     try:
-        predictions = run_evaluation(trainer, "predict", loaders, limits, keep=keep)
+        predictions = run_evaluation(run, "predict", loaders, limits, keep=keep)
     finally:
         module._logging_refused_in = None
-    return predictions if trainer._keep_predictions else None
+    return predictions if run.keep_predictions else None
 
 
 def _has_forward(module: torch.nn.Module) -> bool:
     return "forward" in vars(module) or type(module).forward is not torch.nn.Module.forward
 
 
-def run_evaluation(trainer: Trainer, kind: str, loaders: list, limits: list[float],
+def run_evaluation(run: Run, kind: str, loaders: list, limits: list[float],
                    keep: bool = False) -> list[dict[str, Any]]:
     """Run ``kind`` ("validate", "test" or "predict") over ``loaders``.
 
@@ -124,11 +124,11 @@ def run_evaluation(trainer: Trainer, kind: str, loaders: list, limits: list[floa
     of batch predictions per loader (or the list itself with one loader), when ``keep``.
     """
     names = _LOOPS[kind]
-    hooks, module, metrics = trainer.hooks, trainer.module, trainer.metrics
+    hooks, module, metrics = run.hooks, run.module, run.metrics
     modes = {sub: sub.training for sub in module.modules()}
-    trainer.runtime.strategy.broadcast_buffers(trainer.model)  # every rank evaluates the model rank 0 saves
+    run.runtime.strategy.broadcast_buffers(run.model)  # every rank evaluates the model rank 0 saves
     hooks.call(names.model_eval)
-    results = Results(training=False, distributed=trainer.world_size > 1)
+    results = Results(training=False, distributed=run.world_size > 1)
     module._results = results
     training_results, metrics.live = metrics.live, results
     if training_results is not None:  # training's step values stay in callback_metrics through validation
@@ -136,30 +136,30 @@ def run_evaluation(trainer: Trainer, kind: str, loaders: list, limits: list[floa
     outputs: list[Any] = []
     # Inside fit, validation runs under no_grad, as in Lightning: tensors it creates may be reused by
     # training, which inference-mode tensors cannot be.
-    inference = (trainer.inference_mode and trainer.state.fn != TrainerFn.FITTING
-                 and trainer.runtime.strategy.supports_inference_mode)
+    inference = (run.settings.inference_mode and run.state.fn != TrainerFn.FITTING
+                 and run.runtime.strategy.supports_inference_mode)
     try:
         with _grad_off(inference):
             hooks.call(names.start)
             hooks.call(names.epoch_start)
             predicting = kind == "predict"
-            fewest, same = _batches_on_every_rank(trainer, loaders, limits)
-            with trainer.runtime.strategy.evaluating(trainer.model, every_rank_same_batches=same):
-                outputs = _run_batches(trainer, names, results, loaders, limits, predicting,
+            fewest, same = _batches_on_every_rank(run, loaders, limits)
+            with run.runtime.strategy.evaluating(run.model, every_rank_same_batches=same):
+                outputs = _run_batches(run, names, results, loaders, limits, predicting,
                                        keep=predicting and keep, synced_batches=None if predicting else fewest)
             results.dataloader_idx = None  # epoch-end logs belong to no single loader
             if predicting:
-                trainer.run_context.predict_loop._predictions = outputs
-                outputs = trainer.run_context.predict_loop.predictions
+                run.context.predict_loop._predictions = outputs
+                outputs = run.context.predict_loop.predictions
                 hooks.call(names.epoch_end)
             else:
-                trainer.metrics.end_epoch_of(results)
-                hooks.call_epoch_end(names.epoch_end, trainer.metrics.refresh_ending)
-                trainer.metrics.end_epoch_of(None)
-                outputs = _finish(trainer, results, len(loaders))
+                run.metrics.end_epoch_of(results)
+                hooks.call_epoch_end(names.epoch_end, run.metrics.refresh_ending)
+                run.metrics.end_epoch_of(None)
+                outputs = _finish(run, results, len(loaders))
             hooks.call(names.end)
     finally:
-        module._results = trainer.train_results if trainer.state.stage == RunningStage.TRAINING else None
+        module._results = run.train_results if run.state.stage == RunningStage.TRAINING else None
         metrics.live = training_results
         results.reset()
     if names.model_train is not None and overrides(module, Module, names.model_train.value):
@@ -170,7 +170,7 @@ def run_evaluation(trainer: Trainer, kind: str, loaders: list, limits: list[floa
     return outputs
 
 
-def _batches_on_every_rank(trainer: Trainer, loaders: list, limits: list[float]) -> tuple[list[float] | None, bool]:
+def _batches_on_every_rank(run: Run, loaders: list, limits: list[float]) -> tuple[list[float] | None, bool]:
     """How many batches of each loader every rank runs (unknown lengths count as none, and so do an iterable
     dataset's: its ``__len__`` may promise batches a rank's own part of the stream does not have), and
     whether every rank runs as many as the others (known lengths only).
@@ -180,31 +180,31 @@ def _batches_on_every_rank(trainer: Trainer, loaders: list, limits: list[float])
     all of them run, and stays this rank's own in a batch only some run (a collective there
     would wait for ranks that never come).
     """
-    if trainer.world_size == 1:
+    if run.world_size == 1:
         return None, True  # nothing to sync
     counts = torch.tensor([-1.0 if limit == INFINITE or isinstance(getattr(loader, "dataset", None), IterableDataset)
                            else float(limit) for loader, limit in zip(loaders, limits, strict=True)])
-    bounds = trainer.runtime.strategy.all_reduce(torch.cat([counts, -counts]), "min").tolist()  # one collective
+    bounds = run.runtime.strategy.all_reduce(torch.cat([counts, -counts]), "min").tolist()  # one collective
     fewest, most = bounds[:len(counts)], [-value for value in bounds[len(counts):]]
     return [max(0.0, value) for value in fewest], fewest == most and min(fewest, default=0.0) >= 0
 
 
-def _run_batches(trainer: Trainer, names: _Names, results: Results, loaders: list, limits: list[float],
+def _run_batches(run: Run, names: _Names, results: Results, loaders: list, limits: list[float],
                  predicting: bool, keep: bool, synced_batches: list[float] | None) -> list[Any]:
-    hooks = trainer.hooks
+    hooks = run.hooks
     several = len(loaders) > 1
-    step = _step_for(trainer, names, several)
+    step = _step_for(run, names, several)
     batch_start, batch_end = hooks.get(names.batch_start), hooks.get(names.batch_end)
-    move = trainer.batch_mover()
-    record_logs = trainer.module._record_logs_of_compiled_step
+    move = run.move_batch
+    record_logs = run.module._record_logs_of_compiled_step
     collected: list[list[Any]] = []
-    reduce = trainer.runtime.strategy.all_reduce
-    predict_loop = trainer.run_context.predict_loop
+    reduce = run.runtime.strategy.all_reduce
+    predict_loop = run.context.predict_loop
     prediction_state = predict_loop if predicting and predict_loop.recorders else None
     for dataloader_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
         extra = (dataloader_idx,) if several else ()
         predictions: list[Any] = []
-        for batch_idx, batch in enumerate(profiled_batches(trainer._profiling, f"{names.stage}_dataloader_next",
+        for batch_idx, batch in enumerate(profiled_batches(run.profiling, f"{names.stage}_dataloader_next",
                                                            limited(loader, limit))):
             batch = move(batch, dataloader_idx)
             results.start_batch(batch, dataloader_idx if several else None)
@@ -214,7 +214,7 @@ def _run_batches(trainer: Trainer, names: _Names, results: Results, loaders: lis
                 prediction_state.note_batch(dataloader_idx, batch_idx, keep_indices=True)
             if batch_start is not None:
                 batch_start(batch, batch_idx, *extra)
-            with trainer.runtime.autocast():
+            with run.runtime.autocast():
                 output = step(batch, batch_idx, *extra)
             record_logs()
             if keep:  # on the CPU, so a long predict run does not fill the accelerator's memory
@@ -223,37 +223,37 @@ def _run_batches(trainer: Trainer, names: _Names, results: Results, loaders: lis
                 batch_end(output, batch, batch_idx, *extra)
             results.in_batch = False
             if not predicting:
-                _log_step(trainer, results)
+                _log_step(run, results)
         collected.append(predictions)
     return collected if keep else []
 
 
-def _step_for(trainer: Trainer, names: _Names, several: bool) -> Any:
+def _step_for(run: Run, names: _Names, several: bool) -> Any:
     """The step callable, taking ``(batch, batch_idx, *dataloader_idx)``; signatures checked first."""
-    module = trainer.module
+    module = run.module
     owner = type(module).__qualname__
     method = getattr(module, names.step)
     check_dataloader_idx(method, owner, names.step, names.stage, several)
     for hook in (names.batch_start, names.batch_end):
         if overrides(module, Module, hook.value):
             check_dataloader_idx(getattr(module, hook.value), owner, hook.value, names.stage, several)
-    return profiled(trainer._profiling, names.step, without_unaccepted_batch_idx(trainer.strategy_step(names.step),
+    return profiled(run.profiling, names.step, without_unaccepted_batch_idx(run.step_function(names.step),
                                                                                method))
 
 
-def _finish(trainer: Trainer, results: Results, num_loaders: int) -> list[dict[str, float]]:
+def _finish(run: Run, results: Results, num_loaders: int) -> list[dict[str, float]]:
     """Store and log the epoch's metrics; one dict of floats per dataloader.
 
     The sanity check's values are kept (its ``on_validation_end`` sees them, as in Lightning)
     but reach no logger and are forgotten when it ends.
     """
-    state = trainer.state
+    state = run.state
     if state.stage == RunningStage.SANITY_CHECKING:
-        trainer.metrics.keep_epoch(results)
+        run.metrics.keep_epoch(results)
         return []
     # Inside fit, validation logs at the step of the training batch it followed, as in Lightning.
     step = max(state.batches_stepped - 1, 0) if state.fn == TrainerFn.FITTING else state.batches_stepped
-    metrics = to_floats(trainer.metrics.log_epoch(results, step, state.current_epoch))
+    metrics = to_floats(run.metrics.log_epoch(results, step, state.current_epoch))
     return [{key: value for key, value in metrics.items() if _of_loader(results, key, idx)}
             for idx in range(num_loaders)]
 
@@ -267,15 +267,15 @@ def _of_loader(results: Results, key: str, idx: int) -> bool:
     return not loaders or idx in loaders
 
 
-def _log_step(trainer: Trainer, results: Results) -> None:
+def _log_step(run: Run, results: Results) -> None:
     """Step-level values logged in validation/test go to loggers every batch, numbered per loop
     (not in the sanity check); ``logged_metrics`` and the progress bar get them either way."""
-    steps = trainer.metrics.eval_steps
+    steps = run.metrics.eval_steps
     loader = results.dataloader_idx or 0
     step = steps.get(loader, 0)
     if results.step_values():
-        to_loggers = trainer.state.stage != RunningStage.SANITY_CHECKING
-        trainer.metrics.log_step(results, step, epoch=None, to_loggers=to_loggers)
+        to_loggers = run.state.stage != RunningStage.SANITY_CHECKING
+        run.metrics.log_step(results, step, epoch=None, to_loggers=to_loggers)
     steps[loader] = step + 1
 
 

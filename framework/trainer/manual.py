@@ -15,19 +15,19 @@ from framework.errors import MisconfigurationError
 from framework.trainer.step import StepHooks, check_training_output
 
 if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+    from framework.trainer.run import Run
 
 
-def check_manual_settings(trainer: Trainer) -> None:
+def check_manual_settings(run: Run) -> None:
     """Refuse the Trainer's arguments that only automatic optimization acts on."""
-    if trainer.gradient_clip_val:
+    if run.settings.gradient_clip_val:
         raise MisconfigurationError(
-            f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) does nothing in manual optimization; "
+            f"Trainer(gradient_clip_val={run.settings.gradient_clip_val}) does nothing in manual optimization; "
             "call self.clip_gradients(optimizer, gradient_clip_val=...) in training_step instead."
         )
-    if trainer.accumulate_grad_batches != 1:
+    if run.settings.accumulate_grad_batches != 1:
         raise MisconfigurationError(
-            f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) does nothing in manual "
+            f"Trainer(accumulate_grad_batches={run.settings.accumulate_grad_batches}) does nothing in manual "
             "optimization; accumulate in training_step by stepping every N batches."
         )
 
@@ -35,25 +35,25 @@ def check_manual_settings(trainer: Trainer) -> None:
 class ManualOptimization:
     """One training batch under manual optimization, and the calls the Module makes during it."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, run: Run) -> None:
+        self.run = run
 
     def step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, torch.Tensor | None]:
         """Run ``training_step`` (which steps the optimizers); returns its output and loss."""
-        trainer = self.trainer
-        with trainer.runtime.autocast():
-            output = trainer.training_step(batch, batch_idx)
-        trainer.module._record_logs_of_compiled_step()
+        run = self.run
+        with run.runtime.autocast():
+            output = run.training_step(batch, batch_idx)
+        run.module._record_logs_of_compiled_step()
         loss = check_training_output(output, manual=True)
-        update_scale = trainer.run_context.step_hooks.update_scale
+        update_scale = run.context.step_hooks.update_scale
         if update_scale is not None:  # once, after every optimizer of the batch stepped
             update_scale()
-        trainer.state.batches_stepped += 1
+        run.state.batches_stepped += 1
         return output, loss
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``self.manual_backward(loss)``: the backward hooks around the strategy's backward."""
-        hooks = self.trainer.run_context.step_hooks
+        hooks = self.run.context.step_hooks
         if hooks.before_backward is not None:
             hooks.before_backward(loss)
         hooks.backward(loss, *args, **kwargs)
@@ -62,14 +62,14 @@ class ManualOptimization:
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
         """``opt.step()`` inside a manual ``training_step``: hooks, precision, then count the step."""
-        hooks = self.trainer.run_context.step_hooks
+        hooks = self.run.context.step_hooks
         if hooks.before_optimizer_step is not None:
             if closure is None:
                 _before_step(hooks, optimizer)
             else:  # the hook sees the gradients the closure made, as in Lightning: run it after each evaluation
                 closure = _then_before_step(closure, hooks, optimizer)
         stepped = hooks.runtime_optimizer_step(optimizer, closure, **kwargs)
-        self.trainer.state.global_step += 1
+        self.run.state.global_step += 1
         return stepped
 
 

@@ -13,12 +13,12 @@ from framework import console
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import overrides
 from framework.module import Module
-from framework.trainer.dispatch import call_refusing_logs
+from framework.trainer.hook_runner import call_refusing_logs
 from framework.utilities.types import LRSchedulerConfig
 
 if TYPE_CHECKING:
     from framework.trainer.run_context import RunContext
-    from framework.trainer.trainer import Trainer
+    from framework.trainer.run import Run
 
 ACCEPTED_FORMS = """configure_optimizers may return:
   - an optimizer
@@ -147,32 +147,32 @@ def _bad_form(value: Any) -> MisconfigurationError:
     )
 
 
-def step_schedulers(trainer: Trainer, interval: str, plateau: bool | None) -> None:
+def step_schedulers(run: Run, interval: str, plateau: bool | None) -> None:
     """Step the schedulers of ``interval`` that are due (``plateau``: only/no ReduceLROnPlateau; None: all).
 
     In manual optimization the user steps schedulers, as in Lightning.
     """
-    if not trainer.module.automatic_optimization:
+    if not run.module.automatic_optimization:
         return
-    state = trainer.state
+    state = run.state
     count = state.global_step if interval == "step" else state.current_epoch + (0 if plateau else 1)
-    for config in trainer.run_context.lr_scheduler_configs:
+    for config in run.context.lr_scheduler_configs:
         if config.interval != interval or (plateau is not None and config.reduce_on_plateau != plateau):
             continue
         if count % config.frequency != 0:
             continue
         metric = None
         if config.reduce_on_plateau:
-            metric = trainer.callback_metrics.get(config.monitor)
+            metric = run.metrics.callback_view().get(config.monitor)
             if metric is None:
                 if config.strict:
-                    available = sorted(trainer.callback_metrics)
+                    available = sorted(run.metrics.callback_view())
                     raise MisconfigurationError(
                         f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged. Logged metrics: "
                         f"{available}. Log it with self.log({config.monitor!r}, ...) or set 'strict': False."
                     )
                 continue
-        call_refusing_logs(trainer.module, "lr_scheduler_step", trainer.module.lr_scheduler_step, config.scheduler,
+        call_refusing_logs(run.module, "lr_scheduler_step", run.module.lr_scheduler_step, config.scheduler,
                            metric)  # as in Lightning, no self.log there
 
 
@@ -227,11 +227,11 @@ class OptimizerProxy:
         return f"OptimizerProxy({self.optimizer!r})"
 
 
-def configure_optimizers(trainer: Trainer, context: RunContext, manual_step: Callable[..., bool]) -> None:
+def configure_optimizers(run: Run, context: RunContext, manual_step: Callable[..., bool]) -> None:
     """Ask the Module for its optimizers and schedulers, check them against how it optimizes, and put them in
     ``context`` set up by the runtime (with the proxies ``self.optimizers()`` hands a Module that steps them
     itself, whose ``step`` is ``manual_step``)."""
-    module = trainer.module
+    module = run.module
     optimizers, context.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
     check_schedulers(context.lr_scheduler_configs, module.automatic_optimization,
                      steps_itself=overrides(module, Module, "lr_scheduler_step"))
@@ -249,6 +249,6 @@ def configure_optimizers(trainer: Trainer, context: RunContext, manual_step: Cal
                 f"configure_optimizers returned {len(optimizers)} optimizers. Several optimizers need manual "
                 "optimization: set self.automatic_optimization = False and step them in training_step."
             )
-    context.optimizers = [trainer.runtime.setup_optimizer(optimizer) for optimizer in optimizers]
+    context.optimizers = [run.runtime.setup_optimizer(optimizer) for optimizer in optimizers]
     context.manual_optimizers = [OptimizerProxy(opt, manual_step) for opt in context.optimizers]
     context.has_step_schedulers = any(c.interval == "step" for c in context.lr_scheduler_configs)

@@ -1,5 +1,5 @@
 """What the fit loop does on a preemption signal: at the step boundary every rank agreed on, save the run and leave
-with the exit status that asks for a new start (:mod:`framework.runtime.preemption`).
+with the exit status that asks for a new start (:mod:`framework.runtime.preemption_signals`).
 
 Under SLURM, rank 0 then requeues the job (``requeue_when_done``), last of all: ``scontrol requeue`` kills every
 process of the job within milliseconds.
@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from framework import console
 from framework.io.fs import names_in, remove
-from framework.runtime.preemption import Preempted, PreemptionWatch, slurm_requeue
+from framework.runtime.preemption_signals import Preempted, PreemptionWatch, slurm_requeue
 
 if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+    from framework.trainer.run import Run
 
 HPC_PREFIX = "hpc_ckpt_"
 _HPC_NAME = re.compile(rf"^{HPC_PREFIX}(\d+)\.ckpt$")
@@ -35,8 +36,9 @@ def hpc_checkpoints(directory: str) -> list[str]:
 class PreemptionStop:
     """The fit loop's side of preemption: the signal watch for the length of a fit, and the save-and-leave."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, run: Run, save: Callable[[str], None]) -> None:
+        self.run = run
+        self.save = save  # writes the run's checkpoint to a path, as trainer.save_checkpoint does
         self.watch = PreemptionWatch()
 
     @property
@@ -46,23 +48,23 @@ class PreemptionStop:
 
     def save_and_leave(self) -> None:
         """Save the run as it is now (every rank, at the same step), requeue a SLURM job, and raise ``Preempted``."""
-        trainer = self.trainer
+        run = self.run
         self.watch.answering = True
-        path = trainer.runtime.broadcast(self._next_path() if trainer.is_global_zero else None)
-        trainer.save_checkpoint(path)
-        trainer.runtime.barrier("preemption checkpoint saved")
-        if trainer.is_global_zero:
-            for older in hpc_checkpoints(trainer.default_root_dir)[:-1]:
+        path = run.runtime.broadcast(self._next_path() if run.is_global_zero else None)
+        self.save(path)
+        run.runtime.barrier("preemption checkpoint saved")
+        if run.is_global_zero:
+            for older in hpc_checkpoints(run.settings.default_root_dir)[:-1]:
                 if older != path:
                     remove(older)
-            console.info(f"{self._signal_name()} at global step {trainer.global_step}: saved {path}.")
+            console.info(f"{self._signal_name()} at global step {run.state.global_step}: saved {path}.")
         raise Preempted(self._signal_name(), path)
 
     def _signal_name(self) -> str:
         return f"{self.watch.signal_name} received" if self.wished else "A preemption signal received by another rank"
 
     def _next_path(self) -> str:
-        directory = self.trainer.default_root_dir
+        directory = self.run.settings.default_root_dir
         existing = hpc_checkpoints(directory)
         number = int(_HPC_NAME.match(os.path.basename(existing[-1])).group(1)) + 1 if existing else 1
         return in_directory(directory, f"{HPC_PREFIX}{number}.ckpt")
@@ -73,11 +75,11 @@ def in_directory(directory: str, name: str) -> str:
     return f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(directory, name)
 
 
-def requeue_when_done(trainer: Trainer) -> None:
+def requeue_when_done(run: Run) -> None:
     """The last thing a preempted run does (after ``on_exception`` and the loggers' last writes): once every rank
     is here, rank 0 asks SLURM to requeue the job, which kills every process of the job at once."""
-    trainer.runtime.barrier("preempted run done")
-    if trainer.is_global_zero:
+    run.runtime.barrier("preempted run done")
+    if run.is_global_zero:
         requeued = slurm_requeue()
         if requeued:
             console.info(requeued)

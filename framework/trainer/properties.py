@@ -1,13 +1,15 @@
 """What users read from a ``Trainer``: counters, metrics, ranks, loaders and callbacks, under Lightning's names.
 
-Every property here is a view of state the Trainer holds elsewhere (its ``state``, ``metrics``, ``runtime``,
-``run_context`` and callbacks); only ``estimated_stepping_batches`` does work, asking for the training loader
-when it is read before training starts. The few that Lightning lets users set (``should_stop``, ``optimizers``,
-``lr_scheduler_configs``, ``ckpt_path``) write to that state.
+Every property here is a view: of the settings, of the current (or last) ``Run`` and of what its runs share (the
+``state``, ``metrics``, ``runtime`` and ``run_context``); only ``estimated_stepping_batches`` does work, asking
+for the training loader when it is read before training starts. The few that Lightning lets users set
+(``should_stop``, ``optimizers``, ``lr_scheduler_configs``, ``ckpt_path``, ``callbacks``, ``model``) write to
+that state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from framework.callbacks import EarlyStopping, ProgressBar, Timer
 from framework.callbacks.base import Callback
 from framework.loggers.base import Logger
-from framework.loggers.directory import DirectoryLogger
+from framework.loggers.directory import log_dir_of
 from framework.module import Module
 from framework.trainer.data import INFINITE, load_train_data
 from framework.trainer.settings import SETTING_NAMES, Settings
@@ -24,7 +26,12 @@ from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
 if TYPE_CHECKING:
     from torch.optim import Optimizer
 
+    import torch
+
+    from framework.trainer.fit_loop import FitLoop
+    from framework.trainer.hook_runner import HookRunner
     from framework.trainer.prediction_state import PredictionState
+    from framework.trainer.run import Run
     from framework.utilities.types import LRSchedulerConfig
 
 class SettingView:
@@ -38,7 +45,7 @@ class SettingView:
     def __get__(self, trainer: Any, owner: type | None = None) -> Any:
         if trainer is None:
             return self
-        return getattr(trainer._settings, self.name)
+        return getattr(trainer.settings, self.name)
 
     def __set__(self, trainer: Any, value: Any) -> None:
         trainer.replace_settings(**{self.name: value})
@@ -47,10 +54,67 @@ class SettingView:
 class TrainerProperties:
     """The views a ``Trainer`` offers (the Trainer subclasses this)."""
 
+    _current_run: Run | None
+    _settings: Settings
+    _callbacks: list[Callback]
+
     @property
     def settings(self) -> Settings:
-        """The checked value arguments, frozen; each is also an attribute (``trainer.max_epochs``)."""
-        return self._settings
+        """The checked value arguments, frozen (the last run's, which may have settled ``max_epochs``); each is
+        also an attribute (``trainer.max_epochs``)."""
+        run = self._current_run
+        return self._settings if run is None else run.settings
+
+    def replace_settings(self, **changes: Any) -> None:
+        """Set settings fields (``trainer.max_epochs = 3`` calls this): a new ``Settings`` with ``changes``, which
+        a run under way reads from its next use of them. The values are not checked, as with Lightning's
+        attributes."""
+        self._settings = dataclasses.replace(self.settings, **changes)
+        if self._current_run is not None:
+            self._current_run.settings = self._settings
+
+    @property
+    def callbacks(self) -> list[Callback]:
+        """The callbacks of the current or last run (with those the Module's ``configure_callbacks`` added), else
+        the Trainer's own with the ones its flags add."""
+        run = self._current_run
+        return self._callbacks if run is None else run.callbacks
+
+    @callbacks.setter
+    def callbacks(self, callbacks: list[Callback]) -> None:
+        self._callbacks = list(callbacks)
+        if self._current_run is not None:
+            self._current_run.callbacks = self._callbacks
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The Module as the strategy set it up (wrapped by DDP, sharded by FSDP ...); None before a run."""
+        return self.run_context.model
+
+    @model.setter
+    def model(self, model: torch.nn.Module | None) -> None:
+        self.run_context.model = model
+
+    @property
+    def hooks(self) -> HookRunner | None:
+        """The hook runner of the current or last run (None before its set-up).
+
+        :meta private:
+        """
+        return None if self._current_run is None else self._current_run.hooks
+
+    @property
+    def fit_loop(self) -> FitLoop | None:
+        """The loop of the current or last ``fit`` (None before one), under Lightning's name.
+
+        :meta private:
+        """
+        return None if self._current_run is None else self._current_run.fit_loop
+
+    @fit_loop.setter
+    def fit_loop(self, loop: FitLoop | None) -> None:
+        if self._current_run is not None:
+            self._current_run.fit_loop = loop
 
     @property
     def current_epoch(self) -> int:
@@ -156,10 +220,7 @@ class TrainerProperties:
     def log_dir(self) -> str | None:
         """Lightning's rule: the first logger's run directory for CSV and TensorBoard loggers, the ``save_dir`` of
         any other (None where it has none); ``default_root_dir`` without a logger."""
-        if not self.loggers:
-            return self.default_root_dir
-        logger = self.loggers[0]
-        return logger.log_dir if isinstance(logger, DirectoryLogger) else logger.save_dir
+        return log_dir_of(self.loggers, self.default_root_dir)
 
     @property
     def sanity_checking(self) -> bool:
@@ -217,12 +278,7 @@ class TrainerProperties:
     def epoch_limit(self) -> int:
         """``max_epochs`` as training applies it (-1: no limit). ``max_epochs=None`` means 1000 epochs, or no
         limit where ``max_steps``, ``max_time`` or a ``Timer`` bounds the run (Lightning's rule)."""
-        return self._settings.epoch_limit(any(isinstance(c, Timer) for c in self.callbacks))
-
-    def settle_epoch_limits(self) -> None:
-        """Keep the epoch limit as fit applies it, as Lightning's Trainer does at fit's start: ``max_epochs``
-        becomes ``epoch_limit`` (1000 or -1 where None was given)."""
-        self.max_epochs = self.epoch_limit
+        return self.settings.epoch_limit(any(isinstance(c, Timer) for c in self.callbacks))
 
     @property
     def estimated_stepping_batches(self) -> float:
@@ -234,17 +290,12 @@ class TrainerProperties:
         epochs = self.epoch_limit
         if epochs == -1:  # no epoch limit: the loader's length does not matter
             return INFINITE if self.max_steps == -1 else self.max_steps
-        if self.run_context.train_loader is None and self.state.fn == TrainerFn.FITTING:
-            load_train_data(self)
+        if self.run_context.train_loader is None and self.state.fn == TrainerFn.FITTING and self._current_run:
+            load_train_data(self._current_run)
         by_epochs = INFINITE
         if self.num_training_batches != INFINITE:
             by_epochs = math.ceil(self.num_training_batches / self.accumulate_grad_batches) * epochs
         return by_epochs if self.max_steps == -1 else min(self.max_steps, by_epochs)
-
-    @property
-    def sanity_steps(self) -> float:
-        """Validation batches per loader in the sanity check (infinity for ``num_sanity_val_steps=-1``)."""
-        return self._settings.sanity_steps
 
     @property
     def interrupted(self) -> bool:
@@ -329,7 +380,7 @@ class TrainerProperties:
     @property
     def num_sanity_val_batches(self) -> list[float]:
         """Validation batches per loader that the sanity check runs."""
-        return [min(self.sanity_steps, n) for n in self.run_context.val_batch_counts]
+        return [min(self.settings.sanity_steps, n) for n in self.run_context.val_batch_counts]
 
     @property
     def num_test_batches(self) -> list[float]:

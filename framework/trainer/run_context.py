@@ -14,9 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from framework.trainer.compiled import CompiledSteps
 from framework.trainer.prediction_state import PredictionState
 
 if TYPE_CHECKING:
+    import torch
     from torch.optim import Optimizer
 
     from framework.trainer.optimizers import OptimizerProxy
@@ -31,6 +33,14 @@ def _per_stage() -> dict[str, list[Any]]:
 @dataclass(eq=False)
 class RunContext:
     """The objects of the Trainer's current (or last) run, set as the run goes."""
+
+    #: The Module as the strategy set it up (``trainer.model``), kept from run to run while the Module stays.
+    model: torch.nn.Module | None = None
+    #: ``model`` is set up for the Module now attached (a new Module is set up again).
+    module_setup: bool = False
+    #: From ``fit(torch.compile(model))``: the options its steps are compiled with.
+    given_compiler: Any = None
+    compiled_steps: CompiledSteps = field(default_factory=CompiledSteps)
 
     #: The loaders passed to the entry point (fit, validate ...), by stage ("train", "val", "test", "predict").
     given_loaders: dict[str, Any] = field(default_factory=dict)

@@ -119,6 +119,16 @@ def build_settings(given: dict[str, Any], announce: bool = False) -> Settings:
     return _fast_dev_run(settings) if settings.fast_dev_run else settings
 
 
+def apply_torch_flags(settings: Settings) -> None:
+    """Set torch's switches that ``deterministic`` and ``benchmark`` ask for (None leaves torch's own)."""
+    import torch
+
+    if settings.deterministic is not None:
+        torch.use_deterministic_algorithms(bool(settings.deterministic), warn_only=settings.deterministic == "warn")
+    if settings.benchmark is not None and torch.backends.cudnn.is_available():
+        torch.backends.cudnn.benchmark = settings.benchmark
+
+
 def _counts_and_switches(given: dict[str, Any]) -> dict[str, Any]:
     algorithm = given["gradient_clip_algorithm"]
     return {

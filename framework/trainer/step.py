@@ -13,13 +13,12 @@ import torch
 from framework import console
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, overrides
-from framework.module import Module
 from framework.precision import Precision
 from framework.profilers.base import profiled
 from framework.strategies import Strategy
 
 if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+    from framework.trainer.run import Run
 
 
 class StepClosure:
@@ -28,14 +27,14 @@ class StepClosure:
     One instance serves a whole epoch (``prepare`` points it at the next batch), so a step allocates no closure.
     """
 
-    __slots__ = ("trainer", "hooks", "batch", "batch_idx", "optimizer", "stepping", "zeroing", "output", "loss", "ran",
+    __slots__ = ("run", "hooks", "batch", "batch_idx", "optimizer", "stepping", "zeroing", "output", "loss", "ran",
                  "record_logs")
 
-    def __init__(self, trainer: Trainer, optimizer: Any) -> None:
-        self.trainer = trainer
-        self.hooks = trainer.run_context.step_hooks  # resolved once per fit, before the first epoch
+    def __init__(self, run: Run, optimizer: Any) -> None:
+        self.run = run
+        self.hooks = run.context.step_hooks  # resolved once per fit, before the first epoch
         self.optimizer = optimizer
-        self.record_logs = trainer.module._record_logs_of_compiled_step
+        self.record_logs = run.module._record_logs_of_compiled_step
         self.prepare(None, 0, False)
 
     def prepare(self, batch: Any, batch_idx: int, stepping: bool) -> None:
@@ -45,31 +44,31 @@ class StepClosure:
         self.stepping = stepping
         # As in Lightning: the first batch of each accumulation window zeroes the gradients, between its
         # training_step and its backward (every evaluation of the closure, for optimizers such as LBFGS).
-        self.zeroing = batch_idx % self.trainer.accumulate_grad_batches == 0
+        self.zeroing = batch_idx % self.run.settings.accumulate_grad_batches == 0
         self.output = None  # what training_step returned
         self.loss = None  # the loss backward saw
         self.ran = False  # an optimizer_step override must run the closure
 
     def __call__(self) -> torch.Tensor | None:
-        trainer, hooks = self.trainer, self.hooks
+        run, hooks = self.run, self.hooks
         self.ran = True
-        with trainer.runtime.autocast():
-            output = trainer.training_step(self.batch, self.batch_idx)
+        with run.runtime.autocast():
+            output = run.training_step(self.batch, self.batch_idx)
         self.record_logs()
         loss = check_training_output(output, manual=False)
-        if loss is not None and trainer.accumulate_grad_batches > 1:
-            loss = loss / trainer.accumulate_grad_batches
+        if loss is not None and run.settings.accumulate_grad_batches > 1:
+            loss = loss / run.settings.accumulate_grad_batches
         self.output, self.loss = output, loss
         if self.zeroing:
             if hooks.before_zero_grad is not None:
                 hooks.before_zero_grad(self.optimizer)
             if hooks.zero_grad is not None:
-                hooks.zero_grad(trainer.state.current_epoch, self.batch_idx, self.optimizer)
+                hooks.zero_grad(run.state.current_epoch, self.batch_idx, self.optimizer)
             else:
                 self.optimizer.zero_grad()
         if loss is None:
             if not hooks.warned_of_skipping:
-                _warn_of_skipping(hooks, self.batch_idx, trainer.state.current_epoch)
+                _warn_of_skipping(hooks, self.batch_idx, run.state.current_epoch)
             return None
         if hooks.before_backward is not None:
             hooks.before_backward(loss)
@@ -82,8 +81,8 @@ class StepClosure:
             if hooks.before_optimizer_step is not None:
                 hooks.before_optimizer_step(self.optimizer)
             if hooks.clip is not None:
-                hooks.clip(self.optimizer, gradient_clip_val=trainer.gradient_clip_val,
-                           gradient_clip_algorithm=trainer.gradient_clip_algorithm)
+                hooks.clip(self.optimizer, gradient_clip_val=run.settings.gradient_clip_val,
+                           gradient_clip_algorithm=run.settings.gradient_clip_algorithm)
         return loss
 
 
@@ -142,20 +141,20 @@ def _scalar_loss(loss: torch.Tensor, manual: bool) -> torch.Tensor:
 
 
 class StepHooks:
-    """The hooks of the optimizer step, resolved once per fit (None where nothing overrides them)."""
+    """The hooks of the optimizer step, resolved once per fit (None where nothing overrides them), and the
+    precision's and strategy's parts of the step, called directly where the other adds nothing."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        hooks, module, runtime = trainer.hooks, trainer.module, trainer.runtime
+    def __init__(self, run: Run) -> None:
+        hooks, runtime, profiler = run.hooks, run.runtime, run.profiling
         self.warned_of_skipping = False  # training_step returned None: said once per fit
         self.before_backward = hooks.get(Hook.ON_BEFORE_BACKWARD)
         self.after_backward = hooks.get(Hook.ON_AFTER_BACKWARD)
         self.before_optimizer_step = hooks.get(Hook.ON_BEFORE_OPTIMIZER_STEP)
         self.before_zero_grad = hooks.get(Hook.ON_BEFORE_ZERO_GRAD)
-        self.clip = hooks.get(Hook.CONFIGURE_GRADIENT_CLIPPING)
-        if self.clip is None and trainer.gradient_clip_val:
-            self.clip = module.configure_gradient_clipping
-        self.optimizer_step = module.optimizer_step if overrides(module, Module, "optimizer_step") else None
-        self.zero_grad = module.optimizer_zero_grad if overrides(module, Module, "optimizer_zero_grad") else None
+        self.clip = hooks.get(Hook.CONFIGURE_GRADIENT_CLIPPING, with_default=bool(run.settings.gradient_clip_val))
+        # Not timed: it calls the optimizer step, which is timed as "optimizer_step" itself.
+        self.optimizer_step = hooks.get(Hook.OPTIMIZER_STEP, timed=False)
+        self.zero_grad = hooks.get(Hook.OPTIMIZER_ZERO_GRAD)
         strategy = runtime.strategy
         # With loss scaling, on_before_optimizer_step and clipping see the true gradients, as in Lightning.
         precision = strategy.precision
@@ -169,16 +168,16 @@ class StepHooks:
             self.runtime_optimizer_step = strategy.optimizer_step
         else:
             self.runtime_optimizer_step = strategy.precision.optimizer_step
-        if overrides(module, Module, "backward"):
-            self.backward = module.backward
-        elif not overrides(strategy, Strategy, "backward"):
-            self.backward = strategy.precision.backward
-        else:
-            model = trainer.model
+        self.runtime_optimizer_step = profiled(profiler, "optimizer_step", self.runtime_optimizer_step)
+        self.backward = hooks.get(Hook.BACKWARD) or profiled(profiler, "backward", _backward(strategy, run.model))
 
-            def backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-                strategy.backward(loss, model, *args, **kwargs)
 
-            self.backward = backward
-        self.backward = profiled(trainer._profiling, "backward", self.backward)
-        self.runtime_optimizer_step = profiled(trainer._profiling, "optimizer_step", self.runtime_optimizer_step)
+def _backward(strategy: Strategy, model: torch.nn.Module) -> Any:
+    """The backward of ``strategy``: its precision's directly where the strategy adds nothing to it."""
+    if not overrides(strategy, Strategy, "backward"):
+        return strategy.precision.backward
+
+    def backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        strategy.backward(loss, model, *args, **kwargs)
+
+    return backward

@@ -7,7 +7,7 @@ costs a round trip per step (~0.4 ms with gloo on a small CPU machine, 5% of a s
 started in the background instead, it travels while the next batch computes, and every
 rank acts on it one batch later, at the same batch.
 
-A preemption signal (:mod:`framework.runtime.preemption`) travels in the same exchange: a rank that received one
+A preemption signal (:mod:`framework.runtime.preemption_signals`) travels in the same exchange: a rank that received one
 wishes to save and leave, and every rank learns it at the same batch.
 """
 

@@ -1,42 +1,37 @@
-"""``Trainer``: its arguments, and ``fit`` / ``validate`` / ``test`` / ``predict`` (what one run does is in
-``trainer_run.py``)."""
+"""``Trainer``: its arguments, and ``fit`` / ``validate`` / ``test`` / ``predict``, each run as one ``Run``
+(``run.py``; what a run does in this process is in ``lifecycle.py``, on ranks it starts in ``launched_ranks.py``)."""
 
 import contextlib
-import dataclasses
+import copy
 import os
 from datetime import timedelta
 from typing import Any
 
-import torch
-
-from framework import console
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
-from framework.duration import parse_duration
 from framework.errors import MisconfigurationError, describe
-from framework.io.async_writer import AsyncCheckpointIO
-from framework.loggers.base import DummyLogger, Logger
+from framework.loggers.base import Logger
 from framework.module import Module
-from framework.profilers import PassThroughProfiler, resolve_profiler
+from framework.profilers import resolve_profiler
 from framework.runtime import Runtime
 from framework.trainer import arguments as check
-from framework.trainer.settings import build_settings
-from framework.trainer.auto_resume import consume_preemption_checkpoints
-from framework.trainer.checkpoint import dump_checkpoint, evaluation_ckpt_path
-from framework.trainer.compiled import CompiledSteps, unwrap_compiled
-from framework.trainer.defaults import default_loggers, with_default_callbacks
-from framework.trainer.dispatch import HookRunner
-from framework.trainer.fit_loop import FitLoop
-from framework.trainer.launch import run_on_a_copy, trains_a_copy
+from framework.trainer.arguments import checkpoint_io_of, datamodule_or_loaders
+from framework.trainer.checkpoint_contents import save_checkpoint
+from framework.trainer.checkpoint_paths import evaluation_ckpt_path
+from framework.trainer.compiled import unwrap_compiled
+from framework.trainer.defaults import resolve_loggers, with_default_callbacks
+from framework.trainer.launched_ranks import adopt_rank_zero, run_launched, take_trained_module, trains_a_copy
+from framework.trainer.lifecycle import run_here, say_interrupted
 from framework.trainer.metrics import MetricStore
+from framework.trainer.properties import TrainerProperties
 from framework.trainer.report import print_results
 from framework.trainer.results import Results
+from framework.trainer.run import Run
 from framework.trainer.run_context import RunContext
-from framework.trainer.state import TrainerFn, TrainerState
-from framework.trainer.trainer_run import TrainerRun
+from framework.trainer.settings import apply_torch_flags, build_settings
+from framework.trainer.state import TrainerFn, TrainerState, TrainerStatus
 
-
-class Trainer(TrainerRun):
+class Trainer(TrainerProperties):
     """Runs a ``Module``'s fit, validate, test and predict loops; arguments as in Lightning.
 
     Two arguments are this framework's own: ``compile`` (compile each step whole, see the README) and
@@ -185,23 +180,15 @@ class Trainer(TrainerRun):
         self.runtime = Runtime(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes,
                                precision=precision, compile=compile)
         self._settings = build_settings(given, announce=self.runtime.global_rank == 0)
-        self._current_run: Any = None  # the Run of the call under way, else the last one
-        self.checkpoint_io = _checkpoint_io(plugins)  # ModelCheckpoint's writer, None: write at once
+        self._current_run: Run | None = None  # the Run of the call under way, else the last one
+        self.checkpoint_io = checkpoint_io_of(plugins)  # ModelCheckpoint's writer, None: write at once
         self.profiler = resolve_profiler(profiler)
-        # what the loops wrap their hooks, steps and fetches with: nothing for no profiler (or a pass-through one)
-        self._profiling = None if isinstance(self.profiler, PassThroughProfiler) else self.profiler
-        self.callbacks: list[Callback] = with_default_callbacks(
+        self._callbacks: list[Callback] = with_default_callbacks(
             check.check_list_of("callbacks", callbacks, Callback, "Callback"), self.enable_checkpointing,
             self.enable_progress_bar, self.enable_model_summary, self.max_time,
         )
-        logger = False if self.barebones else logger
-        self.loggers: list[Logger] = self._resolve_loggers(logger)
-        if self.fast_dev_run:
-            # As in Lightning: no files are written (ModelCheckpoint skips itself), but trainer.logger stays
-            # usable where loggers were asked for.
-            self.loggers = [DummyLogger()] if logger is not False and logger != [] else []
-        self._apply_torch_flags()
-
+        self.loggers: list[Logger] = resolve_loggers(logger, self._settings)
+        apply_torch_flags(self._settings)
         self.state = TrainerState()
         distributed = self.runtime.world_size > 1
         self.metrics = MetricStore(self.loggers, self.runtime.strategy.all_reduce,
@@ -210,44 +197,8 @@ class Trainer(TrainerRun):
         if distributed:  # evaluation's results get it per batch: the ranks may run different batch counts
             self.train_results.step_sync = self.runtime.strategy.all_reduce
         self.module: Module | None = None
-        self.model: torch.nn.Module | None = None
         self.datamodule: DataModule | None = None
-        self.run_context = RunContext()  # what the runs work with: optimizers, loaders, batch counts ...
-        self.hooks: HookRunner | None = None
-        self.fit_loop: FitLoop | None = None
-        self._weights_only: bool | None = None
-        self._model_given = False
-        self._keep_predictions = True
-        self._module_setup = False
-        self._given_compiler: Any = None  # from fit(torch.compile(model)): its options compile the steps
-        self._compiled_steps = CompiledSteps()
-
-    # -- settings ---
-    def replace_settings(self, **changes: Any) -> None:
-        """Set settings fields (``trainer.max_epochs = 3`` calls this): a new ``Settings`` with ``changes``, which
-        a run under way reads from its next use of them. The values are not checked, as with Lightning's
-        attributes."""
-        self._settings = dataclasses.replace(self._settings, **changes)
-        if self._current_run is not None:
-            self._current_run.settings = self._settings
-
-    def _apply_torch_flags(self) -> None:
-        if self.deterministic is not None:
-            torch.use_deterministic_algorithms(bool(self.deterministic), warn_only=self.deterministic == "warn")
-        if self.benchmark is not None and torch.backends.cudnn.is_available():
-            torch.backends.cudnn.benchmark = self.benchmark
-
-    def _resolve_loggers(self, logger: Any) -> list[Logger]:
-        if logger is None or logger is True:
-            return default_loggers(self.default_root_dir)
-        if logger is False:
-            return []
-        loggers = list(logger) if isinstance(logger, (list, tuple)) else [logger]
-        for item in loggers:  # as Lightning: any object that logs like a Logger is taken
-            if not isinstance(item, Logger) and not callable(getattr(item, "log_metrics", None)):
-                raise MisconfigurationError(f"Trainer(logger={describe(item)}): accepted True, False, a Logger (or "
-                                            "an object with log_metrics) or a list of them.")
-        return loggers
+        self.run_context = RunContext()  # what the runs share: the set-up model, optimizers, loaders ...
 
     # -- entry points ---
     def fit(self, model: Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
@@ -273,11 +224,7 @@ class Trainer(TrainerRun):
             resume from; ``None`` (the default): start afresh, unless ``auto_resume`` finds a checkpoint.
         :param weights_only: ``None`` or ``True`` load tensors and plain data only; ``False`` unpickles anything.
         """
-        datamodule, train_dataloaders = _datamodule_or_loaders("fit", datamodule, train_dataloaders)
-        if datamodule is not None and val_dataloaders is not None:
-            raise MisconfigurationError(
-                "trainer.fit got dataloaders and a datamodule: pass dataloaders= or datamodule=, not both."
-            )
+        datamodule, train_dataloaders = datamodule_or_loaders("fit", datamodule, train_dataloaders, val_dataloaders)
         self._run(TrainerFn.FITTING, model, datamodule, {"train": train_dataloaders, "val": val_dataloaders},
                   ckpt_path, weights_only)
 
@@ -329,13 +276,13 @@ class Trainer(TrainerRun):
         :param ckpt_path: as in ``validate``.
         :param weights_only: as in ``fit``.
         """
-        datamodule, dataloaders = _datamodule_or_loaders("predict", datamodule, dataloaders)
-        self._keep_predictions = return_predictions is not False
-        return self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only)
+        datamodule, dataloaders = datamodule_or_loaders("predict", datamodule, dataloaders)
+        return self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only,
+                         keep_predictions=return_predictions is not False)
 
     def _evaluate(self, fn: TrainerFn, model: Module | None, dataloaders: Any, ckpt_path: str | None,
                   verbose: bool, datamodule: DataModule | None, weights_only: bool | None) -> list[dict[str, float]]:
-        datamodule, dataloaders = _datamodule_or_loaders(fn.value, datamodule, dataloaders)
+        datamodule, dataloaders = datamodule_or_loaders(fn.value, datamodule, dataloaders)
         stage = "val" if fn == TrainerFn.VALIDATING else "test"
         results = self._run(fn, model, datamodule, {stage: dataloaders}, ckpt_path, weights_only)
         if verbose and self.is_global_zero:
@@ -344,22 +291,78 @@ class Trainer(TrainerRun):
 
     # -- one run ---
     def _run(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None, loaders: dict[str, Any],
-             ckpt_path: Any, weights_only: bool | None) -> Any:
+             ckpt_path: Any, weights_only: bool | None, keep_predictions: bool = True) -> Any:
         given = model  # a torch.compile'd Module reaches the ranks as it is, for them to compile with its options
         if model is not None:
-            model, self._given_compiler = unwrap_compiled(fn.value, model)
-        module = self._attach(fn, model, datamodule)
-        self._model_given = model is not None
+            model, self.run_context.given_compiler = unwrap_compiled(fn.value, model)
+        run = self._new_run(fn, self._attach(fn, model, datamodule), loaders, weights_only=weights_only,
+                            keep_predictions=keep_predictions, model_given=model is not None)
         if fn != TrainerFn.FITTING:  # here, once, not on each rank the Trainer may start
-            ckpt_path = evaluation_ckpt_path(self, fn, ckpt_path)
+            ckpt_path = evaluation_ckpt_path(run, fn, ckpt_path)
         if self.runtime.needs_launch:
             if self.runtime.start_method() != "popen":
-                return self._run_launched(fn, given, datamodule, loaders, ckpt_path, weights_only)
+                return self._run_launched(run, given, loaders, ckpt_path)
             self.runtime.become_rank_zero()  # the other ranks run the script again; this one goes on as rank 0
-        if trains_a_copy(self):
-            return run_on_a_copy(self, module, lambda copy: self._run_here(
-                fn, self._attach(fn, copy, datamodule), loaders, ckpt_path, weights_only))
-        return self._run_here(fn, module, loaders, ckpt_path, weights_only)
+        if not trains_a_copy(run):
+            return run_here(run, ckpt_path)
+        trained = self._new_run(fn, self._attach(fn, copy.deepcopy(run.module), datamodule), loaders,
+                                weights_only=weights_only, keep_predictions=keep_predictions, model_given=True)
+        outcome = run_here(trained, ckpt_path)
+        self.module = run.module  # given the whole trained weights, as the caller of forked ranks gets them
+        take_trained_module(run, self.runtime.strategy.full_module_state_dict(trained.model))
+        return outcome
+
+    def _new_run(self, fn: TrainerFn, module: Module, loaders: dict[str, Any], **options: Any) -> Run:
+        """The Run of this call: the settings, the callbacks and loggers as they are now, and what runs share."""
+        self.run_context.given_loaders = loaders
+        self._current_run = Run(
+            fn=fn, settings=self.settings, runtime=self.runtime, state=self.state, metrics=self.metrics,
+            train_results=self.train_results, context=self.run_context, callbacks=self.callbacks,
+            loggers=self.loggers, module=module, datamodule=self.datamodule, trainer=self, profiler=self.profiler,
+            **options)
+        return self._current_run
+
+    def _run_on_this_rank(self, *arguments: Any) -> tuple[Run, Any]:
+        """What each rank the Trainer starts runs: the entry point, as an attached rank does."""
+        outcome = self._run(*arguments)
+        return self._current_run, outcome
+
+    def _run_launched(self, run: Run, model: Any, loaders: dict[str, Any], ckpt_path: Any) -> Any:
+        """Start the ranks, run the entry point on each, and take rank 0's outcome into this process's objects."""
+        self.state.fn, self.state.status = run.fn, TrainerStatus.RUNNING
+        try:
+            report, outcome = run_launched(run, self._run_on_this_rank, run.fn, model, run.datamodule, loaders,
+                                           ckpt_path, run.weights_only, run.keep_predictions)
+        except BaseException as error:
+            self.state.status = TrainerStatus.INTERRUPTED
+            if isinstance(error, KeyboardInterrupt):
+                say_interrupted()
+            raise
+        adopt_rank_zero(run, report)
+        return outcome
+
+    def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
+        """Make ``model`` (else the last run's Module) and ``datamodule`` this Trainer's; a new Module drops the
+        optimizers and set-up model of the last."""
+        if model is None:
+            if self.module is None:
+                raise TypeError(f"trainer.{fn.value}() needs a model: pass one, or call trainer.fit(model) first.")
+            model = self.module
+        if not isinstance(model, Module):
+            raise TypeError(f"trainer.{fn.value}(model={describe(model)}): the model must subclass framework.Module.")
+        if datamodule is not None and not isinstance(datamodule, DataModule):
+            raise TypeError(
+                f"trainer.{fn.value}(datamodule={describe(datamodule)}): it must subclass framework.DataModule."
+            )
+        if model is not self.module:
+            context = self.run_context
+            context.module_setup = False
+            context.optimizers, context.lr_scheduler_configs, context.manual_optimizers = [], [], []
+        self.module, self.datamodule = model, datamodule
+        model.trainer = self
+        if datamodule is not None:
+            datamodule.trainer = self
+        return model
 
     # -- services the Module calls ---
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -391,32 +394,6 @@ class Trainer(TrainerRun):
             states (the file then cannot resume a fit); ``None`` or ``False`` (the default): everything.
         :param storage_options: keyword arguments for the fsspec filesystem (credentials for ``s3://`` ...).
         """
-        if self.model is None:
+        if self.model is None or self._current_run is None:
             raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
-        self.runtime.strategy.save_checkpoint(dump_checkpoint(self, bool(weights_only)), os.fspath(filepath),
-                                              storage_options=storage_options)
-        if not weights_only:
-            consume_preemption_checkpoints(self)  # this fit went on past them
-
-
-def _datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any) -> tuple[Any, Any]:
-    """A DataModule passed as ``dataloaders`` counts as ``datamodule``; both at once is an error."""
-    if isinstance(dataloaders, DataModule):
-        datamodule, dataloaders = dataloaders, None
-    if datamodule is not None and dataloaders is not None:
-        raise MisconfigurationError(
-            f"trainer.{entry} got dataloaders and a datamodule: pass dataloaders= or datamodule=, not both."
-        )
-    return datamodule, dataloaders
-
-
-def _checkpoint_io(plugins: Any) -> AsyncCheckpointIO | None:
-    """The ``AsyncCheckpointIO`` among ``plugins`` (one plugin or a list), or None; anything else is refused."""
-    given = [] if plugins is None else plugins if isinstance(plugins, (list, tuple)) else [plugins]
-    writers = [plugin for plugin in given if isinstance(plugin, AsyncCheckpointIO)]
-    if len(writers) != len(given) or len(writers) > 1:
-        raise MisconfigurationError(
-            f"Trainer(plugins={describe(plugins)}): accepted is None or one AsyncCheckpointIO "
-            "(framework.io.AsyncCheckpointIO); precision=, strategy= and accelerator= take the other choices."
-        )
-    return writers[0] if writers else None
+        save_checkpoint(self._current_run, os.fspath(filepath), weights_only, storage_options)

@@ -59,7 +59,7 @@ class BatchSizeFinder(Callback):
     def scale_batch_size(self, trainer: "Trainer", pl_module: Any) -> None:
         """Search, and make the run ask for its loaders again."""
         self.optimal_batch_size = scale_batch_size(trainer, pl_module, trainer.datamodule, **self._settings)
-        forget_fit_data(trainer)
+        forget_fit_data(trainer._current_run)
 
     def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Search before training starts."""

@@ -23,7 +23,7 @@ import framework
 from framework.callbacks import Callback, ModelCheckpoint
 from framework.errors import CheckpointError, MisconfigurationError
 from framework.io import AsyncCheckpointIO, load_checkpoint
-from framework.io.checkpoint import save_checkpoint
+from framework.io.checkpoint_storage import save_checkpoint
 from framework.io.staging import Stager
 from framework.testing import spawn
 from tests.helpers import RecordingLogger, Regressor, loader, quiet_trainer

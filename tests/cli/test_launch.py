@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from framework.runtime.launchers import free_port
+from framework.runtime.worker_processes import free_port
 from tests.strategies.test_ddp import Regressor, plain_pytorch_weights, regression_data
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import framework
-from framework.runtime.launchers import free_port
+from framework.runtime.worker_processes import free_port
 from tests.cli.test_launch import ROOT, RUN, _environment
 from tests.strategies.test_ddp import Regressor, plain_pytorch_weights, regression_data
 

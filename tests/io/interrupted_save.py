@@ -37,7 +37,7 @@ import framework.io.checkpoint_dir as checkpoint_dir
 import framework.io.checkpoint_file as checkpoint_file
 import framework.io.fs as fs
 from framework.io.async_writer import AsyncCheckpointIO
-from framework.io.checkpoint import remove_checkpoint, save_checkpoint
+from framework.io.checkpoint_storage import remove_checkpoint, save_checkpoint
 
 _counts: dict[str, int] = {}
 

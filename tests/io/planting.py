@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from framework.errors import UnsafeCheckpointError
-from framework.io.checkpoint import load_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint
 
 MEMBERS = ("metadata", "meta", "distcp", "bytes")
 REFUSED_FILE = {"metadata": ".metadata", "meta": "meta.pt", "distcp": "__0_0.distcp", "bytes": "payload"}

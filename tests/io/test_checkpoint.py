@@ -13,7 +13,7 @@ from torch import nn
 
 import framework
 from framework import CheckpointError, MisconfigurationError
-from framework.io.checkpoint import load_checkpoint, save_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
 from framework.io.fs import write_bytes_atomic
 from tests.helpers import Regressor, loader, quiet_trainer, regression_data
 

@@ -21,7 +21,7 @@ import torch
 
 from framework.callbacks import ModelCheckpoint
 from framework.callbacks.checkpoint_files import remove_unfinished_writes
-from framework.io.checkpoint import (
+from framework.io.checkpoint_storage import (
     is_complete_checkpoint,
     load_checkpoint,
     newest_complete_checkpoint,
@@ -231,7 +231,7 @@ def test_newest_complete_checkpoint_goes_by_the_time_of_the_file_or_of_the_commi
 def test_a_sharded_checkpoint_is_replaced_and_restored_on_a_filesystem_without_renames():
     import fsspec
 
-    from framework.io.checkpoint import complete_checkpoint_at, remove_checkpoint
+    from framework.io.checkpoint_storage import complete_checkpoint_at, remove_checkpoint
     from framework.io.checkpoint_dir import _rename
 
     fs, path = fsspec.filesystem("memory"), "memory://complete-checkpoints/last.ckpt"

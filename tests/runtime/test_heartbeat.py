@@ -13,7 +13,7 @@ from datetime import timedelta
 from torch.distributed import TCPStore
 
 from framework.runtime import heartbeat
-from framework.runtime.launchers import free_port
+from framework.runtime.worker_processes import free_port
 
 
 def _store() -> TCPStore:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.runtime.preemption import REQUEUE_EXIT_CODE
+from framework.runtime.preemption_signals import REQUEUE_EXIT_CODE
 from tests.slurm.cluster import FINISHED_STATES, SlurmCluster
 
 SCRIPT = Path(__file__).with_name("preempt_run.py")

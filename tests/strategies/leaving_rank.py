@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader
 import framework
 from framework.accelerate import Accelerator
 from framework.callbacks import ModelCheckpoint
-from framework.runtime.launchers import free_port
+from framework.runtime.worker_processes import free_port
 from tests.helpers import Regressor, regression_data
 
 _GIVE_UP_S = 60.0

@@ -15,7 +15,7 @@ import torchmetrics
 from torch.utils.data import DataLoader, TensorDataset
 
 import framework
-from framework.runtime.launchers import RankExitedError
+from framework.runtime.worker_processes import RankExitedError
 from framework.testing import spawn
 
 FEATURES = 4

@@ -70,7 +70,7 @@ os._exit(0)  # rank 0 at once, as a spawned rank whose destroy is quick
 def test_rank_0_holding_the_store_ends_only_once_the_others_saw_every_rank_come():
     # were rank 0 to end at once, rank 1's next read of the count would find the store gone: torch prints
     # "Connection reset by peer" with a C++ trace, and rank 1 leaves its group undestroyed
-    from framework.runtime.launchers import free_port
+    from framework.runtime.worker_processes import free_port
 
     environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
     ranks = [subprocess.Popen([sys.executable, "-c", _MEETS_AT_ITS_END], cwd=ROOT, text=True, stdout=subprocess.PIPE,

@@ -7,7 +7,7 @@ import torch
 
 import framework
 from framework.callbacks import ModelCheckpoint
-from framework.io.checkpoint import load_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint
 from tests.helpers import Regressor, loader, quiet_trainer
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.io.checkpoint import load_checkpoint
+from framework.io.checkpoint_storage import load_checkpoint
 from framework.io.fs import leftover_temporaries
 
 ROOT = Path(__file__).parents[2]

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import framework
 from framework.callbacks import ModelCheckpoint
-from framework.trainer.checkpoint import rng_state_of_rank
+from framework.trainer.checkpoint_contents import rng_state_of_rank
 from framework.trainer.sampler import ResumableSampler, with_resumable_sampler
 from tests.helpers import quiet_trainer
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.runtime.preemption import REQUEUE_EXIT_CODE
+from framework.runtime.preemption_signals import REQUEUE_EXIT_CODE
 
 ROOT = Path(__file__).parents[2]
 SCRIPT = str(ROOT / "tests" / "trainer" / "restart_run.py")

@@ -16,7 +16,7 @@ from framework.accelerate import operations as on_strategy
 from framework.accelerate.utils.shared_state import current_runtime
 from framework.accelerate.weights import write_weights
 from framework.errors import MisconfigurationError, describe
-from framework.io.checkpoint import save_checkpoint
+from framework.io.checkpoint_storage import save_checkpoint
 from framework.nested import map_tensors
 
 

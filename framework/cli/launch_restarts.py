@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from framework.runtime.preemption import (
+from framework.runtime.preemption_signals import (
     MAX_RESTARTS_VARIABLE,
     PREEMPTION_SIGNALS,
     REQUEUE_EXIT_CODE,

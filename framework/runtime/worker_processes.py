@@ -151,7 +151,7 @@ def _context(method: str) -> Any:
     if method == "forkserver":
         # The server imports these once, when it starts; every rank forked from it has them imported (torch's
         # first optimizer imports torch._dynamo, ~2 s; torchmetrics, where the caller uses it, ~0.6 s).
-        preload = ["framework.runtime.launchers", "torch._dynamo"]
+        preload = ["framework.runtime.worker_processes", "torch._dynamo"]
         if "torchmetrics" in sys.modules:
             preload.append("torchmetrics")
         context.set_forkserver_preload(preload)

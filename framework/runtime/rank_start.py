@@ -83,7 +83,7 @@ class LaunchMethods:
             # imported once here, forked ranks inherit it instead of each paying for it, at every launch
             import torch._dynamo  # noqa: F401
         if method in ("fork", "forkserver", "spawn"):
-            from framework.runtime.restarting import start_with_restarts
+            from framework.runtime.rank_restarts import start_with_restarts
 
             return start_with_restarts(_run_as_rank, (self, rng_states(), function, args, kwargs), self.world_size,
                                        method, self._rank_environment(), getattr(self.strategy, "max_restarts", 0))
@@ -96,7 +96,7 @@ class LaunchMethods:
         """Start ranks 1 .. N-1 as new runs of this script and join them as rank 0 (everything after runs on every
         rank)."""
         from framework.runtime.relaunch import relaunch_script
-        from framework.runtime.restarting import become_launcher
+        from framework.runtime.rank_restarts import become_launcher
 
         become_launcher(self.world_size, getattr(self.strategy, "max_restarts", 0))  # returns only without restarts
         relaunch_script(self.world_size)

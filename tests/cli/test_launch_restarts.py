@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.cli.restarts import FAILED, LOST, PREEMPTED, classify, describe_failure, signal_of
-from framework.runtime.preemption import REQUEUE_EXIT_CODE
+from framework.cli.launch_restarts import FAILED, LOST, PREEMPTED, classify, describe_failure, signal_of
+from framework.runtime.preemption_signals import REQUEUE_EXIT_CODE
 
 ROOT = Path(__file__).parents[2]
 PROBE = str(ROOT / "tests" / "cli" / "restart_probe.py")

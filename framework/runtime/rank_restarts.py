@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from framework.runtime.launchers import RankExitedError, start_processes
-from framework.runtime.preemption import (
+from framework.runtime.worker_processes import RankExitedError, start_processes
+from framework.runtime.preemption_signals import (
     JOB_ID_VARIABLE,
     MAX_RESTARTS_VARIABLE,
     RESTART_COUNT_VARIABLE,

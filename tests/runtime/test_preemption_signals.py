@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from torch.distributed import TCPStore
 
-from framework.runtime import preemption
-from framework.runtime.launchers import free_port
-from framework.runtime.preemption import PreemptionWatch, unanswered_signal
+from framework.runtime import preemption_signals as preemption
+from framework.runtime.worker_processes import free_port
+from framework.runtime.preemption_signals import PreemptionWatch, unanswered_signal
 
 
 def _wait_in_c(seconds: float) -> None:

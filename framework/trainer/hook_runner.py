@@ -1,7 +1,9 @@
-"""Calls hooks on callbacks, the DataModule and the Module, in the order ``framework.hooks`` documents.
+"""Calls hooks on callbacks, the DataModule and the Module, as the table in ``framework.hooks`` says.
 
-Which object overrides which hook is worked out once per run (``HookRunner``); on the
-hot path a hook nobody overrides costs one ``is None`` test.
+Who overrides which hook is worked out once per run (``HookRunner``); on the hot path a hook nobody overrides costs
+one ``is None`` test. Everything that decides how a hook is called (who may define it, whether it may log, whether
+the Module's default acts, batch-transfer hooks) is read from the ``Hook`` member; every hook the
+loops call goes through ``get`` (resolved before the batches start) or ``call``.
 """
 
 from __future__ import annotations
@@ -13,54 +15,57 @@ from typing import TYPE_CHECKING, Any
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
-from framework.hooks import Hook, Target, defines, overrides
+from framework.hooks import Hook, Owner, Trait, defines, overrides
 from framework.module import Module
 from framework.profilers.base import profiled
 
 if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
-
-# Module hooks whose base implementation does work (zeroing gradients, eval/train mode, moving the batch),
-# so they run even when the user did not override them.
-_ACTING_DEFAULTS = frozenset({
-    Hook.ON_VALIDATION_MODEL_ZERO_GRAD, Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN,
-    Hook.ON_TEST_MODEL_EVAL, Hook.ON_TEST_MODEL_TRAIN, Hook.ON_PREDICT_MODEL_EVAL, Hook.TRANSFER_BATCH_TO_DEVICE,
-})
-# Hooks a DataModule also has; its version runs before the Module's.
-_DATAMODULE_HOOKS = frozenset({
-    Hook.PREPARE_DATA, Hook.SETUP, Hook.TEARDOWN, Hook.ON_BEFORE_BATCH_TRANSFER,
-    Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER,
-})
-_BATCH_HOOKS = frozenset({Hook.ON_BEFORE_BATCH_TRANSFER, Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER})
+    from framework.trainer.run import Run
 
 
 class HookRunner:
-    """The overriding implementations of every hook, bound once.
+    """The overriding implementations of every hook of one run, bound once.
 
-    ``runner.get(Hook.ON_TRAIN_BATCH_END)`` is a function taking the hook's Module-side
-    arguments, or None when neither a callback nor the Module overrides the hook.
+    ``runner.get(Hook.ON_TRAIN_BATCH_END)`` is a function taking the hook's Module-side arguments, or None when
+    neither a callback, the DataModule nor the Module overrides the hook.
     """
 
-    def __init__(self, trainer: Trainer, module: Module, callbacks: list[Callback],
-                 datamodule: DataModule | None) -> None:
-        self.trainer = trainer
-        self.module = module
-        self.callbacks = callbacks
-        self.datamodule = datamodule
+    def __init__(self, run: Run) -> None:
+        self.trainer = run.trainer  # the first argument of every callback hook
+        self.module = run.module
+        self.callbacks = run.callbacks
+        self.datamodule = run.datamodule
+        self._profiler = run.profiling
         self._callers: dict[Hook, Callable[..., Any] | None] = {hook: self._build(hook) for hook in Hook}
 
-    def get(self, hook: Hook) -> Callable[..., Any] | None:
-        """The function that runs ``hook`` (given its Module-side arguments), or None when there is nothing to run."""
-        return self._callers[hook]
+    def get(self, hook: Hook, with_default: bool = False, timed: bool = True) -> Callable[..., Any] | None:
+        """The function that runs ``hook`` (given its Module-side arguments), or None when there is nothing to run.
+
+        ``with_default``: the Module's own implementation where nothing overrides it (a Module-only hook whose
+        default the loop wants only sometimes, such as ``configure_gradient_clipping`` when clipping is asked for).
+        ``timed=False``: not timed by the profiler, for a hook around a step the loop times under the same name
+        (a Module's ``optimizer_step`` calls the optimizer step).
+        """
+        caller = self._callers[hook] if timed else self._caller(hook)
+        if caller is None and with_default:
+            caller = self._refusing_logs(hook, getattr(self.module, hook.value))
+            return profiled(self._profiler, hook.value, caller) if timed else caller
+        return caller
 
     def all_default(self, *hooks: Hook) -> bool:
         """Whether nothing (Module, DataModule or callback) overrides any of ``hooks``."""
         owners = [(self.module, Module), (self.datamodule, DataModule), *((cb, Callback) for cb in self.callbacks)]
         return not any(obj is not None and overrides(obj, base, hook.value) for hook in hooks for obj, base in owners)
 
-    def call(self, hook: Hook, *args: Any, **kwargs: Any) -> Any:
-        """Run ``hook`` now; returns the Module's return value (None when it has none)."""
-        caller = self._callers[hook]
+    def call(self, hook: Hook, *args: Any, only: Owner | None = None, **kwargs: Any) -> Any:
+        """Run ``hook`` now; returns the Module's return value (None when it has none).
+
+        ``only``: run only the Module's (``Owner.MODULE``) or only the callbacks' implementations, where the loop
+        does work between them (loading a checkpoint: the Module's ``on_load_checkpoint``, the weights, then the
+        callbacks').
+        """
+        caller = self._callers[hook] if only is None else profiled(self._profiler, hook.value,
+                                                                   self._caller(hook, only))
         return caller(*args, **kwargs) if caller is not None else None
 
     def call_epoch_end(self, hook: Hook, refresh: Callable[[], None] | None = None) -> None:
@@ -83,6 +88,48 @@ class HookRunner:
         for callback in readers:
             getattr(callback, hook.value)(self.trainer, self.module)
 
+    def _overriding(self, hook: Hook) -> list[Callback]:
+        return [cb for cb in self.callbacks if overrides(cb, Callback, hook.value)]
+
+    def _refusing_logs(self, hook: Hook, function: Callable[..., Any], name: str = "") -> Callable[..., Any]:
+        """``function``, refusing ``self.log`` (naming ``name``, else the hook) where the hook may not log."""
+        if hook.may_log:
+            return function
+        module = self.module
+
+        def refusing_logs(*args: Any, **kwargs: Any) -> Any:
+            return call_refusing_logs(module, name or hook.value, function, *args, **kwargs)
+
+        return refusing_logs
+
+    def _build(self, hook: Hook) -> Callable[..., Any] | None:
+        return profiled(self._profiler, hook.value, self._caller(hook))
+
+    def _caller(self, hook: Hook, only: Owner | None = None) -> Callable[..., Any] | None:
+        name, module, trainer = hook.value, self.module, self.trainer
+        owners = hook.owners if only is None else hook.owners & only
+        callback_fns = [self._refusing_logs(hook, getattr(cb, name), f"Callback.{name}")
+                        for cb in self._overriding(hook)] if Owner.CALLBACK in owners else []
+        module_fn = None
+        if Owner.MODULE in owners and (Trait.DEFAULT_ACTS in hook.traits or overrides(module, Module, name)):
+            module_fn = self._refusing_logs(hook, getattr(module, name))
+        datamodule_fn = None
+        if self.datamodule is not None and Owner.DATAMODULE in owners and self._datamodule_has(hook):
+            datamodule_fn = self._refusing_logs(hook, getattr(self.datamodule, name))
+        if Trait.BATCH_TRANSFER in hook.traits:
+            return self._batch_hook(name, datamodule_fn, module_fn)
+        if not callback_fns and datamodule_fn is None:
+            return module_fn
+
+        def call_all(*args: Any, **kwargs: Any) -> Any:
+            if datamodule_fn is not None:
+                datamodule_fn(*args, **kwargs)
+            for fn in callback_fns:
+                fn(trainer, module, *args, **kwargs)
+            return module_fn(*args, **kwargs) if module_fn is not None else None
+
+        return call_all
+
     def _batch_hook(self, name: str, datamodule_fn: Callable[..., Any] | None,
                     module_fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
         """A DataModule's batch hook is used instead of the Module's, as in Lightning."""
@@ -98,50 +145,9 @@ class HookRunner:
     def _datamodule_has(self, hook: Hook) -> bool:
         # A batch hook is taken from the DataModule only when it defines its own, as Lightning decides (a wrapper
         # of the base method is not one); its other hooks run whenever they are set
-        if hook in _BATCH_HOOKS:
+        if Trait.BATCH_TRANSFER in hook.traits:
             return defines(self.datamodule, DataModule, hook.value)
         return overrides(self.datamodule, DataModule, hook.value)
-
-    def _overriding(self, hook: Hook) -> list[Callback]:
-        return [cb for cb in self.callbacks if overrides(cb, Callback, hook.value)]
-
-    def _build(self, hook: Hook) -> Callable[..., Any] | None:
-        caller = profiled(self.trainer._profiling, hook.value, self._caller(hook))
-        if caller is None or hook not in NO_LOGGING:
-            return caller
-        module, name = self.module, hook.value
-
-        def forbidding_logs(*args: Any, **kwargs: Any) -> Any:
-            return call_refusing_logs(module, name, caller, *args, **kwargs)
-
-        return forbidding_logs
-
-    def _caller(self, hook: Hook) -> Callable[..., Any] | None:
-        name = hook.value
-        trainer, module = self.trainer, self.module
-        callback_fns = [getattr(cb, name) for cb in self._overriding(hook)] if hook.target != Target.MODULE else []
-        module_fn = None
-        if hook.target != Target.CALLBACK and (hook in _ACTING_DEFAULTS or overrides(module, Module, name)):
-            module_fn = getattr(module, name)
-        datamodule_fn = None
-        if self.datamodule is not None and hook in _DATAMODULE_HOOKS and self._datamodule_has(hook):
-            datamodule_fn = getattr(self.datamodule, name)
-        if hook in _BATCH_HOOKS:
-            return self._batch_hook(name, datamodule_fn, module_fn)
-        if not callback_fns and module_fn is None and datamodule_fn is None:
-            return None
-        if not callback_fns and datamodule_fn is None:
-            return module_fn
-
-        def run(*args: Any, **kwargs: Any) -> Any:
-            if datamodule_fn is not None:
-                datamodule_fn(*args, **kwargs)
-            for fn in callback_fns:
-                fn(trainer, module, *args, **kwargs)
-            return module_fn(*args, **kwargs) if module_fn is not None else None
-
-        return run
-
 
 
 def call_refusing_logs(module: Module, hook_name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -152,19 +158,6 @@ def call_refusing_logs(module: Module, hook_name: str, function: Callable[..., A
         return function(*args, **kwargs)
     finally:
         state["_logging_refused_in"] = earlier
-
-
-# The hooks in which Lightning refuses self.log (its loops keep no results there), and so do we.
-NO_LOGGING = frozenset({
-    Hook.CONFIGURE_CALLBACKS, Hook.PREPARE_DATA, Hook.SETUP, Hook.CONFIGURE_MODEL, Hook.CONFIGURE_OPTIMIZERS,
-    Hook.TEARDOWN, Hook.ON_FIT_START, Hook.ON_FIT_END, Hook.ON_SANITY_CHECK_START, Hook.ON_SANITY_CHECK_END,
-    Hook.ON_TRAIN_END, Hook.ON_VALIDATION_END, Hook.ON_TEST_END, Hook.ON_BEFORE_BATCH_TRANSFER,
-    Hook.TRANSFER_BATCH_TO_DEVICE, Hook.ON_AFTER_BATCH_TRANSFER, Hook.LR_SCHEDULER_STEP,
-    Hook.ON_VALIDATION_MODEL_ZERO_GRAD, Hook.ON_VALIDATION_MODEL_EVAL, Hook.ON_VALIDATION_MODEL_TRAIN,
-    Hook.ON_TEST_MODEL_EVAL, Hook.ON_TEST_MODEL_TRAIN, Hook.ON_PREDICT_MODEL_EVAL, Hook.ON_PREDICT_START,
-    Hook.ON_PREDICT_END, Hook.ON_PREDICT_EPOCH_START, Hook.ON_PREDICT_EPOCH_END, Hook.ON_PREDICT_BATCH_START,
-    Hook.ON_PREDICT_BATCH_END, Hook.ON_SAVE_CHECKPOINT, Hook.ON_LOAD_CHECKPOINT, Hook.ON_EXCEPTION,
-})
 
 
 def merge_module_callbacks(callbacks: list[Callback], returned: Any) -> list[Callback]:
