@@ -54,8 +54,8 @@ from torch import nn
 
 import framework
 from framework.callbacks import Callback, ModelCheckpoint
-from framework.io.checkpoint_storage import load_checkpoint
 from framework.io.checkpoint_dir import save_sharded
+from framework.io.checkpoint_storage import load_checkpoint
 from framework.io.dcp_reader import METADATA_FILE, load_metadata
 from framework.trainer.checkpoint_contents import dump_checkpoint, restore_checkpoint, restore_training_state
 

@@ -86,7 +86,8 @@ def _members(cls: type) -> list[str]:
         if klass is not cls and (id(klass) in public or not klass.__module__.startswith("framework")):
             continue
         for name, member in vars(klass).items():
-            if not name.startswith("_") and name not in names and ":meta private:" not in (inspect.getdoc(member) or ""):
+            private = ":meta private:" in (inspect.getdoc(member) or "")
+            if not name.startswith("_") and name not in names and not private:
                 names.append(name)
     return names
 

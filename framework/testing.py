@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from framework.runtime.worker_processes import start_processes
 from framework.runtime.start_method import choose_start_method
+from framework.runtime.worker_processes import start_processes
 
 __all__ = ["HOST_READS", "HostReads", "SavedActivations", "count_host_reads", "spawn", "state_bytes"]
 

@@ -10,8 +10,8 @@ import torch
 from framework.accelerate.config_keys import KEYS
 from framework.accelerate.utils.environment import patch_environment
 from framework.errors import MisconfigurationError
-from framework.runtime.worker_processes import start_processes
 from framework.runtime.start_method import choose_start_method
+from framework.runtime.worker_processes import start_processes
 
 
 def notebook_launcher(function: Callable[..., Any], args: tuple = (), num_processes: int | None = None,

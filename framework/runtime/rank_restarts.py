@@ -17,13 +17,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from framework.runtime.worker_processes import RankExitedError, start_processes
 from framework.runtime.preemption_signals import (
     JOB_ID_VARIABLE,
     MAX_RESTARTS_VARIABLE,
     RESTART_COUNT_VARIABLE,
     RESTART_REASON_VARIABLE,
 )
+from framework.runtime.worker_processes import RankExitedError, start_processes
 
 
 def start_with_restarts(function: Callable[..., Any], args: Sequence[Any], world_size: int, method: str,

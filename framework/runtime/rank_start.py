@@ -95,8 +95,8 @@ class LaunchMethods:
     def become_rank_zero(self) -> None:
         """Start ranks 1 .. N-1 as new runs of this script and join them as rank 0 (everything after runs on every
         rank)."""
-        from framework.runtime.relaunch import relaunch_script
         from framework.runtime.rank_restarts import become_launcher
+        from framework.runtime.relaunch import relaunch_script
 
         become_launcher(self.world_size, getattr(self.strategy, "max_restarts", 0))  # returns only without restarts
         relaunch_script(self.world_size)

@@ -7,8 +7,8 @@ Which checkpoint, and when:
   ``TORCHELASTIC_RESTART_COUNT`` > 0; the Trainer's own ranks started again: ``DDPStrategy(max_restarts=...)``; a
   SLURM requeue: ``SLURM_RESTART_COUNT`` > 0) resumes from the newest complete checkpoint of this job: its
   ModelCheckpoint files and the preemption checkpoints. Each checkpoint records the job that wrote it (the SLURM
-  job, else the launch: ``runtime.preemption_signals.job_identity``), so a file an earlier, finished job left in the same
-  folder is never taken.
+  job, else the launch: ``runtime.preemption_signals.job_identity``), so a file an earlier, finished job left in
+  the same folder is never taken.
 - **Any other start** (a plain re-run of the script, a job submitted again by hand) resumes from the newest
   preemption checkpoint, ``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, if there is one: a run stopped by a
   preemption signal wrote it to be continued, and no run has gone on from it yet.

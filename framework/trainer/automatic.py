@@ -16,8 +16,8 @@ from framework.trainer.optimizers import OptimizerProxy, step_schedulers
 from framework.trainer.step import StepClosure
 
 if TYPE_CHECKING:
-    from framework.trainer.run_context import RunContext
     from framework.trainer.run import Run
+    from framework.trainer.run_context import RunContext
 
 
 class AutomaticOptimization:

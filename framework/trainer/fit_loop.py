@@ -32,6 +32,7 @@ from framework.trainer.checkpoint_contents import (
     rng_state_of_rank,
     save_checkpoint,
 )
+from framework.trainer.checkpoint_paths import load_for
 from framework.trainer.data import (
     has_loader_source,
     load_train_data,
@@ -42,7 +43,6 @@ from framework.trainer.data import (
     set_sampler_epoch,
     val_is_defined,
 )
-from framework.trainer.checkpoint_paths import load_for
 from framework.trainer.manual import ManualOptimization, check_manual_settings
 from framework.trainer.metrics import step_views
 from framework.trainer.optimizers import configure_optimizers, step_schedulers
@@ -121,7 +121,8 @@ class FitLoop:
             )
         self.preemption.watch.install()
         try:
-            with torch.autograd.set_detect_anomaly(run.settings.detect_anomaly):  # restores the caller's setting on exit
+            # restores the caller's setting on exit
+            with torch.autograd.set_detect_anomaly(run.settings.detect_anomaly):
                 self.train()
         finally:
             self.preemption.watch.restore()

@@ -13,9 +13,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from framework.hooks import Hook
 from framework.loggers.base import Logger
 from framework.nested import map_tensors
-from framework.trainer.hook_runner import merge_module_callbacks
+from framework.trainer.hook_runner import HookRunner, merge_module_callbacks
 from framework.trainer.state import TrainerFn
 
 if TYPE_CHECKING:
@@ -63,12 +64,11 @@ def adopt_rank_zero(run: Run, report: dict[str, Any]) -> None:
     """Take into this process's run what rank 0 of ranks it started sent back (``report_of``): the trained weights,
     the state, the metric dicts, the callbacks' and loggers' bookkeeping, the checkpoint path, the settled
     ``max_epochs``."""
-    module = run.module
     take_trained_module(run, report["weights"])
     vars(run.state).update(vars(report["state"]))
     run.metrics.callback, run.metrics.logged, run.metrics.progress_bar = report["metrics"]
     # as on the ranks: the Module's configure_callbacks replace the Trainer's of the same type
-    run.callbacks = merge_module_callbacks(run.callbacks, module.configure_callbacks())
+    run.callbacks = merge_module_callbacks(run.callbacks, HookRunner(run).call(Hook.CONFIGURE_CALLBACKS))
     for callback in run.callbacks:
         state = report["callbacks"].get(callback.state_key)
         if not state:

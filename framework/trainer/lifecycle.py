@@ -88,7 +88,8 @@ def setup(run: Run) -> None:
     if run.profiler is not None:  # a file per rank in a distributed run
         run.profiler.setup(run.stage, runtime.local_rank if run.world_size > 1 else None,
                            log_dir_of(run.loggers, run.settings.default_root_dir))
-    run.callbacks = merge_module_callbacks(run.callbacks, module.configure_callbacks())
+    run.hooks = HookRunner(run)  # the Trainer's callbacks, to which configure_callbacks may add
+    run.callbacks = merge_module_callbacks(run.callbacks, run.hooks.call(Hook.CONFIGURE_CALLBACKS))
     lend_logging(run.callbacks, module)
     run.hooks = HookRunner(run)
     if run.fn == TrainerFn.FITTING:

@@ -11,14 +11,13 @@ from torch.optim import Optimizer
 
 from framework import console
 from framework.errors import MisconfigurationError, describe
-from framework.hooks import overrides
+from framework.hooks import Hook, overrides
 from framework.module import Module
-from framework.trainer.hook_runner import call_refusing_logs
 from framework.utilities.types import LRSchedulerConfig
 
 if TYPE_CHECKING:
-    from framework.trainer.run_context import RunContext
     from framework.trainer.run import Run
+    from framework.trainer.run_context import RunContext
 
 ACCEPTED_FORMS = """configure_optimizers may return:
   - an optimizer
@@ -155,6 +154,7 @@ def step_schedulers(run: Run, interval: str, plateau: bool | None) -> None:
     if not run.module.automatic_optimization:
         return
     state = run.state
+    scheduler_step = None
     count = state.global_step if interval == "step" else state.current_epoch + (0 if plateau else 1)
     for config in run.context.lr_scheduler_configs:
         if config.interval != interval or (plateau is not None and config.reduce_on_plateau != plateau):
@@ -172,8 +172,8 @@ def step_schedulers(run: Run, interval: str, plateau: bool | None) -> None:
                         f"{available}. Log it with self.log({config.monitor!r}, ...) or set 'strict': False."
                     )
                 continue
-        call_refusing_logs(run.module, "lr_scheduler_step", run.module.lr_scheduler_step, config.scheduler,
-                           metric)  # as in Lightning, no self.log there
+        scheduler_step = scheduler_step or run.hooks.get(Hook.LR_SCHEDULER_STEP, with_default=True)
+        scheduler_step(config.scheduler, metric)
 
 
 class OptimizerProxy:
@@ -232,7 +232,7 @@ def configure_optimizers(run: Run, context: RunContext, manual_step: Callable[..
     ``context`` set up by the runtime (with the proxies ``self.optimizers()`` hands a Module that steps them
     itself, whose ``step`` is ``manual_step``)."""
     module = run.module
-    optimizers, context.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
+    optimizers, context.lr_scheduler_configs = parse_optimizers(run.hooks.call(Hook.CONFIGURE_OPTIMIZERS))
     check_schedulers(context.lr_scheduler_configs, module.automatic_optimization,
                      steps_itself=overrides(module, Module, "lr_scheduler_step"))
     if module.automatic_optimization:

@@ -24,9 +24,8 @@ from framework.trainer.settings import SETTING_NAMES, Settings
 from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
 
 if TYPE_CHECKING:
-    from torch.optim import Optimizer
-
     import torch
+    from torch.optim import Optimizer
 
     from framework.trainer.fit_loop import FitLoop
     from framework.trainer.hook_runner import HookRunner

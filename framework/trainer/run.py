@@ -91,7 +91,7 @@ class Run:
 
     @property
     def stage(self) -> str:
-        """The stage ``setup`` and ``teardown`` are called with: ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``."""
+        """What ``setup`` and ``teardown`` are called with: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``."""
         return "fit" if self.fn == TrainerFn.FITTING else self.fn.value
 
     @property

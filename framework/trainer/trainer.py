@@ -31,6 +31,7 @@ from framework.trainer.run_context import RunContext
 from framework.trainer.settings import apply_torch_flags, build_settings
 from framework.trainer.state import TrainerFn, TrainerState, TrainerStatus
 
+
 class Trainer(TrainerProperties):
     """Runs a ``Module``'s fit, validate, test and predict loops; arguments as in Lightning.
 

@@ -19,8 +19,8 @@ import torch
 from framework.accelerate import Accelerator
 from framework.cli.consolidate import consolidate_command
 from framework.errors import CheckpointError, UnsafeCheckpointError
-from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
 from framework.io.checkpoint_dir import save_sharded
+from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
 from tests.helpers import Regressor, loader, quiet_trainer
 from tests.io.planting import MEMBERS, REFUSED_FILE, Payload, plant
 

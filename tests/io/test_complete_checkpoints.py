@@ -21,13 +21,13 @@ import torch
 
 from framework.callbacks import ModelCheckpoint
 from framework.callbacks.checkpoint_files import remove_unfinished_writes
+from framework.io.checkpoint_dir import save_sharded
 from framework.io.checkpoint_storage import (
     is_complete_checkpoint,
     load_checkpoint,
     newest_complete_checkpoint,
     save_checkpoint,
 )
-from framework.io.checkpoint_dir import save_sharded
 from framework.io.fs import is_temporary, leftover_temporaries
 from tests.io.interrupted_save import state_at
 
@@ -231,8 +231,8 @@ def test_newest_complete_checkpoint_goes_by_the_time_of_the_file_or_of_the_commi
 def test_a_sharded_checkpoint_is_replaced_and_restored_on_a_filesystem_without_renames():
     import fsspec
 
-    from framework.io.checkpoint_storage import complete_checkpoint_at, remove_checkpoint
     from framework.io.checkpoint_dir import _rename
+    from framework.io.checkpoint_storage import complete_checkpoint_at, remove_checkpoint
 
     fs, path = fsspec.filesystem("memory"), "memory://complete-checkpoints/last.ckpt"
     if fs.exists("/complete-checkpoints"):  # memory:// outlives a test

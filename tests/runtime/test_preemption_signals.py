@@ -12,8 +12,8 @@ import pytest
 from torch.distributed import TCPStore
 
 from framework.runtime import preemption_signals as preemption
-from framework.runtime.worker_processes import free_port
 from framework.runtime.preemption_signals import PreemptionWatch, unanswered_signal
+from framework.runtime.worker_processes import free_port
 
 
 def _wait_in_c(seconds: float) -> None:
