@@ -23,12 +23,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_architecture import _group, _place, _strongly_connected  # noqa: E402  (the layer table the tests keep)
 
-#: The modules of ``trainer/`` that make up the Trainer class itself (before the Run: its three parts).
+#: The modules of ``trainer/`` that make up the Trainer class itself (before the Run there were three:
+#: ``trainer``, ``trainer_run`` and ``properties``).
 TRAINER_CLASS = {"trainer.trainer", "trainer.trainer_run", "trainer.properties"}
-#: The loops and helpers that issue 44 hands a Run instead of the Trainer.
+#: The loops and helpers that are handed a Run instead of the Trainer (both names where one was renamed).
 LOOP_MODULES = ["fit_loop", "fit_validation", "validation_in_fit", "eval_loop", "automatic", "manual", "step",
-                "optimizers", "data", "checkpoint", "checkpoint_assembly", "preemption", "preemption_stop",
-                "auto_resume", "dispatch", "hook_runner", "launch", "launched_ranks"]
+                "optimizers", "data", "checkpoint", "checkpoint_contents", "checkpoint_paths", "preemption",
+                "auto_resume", "dispatch", "hook_runner", "launch", "launched_ranks", "lifecycle"]
 LIMIT = 400
 
 

@@ -2,16 +2,14 @@
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from framework.hparams import HyperparametersMixin, build_from_hparams, read_hparams_file
 from framework.loader_hooks import LoaderHooks
 from framework.nested import move_to_device
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class DataModule(LoaderHooks, HyperparametersMixin):
@@ -35,7 +33,7 @@ class DataModule(LoaderHooks, HyperparametersMixin):
     """
 
     def __init__(self) -> None:
-        self.trainer: Trainer | None = None
+        self.trainer: TrainerLike | None = None
         self._forget_hyperparameters()
         #: False: ``prepare_data`` runs on global rank 0 only (a filesystem all nodes share), not once per node.
         self.prepare_data_per_node: bool = True

@@ -3,7 +3,7 @@
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -15,9 +15,7 @@ from framework.hparams import HyperparametersMixin, build_from_hparams, read_hpa
 from framework.loader_hooks import LoaderHooks
 from framework.module_hook_defaults import ModuleHooks
 from framework.module_optimization import OptimizationMethods
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods, nn.Module):
@@ -49,7 +47,7 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._trainer: Trainer | None = None
+        self._trainer: TrainerLike | None = None
         self._results: Any = None
         self._logged_while_compiling: list[tuple] = []  # self.log calls inside a compiled step, not yet recorded
         self._logging_refused_in: str | None = None  # the running hook, where it is one that may not log
@@ -78,7 +76,7 @@ class Module(ModuleHooks, LoaderHooks, HyperparametersMixin, OptimizationMethods
         return self._trainer
 
     @trainer.setter
-    def trainer(self, trainer: "Trainer") -> None:
+    def trainer(self, trainer: TrainerLike) -> None:
         """Attach the module to ``trainer`` (each Trainer run does this)."""
         self._trainer = trainer
 

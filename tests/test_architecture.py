@@ -1,25 +1,33 @@
-"""The import rules of docs/architecture.md: no import circle, and every import points down the layers.
+"""The rules of docs/architecture.md, kept by tests: no import circle, every import points down the layers, and
+no module over 400 lines.
 
-Imports are read from the source (inside functions too; not those under ``if TYPE_CHECKING:``, which never run).
-Importing ``framework.a.b`` counts as importing the package ``framework.a`` too, as Python runs its ``__init__``.
+Imports are read from the source: at the top of a module, inside functions, and under ``if TYPE_CHECKING:`` (an
+import only a type checker runs is still an arrow a reader follows; where one would point up, the layer below types
+the object with a ``Protocol`` such as ``framework.protocols.TrainerLike``). Importing ``framework.a.b`` counts as
+importing the package ``framework.a`` too, as Python runs its ``__init__``.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
+
+import pytest
 
 import framework
 
 PACKAGE = Path(framework.__file__).parent
+#: The most lines a module may have, its docstrings and comments included: past it, it holds two concepts.
+MOST_LINES = 400
 
 # The layers, bottom first. A module may import from its own group and from any group of a lower layer; groups
 # side by side in one layer do not import each other. A group is a top-level module or subpackage of framework.
 LAYERS: list[list[set[str]]] = [
-    [{"errors", "console", "nested", "duration", "hooks", "loader_hooks", "seed", "version"}],
+    [{"errors", "console", "nested", "duration", "hooks", "loader_hooks", "seed", "version", "checks"}],
     [{"io"}],
-    [{"export", "hparams", "utilities", "plugins"}],
+    [{"export", "hparams", "utilities", "plugins", "protocols"}],
     [{"loggers"}, {"profilers"}, {"precision"}, {"callbacks"}],
     [{"strategies"}],
     [{"runtime"}],
@@ -29,11 +37,6 @@ LAYERS: list[list[set[str]]] = [
     [{"cli"}, {"testing"}],
     [{"", "__main__"}],  # the package's own __init__ (public re-exports) and ``python -m framework``
 ]
-
-# Imports that point up on purpose: a package offering, under Lightning's import path, a name that a higher layer
-# defines. Each is made inside the package's module ``__getattr__``, so importing the package does not load it.
-LAZY_REEXPORTS = {("callbacks", "tuner.finder_callbacks"), ("callbacks.batch_size_finder", "tuner.finder_callbacks"),
-                  ("callbacks.lr_finder", "tuner.finder_callbacks")}
 
 
 def _modules() -> dict[str, Path]:
@@ -45,13 +48,8 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(inner) for child in node.body for inner in ast.walk(child))
-    return [node for node in ast.walk(tree)
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skipped]
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def _edges() -> dict[str, dict[str, int]]:
@@ -60,7 +58,7 @@ def _edges() -> dict[str, dict[str, int]]:
     edges: dict[str, dict[str, int]] = {name: {} for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _runtime_imports(ast.parse(path.read_text())):
+        for node in _imports(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -103,44 +101,50 @@ def _place(group: str) -> tuple[int, int]:
                          "(and to its diagram, docs/_static/architecture.svg)")
 
 
-def _is_lazy_reexport(module: str, target: str) -> bool:
-    """Whether ``module`` importing ``target`` is (part of) one of the declared lazy re-exports: the module named
-    there, or a package Python runs on the way to it."""
-    return any(module == importer and (target == reexported or reexported.startswith(target + "."))
-               for importer, reexported in LAZY_REEXPORTS)
-
-
 def test_every_import_points_down_the_layers():
     upward = []
     for module, targets in _edges().items():
         for target, line in targets.items():
             here, there = _place(_group(module)), _place(_group(target))
-            same_group = here == there
-            if not same_group and there[0] >= here[0] and not _is_lazy_reexport(module, target):
+            if here != there and there[0] >= here[0]:
                 upward.append(f"framework.{module} (line {line}) imports framework.{target}")
     assert not upward, "imports against the layers of docs/architecture.md:\n" + "\n".join(sorted(upward))
 
 
 def test_no_import_circle():
-    edges = {module: {target for target in targets if not _is_lazy_reexport(module, target)}
-             for module, targets in _edges().items()}
-    circles = _strongly_connected(edges)
+    circles = _strongly_connected({module: set(targets) for module, targets in _edges().items()})
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(f"framework.{m}" for m in c) for c in circles)
 
 
-def test_the_lazy_reexports_are_lazy_and_the_layer_table_names_every_group():
-    edges = _edges()
-    for module, target in LAZY_REEXPORTS:
-        assert target in edges[module], f"LAZY_REEXPORTS names {module} -> {target}, which is not imported"
-        tree = ast.parse(_modules()[module].read_text())
-        lazy = {id(inner) for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
-                for inner in ast.walk(node)}
-        package = "framework." + target.partition(".")[0]
-        eager = [node.lineno for node in _runtime_imports(tree)
-                 if id(node) not in lazy and package in ast.unparse(node)]
-        assert not eager, f"framework.{module} imports {package} outside its __getattr__ (lines {eager})"
-    for module in edges:
+def test_every_group_is_in_the_layer_table():
+    for module in _edges():
         _place(_group(module))
+
+
+def test_no_module_is_over_400_lines():
+    long = {f"framework/{path.relative_to(PACKAGE)}": count for path in PACKAGE.rglob("*.py")
+            if (count := len(path.read_text().splitlines())) > MOST_LINES}
+    assert not long, f"modules over {MOST_LINES} lines (split each by concept): {long}"
+
+
+def test_the_rules_see_type_only_imports_lazy_ones_and_long_modules(tmp_path, monkeypatch):
+    # Each rule run on a made-up package that breaks it, so a rule that looks at nothing fails here.
+    package = tmp_path / "framework"
+    (package / "callbacks").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "callbacks" / "__init__.py").write_text("")
+    (package / "callbacks" / "base.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from framework.trainer import Trainer\n")
+    (package / "trainer.py").write_text("def later():\n    from framework.callbacks import base\n"
+                                        + "# a line\n" * MOST_LINES)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    edges = _edges()
+    assert "trainer" in edges["callbacks.base"] and "callbacks.base" in edges["trainer"]
+    assert _strongly_connected({module: set(targets) for module, targets in edges.items()})
+    with pytest.raises(AssertionError, match=r"framework.callbacks.base \(line 3\) imports framework.trainer"):
+        test_every_import_points_down_the_layers()
+    with pytest.raises(AssertionError, match="framework/trainer.py"):
+        test_no_module_is_over_400_lines()
 
 
 def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:

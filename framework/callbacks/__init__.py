@@ -5,17 +5,20 @@ annotations``): tools that build a command line or a config from a constructor (
 LightningCLI-style scripts, ``framework fit --config``) read ``inspect.signature(cls)`` and need each
 annotation as a type, not as its source text.
 
-``BatchSizeFinder`` and ``LearningRateFinder`` are the tuner's (they start trial Trainers, and the Trainer
-is a layer above the callbacks): they are offered here, under Lightning's import paths, when first asked for.
+``BatchSizeFinder`` and ``LearningRateFinder`` run the tuner's searches when fit starts: the searches live with
+them (``lr_finder``, ``batch_size_finder``) and start trial runs of the Trainer they are handed, of its own class,
+so nothing here imports the Trainer.
 """
 
 from framework.callbacks.base import Callback
+from framework.callbacks.batch_size_finder import BatchSizeFinder
 from framework.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from framework.callbacks.device_stats import DeviceStatsMonitor
 from framework.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from framework.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from framework.callbacks.gradient_accumulation import GradientAccumulationScheduler
 from framework.callbacks.lambda_callback import LambdaCallback
+from framework.callbacks.lr_finder import LearningRateFinder
 from framework.callbacks.lr_monitor import LearningRateMonitor
 from framework.callbacks.model_checkpoint import ModelCheckpoint
 from framework.callbacks.model_summary import ModelSummary
@@ -61,14 +64,3 @@ __all__ = [
     "TrainingSpikeException",
     "WeightAveraging",
 ]
-
-# The tuner's callbacks: loaded when first asked for, as the tuner imports the Trainer, which imports callbacks.
-_FROM_THE_TUNER = {"BatchSizeFinder", "LearningRateFinder"}
-
-
-def __getattr__(name: str) -> object:
-    if name in _FROM_THE_TUNER:
-        from framework.tuner import finder_callbacks
-
-        return getattr(finder_callbacks, name)
-    raise AttributeError(f"module 'framework.callbacks' has no attribute {name!r}")

@@ -6,15 +6,13 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework import console
 from framework.errors import CheckpointError
 from framework.io.async_writer import AsyncCheckpointIO
 from framework.io.checkpoint_storage import remove_checkpoint
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class BackgroundSaves:
@@ -48,7 +46,7 @@ class BackgroundSaves:
         self._written: set[str] = set()  # the paths saved at this save point
 
     @contextlib.contextmanager
-    def save_point(self, trainer: Trainer) -> Iterator[None]:
+    def save_point(self, trainer: TrainerLike) -> Iterator[None]:
         """Every rank calls it at the same save point; the saves inside go to the background (if there is a
         writer), the deletions asked for inside come after all of them (and after none, if one raised)."""
         if self.writer is not None:
@@ -83,7 +81,7 @@ class BackgroundSaves:
         else:
             action()
 
-    def saved(self, trainer: Trainer, path: str | None = None) -> None:
+    def saved(self, trainer: TrainerLike, path: str | None = None) -> None:
         """A file was saved (at ``path``): the loggers hear of it (``after_save_checkpoint``) once it is
         complete."""
         if path is not None:
@@ -93,7 +91,7 @@ class BackgroundSaves:
         else:
             _tell_loggers(trainer, self._callback)
 
-    def finish(self, trainer: Trainer) -> None:
+    def finish(self, trainer: TrainerLike) -> None:
         """Wait for the writes in flight; on every rank raise if any rank's failed; then tell the loggers."""
         if self.writer is None:
             return
@@ -112,7 +110,7 @@ class BackgroundSaves:
             self._loggers_to_tell = False
             _tell_loggers(trainer, self._callback)
 
-    def end(self, trainer: Trainer) -> None:
+    def end(self, trainer: TrainerLike) -> None:
         """At the end of fit: every file complete (or its error raised), the staging memory freed."""
         if self.writer is not None:
             try:
@@ -131,7 +129,7 @@ class BackgroundSaves:
             console.warn_user(f"{error} (while handling the error that stopped fit)")
 
 
-def _tell_loggers(trainer: Trainer, callback: Any) -> None:
+def _tell_loggers(trainer: TrainerLike, callback: Any) -> None:
     if trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.after_save_checkpoint(callback)

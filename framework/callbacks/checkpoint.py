@@ -1,14 +1,12 @@
 """``Checkpoint``, the base of the callbacks that save checkpoints, and ``OnExceptionCheckpoint``."""
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class Checkpoint(Callback):
@@ -56,7 +54,7 @@ class OnExceptionCheckpoint(Checkpoint):
         """Where the checkpoint goes."""
         return os.path.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
-    def on_exception(self, trainer: "Trainer", pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerLike, pl_module: Any, exception: BaseException) -> None:
         """Save the state fit had reached (nothing outside fit, or where every rank must write a part)."""
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return

@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -21,9 +21,7 @@ from framework.io.fs import (
     remove,
     write_bytes_atomic,
 )
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 def resolved_dirpath(dirpath: str | os.PathLike) -> str:
@@ -34,7 +32,7 @@ def resolved_dirpath(dirpath: str | os.PathLike) -> str:
     return os.path.realpath(os.path.expanduser(dirpath.removeprefix("file://")))
 
 
-def default_dirpath(trainer: Trainer) -> str:
+def default_dirpath(trainer: TrainerLike) -> str:
     """``<save_dir>/<name>/<version>/checkpoints`` of the logger, else ``<default_root_dir>/checkpoints``."""
     loggers = [logger for logger in trainer.loggers if logger.save_dir is not None or logger.log_dir is not None]
     if not loggers:

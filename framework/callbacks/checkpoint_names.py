@@ -4,16 +4,14 @@ clashes, the "last" files."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from framework.callbacks.checkpoint_files import fill_template, versions_of
 from framework.io.checkpoint_storage import SET_ASIDE_SUFFIX, complete_checkpoint_at
 from framework.io.fs import exists
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class CheckpointNames:
@@ -52,7 +50,7 @@ class CheckpointNames:
         name += self.FILE_EXTENSION
         return os.path.join(self.dirpath, name) if self.dirpath else name
 
-    def _free_filepath(self, trainer: Trainer, candidates: dict[str, torch.Tensor], being_replaced: str,
+    def _free_filepath(self, trainer: TrainerLike, candidates: dict[str, torch.Tensor], being_replaced: str,
                        filename: str | None = None) -> str:
         """The template's path, with ``-v1``, ``-v2`` ... while it names an existing file (other than the one
         about to be replaced)."""
@@ -63,7 +61,7 @@ class CheckpointNames:
             version += 1
         return filepath
 
-    def _file_exists(self, trainer: Trainer, filepath: str) -> bool:
+    def _file_exists(self, trainer: TrainerLike, filepath: str) -> bool:
         return trainer.runtime.broadcast(exists(filepath))
 
     def find_last_checkpoints(self) -> list[str]:
@@ -88,7 +86,7 @@ class CheckpointNames:
             names |= {path.removesuffix(SET_ASIDE_SUFFIX) for path in set_aside}
         return sorted(names)
 
-    def _monitor_candidates(self, trainer: Trainer) -> dict[str, torch.Tensor]:
+    def _monitor_candidates(self, trainer: TrainerLike) -> dict[str, torch.Tensor]:
         """The values file names and the top-k ranking use: rank 0's, on every rank.
 
         Values logged without ``sync_dist`` differ between ranks (a rank without validation

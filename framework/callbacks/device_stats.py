@@ -1,15 +1,13 @@
 """``DeviceStatsMonitor``: log the accelerator's memory statistics (and the CPU's) around each batch."""
 
 import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, require_package
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class DeviceStatsMonitor(Callback):
@@ -30,7 +28,7 @@ class DeviceStatsMonitor(Callback):
     def __init__(self, cpu_stats: bool | None = None) -> None:
         self._cpu_stats = cpu_stats
 
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Refuse a run without a logger, or CPU statistics without psutil."""
         if stage != "fit":
             return
@@ -40,7 +38,7 @@ class DeviceStatsMonitor(Callback):
         if self._cpu_stats:
             require_package("psutil", "DeviceStatsMonitor(cpu_stats=True)", extra="psutil")
 
-    def _log(self, trainer: "Trainer", key: str, ended: bool) -> None:
+    def _log(self, trainer: TrainerLike, key: str, ended: bool) -> None:
         every = trainer.log_every_n_steps
         step = trainer.state.batches_stepped - (1 if ended else 0)
         if not every or (step + 1) % every:
@@ -63,21 +61,22 @@ class DeviceStatsMonitor(Callback):
                          cpu_swap_percent=psutil.swap_memory().percent)
         return stats
 
-    def on_train_batch_start(self, trainer: "Trainer", pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerLike, pl_module: Any, batch: Any, batch_idx: int) -> None:
         """Log before the training batch."""
         self._log(trainer, "on_train_batch_start", ended=False)
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerLike, pl_module: Any,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
         """Log after the training batch."""
         self._log(trainer, "on_train_batch_end", ended=True)
 
-    def on_validation_batch_start(self, trainer: "Trainer", pl_module: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: TrainerLike, pl_module: Any, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         """Log before the validation batch (at the training step)."""
         if not trainer.sanity_checking:
             self._log(trainer, "on_validation_batch_start", ended=False)
 
-    def on_validation_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: TrainerLike, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         """Log after the validation batch (at the training step)."""
         if not trainer.sanity_checking:

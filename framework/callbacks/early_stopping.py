@@ -4,15 +4,13 @@ import logging
 import math
 import warnings
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 # A child of the "framework" logger: its messages reach the console as the others do.
 log = logging.getLogger(__name__)
@@ -112,25 +110,25 @@ class EarlyStopping(Callback):
         """``torch.lt`` for mode "min", ``torch.gt`` for "max"."""
         return _BETTER[self.mode]
 
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Check at the training epoch's end when validation runs exactly once per epoch, else after validation."""
         if self._check_on_train_epoch_end is None:
             self._check_on_train_epoch_end = trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """The check, when it runs at the training epoch's end."""
         if self._check_on_train_epoch_end and not self._skips(trainer):
             self._run_early_stopping_check(trainer)
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """The check, when it runs after each validation."""
         if not self._check_on_train_epoch_end and not self._skips(trainer):
             self._run_early_stopping_check(trainer)
 
-    def _skips(self, trainer: "Trainer") -> bool:
+    def _skips(self, trainer: TrainerLike) -> bool:
         return trainer.state.fn != "fit" or trainer.sanity_checking or bool(trainer.fast_dev_run)
 
-    def _run_early_stopping_check(self, trainer: "Trainer") -> None:
+    def _run_early_stopping_check(self, trainer: TrainerLike) -> None:
         """Evaluate the monitored value and, when any rank's says so, set ``trainer.should_stop`` (Lightning's name
         for this step, which subclasses override)."""
         metrics = trainer.callback_metrics
@@ -159,7 +157,7 @@ class EarlyStopping(Callback):
             self._log_info(trainer, reason, self.log_rank_zero_only)
 
     @staticmethod
-    def _log_info(trainer: "Trainer", message: str, log_rank_zero_only: bool) -> None:
+    def _log_info(trainer: TrainerLike, message: str, log_rank_zero_only: bool) -> None:
         rank = trainer.global_rank if trainer.world_size > 1 else None
         if rank is None or rank == 0 or not log_rank_zero_only:
             log.info(message if rank is None else f"[rank: {rank}] {message}")

@@ -7,7 +7,7 @@ usual schedule for a Module with a ``backbone``.
 
 import logging
 from collections.abc import Callable, Generator, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -15,9 +15,7 @@ from torch.optim import Optimizer
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +137,12 @@ class BaseFinetuning(Callback):
                                   "optimizer).")
 
     # -- hooks ---
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Freeze before the optimizers are made."""
         if stage == "fit":
             self.freeze_before_training(pl_module)
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """On a resumed run, give the optimizers back the groups added before the checkpoint (their saved state
         is loaded right after, and needs them)."""
         if not self._restarting:
@@ -163,7 +161,7 @@ class BaseFinetuning(Callback):
                 optimizer.add_param_group({**group, "params": [p for p in group["params"] if id(p) not in held]})
         self._restarting = False
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Run ``finetune_function`` with each optimizer, and remember the groups it added."""
         for index, optimizer in enumerate(trainer.optimizers):
             groups_before = len(optimizer.param_groups)
@@ -240,7 +238,7 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict.get("previous_backbone_lr")
         super().load_state_dict(state_dict)
 
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Check there is a backbone, then freeze it."""
         if not isinstance(getattr(pl_module, "backbone", None), nn.Module):
             raise MisconfigurationError(f"BackboneFinetuning needs {type(pl_module).__name__}.backbone, an nn.Module "

@@ -1,12 +1,10 @@
 """``GradientAccumulationScheduler``: change ``accumulate_grad_batches`` from given epochs on."""
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class GradientAccumulationScheduler(Callback):
@@ -43,7 +41,7 @@ class GradientAccumulationScheduler(Callback):
         """The number of batches accumulated per optimizer step in ``epoch``."""
         return next(factor for start, factor in reversed(self.scheduling.items()) if start <= epoch)
 
-    def on_train_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Refuse what cannot work with a schedule: manual optimization, or the Trainer's own setting."""
         if not pl_module.automatic_optimization:
             raise MisconfigurationError("GradientAccumulationScheduler needs automatic optimization: under manual "
@@ -55,6 +53,6 @@ class GradientAccumulationScheduler(Callback):
                 "GradientAccumulationScheduler; remove one of them (the schedule can start at epoch 0)."
             )
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Apply this epoch's number of batches."""
         self._set_by_us = trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)

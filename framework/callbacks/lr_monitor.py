@@ -1,16 +1,14 @@
 """``LearningRateMonitor``: log each optimizer's learning rate (and momentum, weight decay) as it changes."""
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class LearningRateMonitor(Callback):
@@ -44,7 +42,7 @@ class LearningRateMonitor(Callback):
         self.last_momentum_values: dict[str, float] = {}
         self.last_weight_decay_values: dict[str, float] = {}
 
-    def on_train_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Check there is a logger to write to, and warn where a momentum asked for does not exist."""
         if not trainer.loggers:
             raise MisconfigurationError(
@@ -56,7 +54,7 @@ class LearningRateMonitor(Callback):
             console.warn_user("You have set log_momentum=True, but some optimizers do not have momentum. This will "
                               "log a value 0 for the momentum.", RuntimeWarning)
 
-    def on_train_batch_start(self, trainer: "Trainer", pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerLike, pl_module: Any, batch: Any, batch_idx: int) -> None:
         """Log step-interval rates when this batch's step is one the Trainer logs."""
         if self.logging_interval == "epoch":
             return
@@ -65,12 +63,12 @@ class LearningRateMonitor(Callback):
         if (every and (step + 1) % every == 0) or trainer.should_stop:
             self._log(trainer, "step" if self.logging_interval is None else "any", step)
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Log epoch-interval rates as the epoch starts."""
         if self.logging_interval != "step":
             self._log(trainer, "epoch" if self.logging_interval is None else "any", trainer.state.batches_stepped)
 
-    def _log(self, trainer: "Trainer", interval: str, step: int) -> None:
+    def _log(self, trainer: TrainerLike, interval: str, step: int) -> None:
         stats = self.extract_stats(trainer, interval)
         if not stats:
             return
@@ -79,7 +77,7 @@ class LearningRateMonitor(Callback):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics=stats, step=step)
 
-    def extract_stats(self, trainer: "Trainer", interval: str) -> dict[str, float]:
+    def extract_stats(self, trainer: TrainerLike, interval: str) -> dict[str, float]:
         """The current values for ``interval`` ("step", "epoch" or "any"), by logged name."""
         stats: dict[str, float] = {}
         class_counts: defaultdict[type, int] = defaultdict(int)

@@ -4,7 +4,7 @@ import os
 import time
 import warnings
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 
@@ -25,9 +25,7 @@ from framework.callbacks.checkpoint_names import CheckpointNames
 from framework.callbacks.model_checkpoint_checks import MODES, check_arguments, check_link_target, check_save_last
 from framework.errors import MisconfigurationError
 from framework.io.async_writer import AsyncCheckpointIO
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class ModelCheckpoint(CheckpointNames, Checkpoint):
@@ -157,7 +155,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         )
 
     # -- when to save ---
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Decide the directory (rank 0's choice for every rank), refuse ``save_last="link"`` outside this machine's
         file system, pick this run's background writer, and when fitting check the directory can be written to."""
         dirpath = self.dirpath if self.dirpath is not None else default_dirpath(trainer)
@@ -178,11 +176,12 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
             warnings.warn(f"Checkpoint directory {self.dirpath} exists and holds checkpoints; this run writes "
                           "beside them (a name clash gets a -v1 suffix) and deletes only its own.", stacklevel=2)
 
-    def on_train_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Start the clock of ``train_time_interval``."""
         self._last_time_checked = time.monotonic()
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerLike, pl_module: Any,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
         """Save when ``every_n_train_steps`` optimizer steps or ``train_time_interval`` have passed, after a batch that
         ended with an optimizer step: gradients accumulated for the next step are not in a checkpoint, so one saved
         between accumulated batches would not resume exactly (the first batch of a run resumed between two of its
@@ -201,24 +200,24 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         if due_by_steps or due_by_time:
             self._save_due(trainer)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Save every ``every_n_epochs`` epochs (and ``last``), here when validation does not decide it."""
         if not self._skips(trainer) and self._saves_on_train_epoch_end(trainer):
             self._save_due(trainer, top_k=self._epoch_due(trainer))
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Save every ``every_n_epochs`` epochs (and ``last``) after validation, when it runs inside the epoch."""
         if not self._skips(trainer) and not self._saves_on_train_epoch_end(trainer):
             self._save_due(trainer, top_k=self._epoch_due(trainer))
 
-    def on_train_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """With ``save_last``, write ``last`` if nothing was saved during the whole run; wait for the writes."""
         if self.save_last and not self._last_checkpoint_saved and not trainer.fast_dev_run:
             with self._saves.save_point(trainer):
                 self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         self._saves.end(trainer)
 
-    def on_exception(self, trainer: "Trainer", pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerLike, pl_module: Any, exception: BaseException) -> None:
         """Wait for a save in flight; with ``save_on_exception``, save the state fit had reached when it raised."""
         if self._saves is None:  # fit failed before this callback was set up: there is no training state to save
             return
@@ -240,14 +239,14 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         if trainer.is_global_zero:
             console.info(f"{type(exception).__name__} raised ({exception}); saved a checkpoint to {filepath}")
 
-    def _skips(self, trainer: "Trainer") -> bool:
+    def _skips(self, trainer: TrainerLike) -> bool:
         return (bool(trainer.fast_dev_run) or trainer.state.fn != "fit" or trainer.sanity_checking
                 or self._last_global_step_saved == trainer.global_step)
 
-    def _epoch_due(self, trainer: "Trainer") -> bool:
+    def _epoch_due(self, trainer: TrainerLike) -> bool:
         return self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0
 
-    def _saves_on_train_epoch_end(self, trainer: "Trainer") -> bool:
+    def _saves_on_train_epoch_end(self, trainer: TrainerLike) -> bool:
         """By default at the training epoch's end, unless validation runs several times an epoch or not every epoch."""
         if self._save_on_train_epoch_end is not None:
             return self._save_on_train_epoch_end
@@ -259,7 +258,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         # may be 0 while the others validate, so it asks them).
         return not trainer.runtime.reduce_boolean_decision(any(trainer.num_val_batches), all=False)
 
-    def _save_due(self, trainer: "Trainer", top_k: bool = True) -> None:
+    def _save_due(self, trainer: TrainerLike, top_k: bool = True) -> None:
         """One save point: a top-k file (when ``top_k``) and ``last``."""
         with self._saves.save_point(trainer):
             candidates = self._monitor_candidates(trainer)
@@ -268,7 +267,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
             self._save_last_checkpoint(trainer, candidates)
 
     # -- top k ---
-    def _save_topk_checkpoint(self, trainer: "Trainer", candidates: dict[str, torch.Tensor]) -> None:
+    def _save_topk_checkpoint(self, trainer: TrainerLike, candidates: dict[str, torch.Tensor]) -> None:
         if self.save_top_k == 0:
             return
         if self.monitor is None:
@@ -298,7 +297,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
             return True
         return bool(MODES[self.mode](current, self.best_k_models[self.kth_best_model_path].to(current.device)))
 
-    def _update_best_and_save(self, trainer: "Trainer", current: torch.Tensor,
+    def _update_best_and_save(self, trainer: TrainerLike, current: torch.Tensor,
                               candidates: dict[str, torch.Tensor]) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
         dropped = ""
@@ -325,7 +324,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         if dropped and self._may_remove(trainer, dropped, filepath):
             self._remove_once_written(trainer, dropped)
 
-    def _save_latest_only(self, trainer: "Trainer", candidates: dict[str, torch.Tensor]) -> None:
+    def _save_latest_only(self, trainer: TrainerLike, candidates: dict[str, torch.Tensor]) -> None:
         """Without a monitor: save, and with ``save_top_k=1`` delete the file saved before."""
         filepath = self._free_filepath(trainer, candidates, self.best_model_path)
         previous, self.best_model_path = self.best_model_path, filepath
@@ -336,7 +335,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         if self.save_top_k == 1 and previous and self._may_remove(trainer, previous, filepath):
             self._remove_once_written(trainer, previous)
 
-    def _save_last_checkpoint(self, trainer: "Trainer", candidates: dict[str, torch.Tensor]) -> None:
+    def _save_last_checkpoint(self, trainer: TrainerLike, candidates: dict[str, torch.Tensor]) -> None:
         if not self.save_last:
             return
         filepath = self.format_checkpoint_name(candidates, self.CHECKPOINT_NAME_LAST)
@@ -351,25 +350,25 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         if previous and self._may_remove(trainer, previous, filepath):
             self._remove_once_written(trainer, previous)
 
-    def _save(self, trainer: "Trainer", filepath: str) -> None:
+    def _save(self, trainer: TrainerLike, filepath: str) -> None:
         trainer.save_checkpoint(filepath, self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
         self._saves.saved(trainer, filepath)
 
-    def _remove_once_written(self, trainer: "Trainer", filepath: str) -> None:
+    def _remove_once_written(self, trainer: TrainerLike, filepath: str) -> None:
         """Delete ``filepath`` on rank 0 (which writes the files), once every file of this save point is
         written and linked (a kill before leaves it, and the files that still link to it, whole)."""
         if trainer.is_global_zero:
             self._saves.remove_after(filepath)
 
-    def _link(self, trainer: "Trainer", target: str, linkpath: str) -> None:
+    def _link(self, trainer: TrainerLike, target: str, linkpath: str) -> None:
         """Point ``linkpath`` at ``target`` once it is written (a relative link, so the directory can move)."""
         if trainer.is_global_zero and os.path.abspath(target) != os.path.abspath(linkpath):
             self._saves.after_writes(lambda: link(target, linkpath), f"linking {linkpath!r} to {target!r}")
         trainer.runtime.barrier("link_checkpoint")
 
-    def _may_remove(self, trainer: "Trainer", previous: str, current: str) -> bool:
+    def _may_remove(self, trainer: TrainerLike, previous: str, current: str) -> bool:
         """Only files of this callback's directory, never the one being written or the one resumed from."""
         return removable(previous, current, trainer.ckpt_path, self.dirpath)
 
@@ -412,6 +411,6 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
                      os.path.join(self.dirpath or ".", "best_k_models.yaml"))
 
 
-def _stepped(trainer: "Trainer") -> bool:
+def _stepped(trainer: TrainerLike) -> bool:
     """Whether the batch ending now ended with an optimizer step (True outside a fit loop that knows)."""
     return getattr(getattr(trainer, "fit_loop", None), "batch_stepped", True)

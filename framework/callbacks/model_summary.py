@@ -3,7 +3,7 @@
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,9 +13,7 @@ from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
 from framework.nested import move_to_device
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 UNKNOWN_SIZE = "?"
 
@@ -167,7 +165,7 @@ class ModelSummary(Callback):
         self.max_depth = max_depth
         self._summarize_kwargs = summarize_kwargs  # for subclasses that format the table their way, as Lightning's
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Print the table on global rank 0 (nothing with ``max_depth=0``)."""
         if self.max_depth != 0 and trainer.is_global_zero:
             precision, example = trainer.runtime.precision, getattr(pl_module, "example_input_array", None)

@@ -2,13 +2,11 @@
 
 from collections.abc import Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class WriteInterval(Enum):
@@ -54,7 +52,7 @@ class BasePredictionWriter(Callback):
             raise MisconfigurationError(f"BasePredictionWriter(write_interval={describe(write_interval)}): accepted "
                                         f"{[interval.value for interval in WriteInterval]}.") from None
 
-    def write_on_batch_end(self, trainer: "Trainer", pl_module: Any, prediction: Any,
+    def write_on_batch_end(self, trainer: TrainerLike, pl_module: Any, prediction: Any,
                            batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
                            dataloader_idx: int) -> None:
         """Write one batch's ``prediction``.
@@ -69,19 +67,19 @@ class BasePredictionWriter(Callback):
         """
         raise NotImplementedError(f"{type(self).__name__} writes on each batch: implement write_on_batch_end.")
 
-    def write_on_epoch_end(self, trainer: "Trainer", pl_module: Any, predictions: Sequence[Any],
+    def write_on_epoch_end(self, trainer: TrainerLike, pl_module: Any, predictions: Sequence[Any],
                            batch_indices: Sequence[Any]) -> None:
         """Write every prediction (one list per loader when there are several; ``batch_indices``: per loader)."""
         raise NotImplementedError(f"{type(self).__name__} writes at the end: implement write_on_epoch_end.")
 
-    def on_predict_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: TrainerLike, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         """Hand the batch's prediction to ``write_on_batch_end``."""
         if self.interval.on_batch:
             self.write_on_batch_end(trainer, pl_module, outputs, trainer.predict_loop.current_batch_indices, batch,
                                     batch_idx, dataloader_idx)
 
-    def on_predict_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Hand every prediction to ``write_on_epoch_end``."""
         if self.interval.on_epoch:
             state = trainer.predict_loop

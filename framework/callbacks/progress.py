@@ -4,13 +4,11 @@ epoch or per run everywhere else)."""
 import math
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 _REDRAW_EVERY = 0.1  # seconds
 
@@ -19,9 +17,9 @@ class ProgressBar(Callback):
     """What every progress bar shows next to the counts: ``v_num`` (the logger's version) and the
     values logged with ``prog_bar=True``; and the counts themselves, under Lightning's names."""
 
-    _trainer: "Trainer | None" = None
+    _trainer: TrainerLike | None = None
 
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Remember the Trainer (``self.trainer``)."""
         self._trainer = trainer
 
@@ -60,7 +58,7 @@ class ProgressBar(Callback):
         """Predict batches over all loaders."""
         return _total(self.trainer.num_predict_batches)
 
-    def get_metrics(self, trainer: "Trainer", pl_module: Any) -> dict[str, Any]:
+    def get_metrics(self, trainer: TrainerLike, pl_module: Any) -> dict[str, Any]:
         """The values to show: ``{"v_num": version, **trainer.progress_bar_metrics}``."""
         shown: dict[str, Any] = {}
         version = trainer.logger.version if trainer.logger is not None else None
@@ -113,7 +111,7 @@ class StageProgressBar(ProgressBar):
         """Show nothing (the Trainer does this on every rank but 0)."""
         self._enabled = False
 
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Decide, once per run, whether this process shows bars, lines, or nothing."""
         super().setup(trainer, pl_module, stage)
         if not trainer.is_global_zero:
@@ -121,67 +119,68 @@ class StageProgressBar(ProgressBar):
         self._terminal = self._on_a_terminal()
 
     # -- training ---
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """A fresh training bar for the epoch."""
         self._start("train", f"Epoch {trainer.current_epoch}", trainer.num_training_batches)
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerLike, pl_module: Any,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
         """Count the batch; redraw every ``refresh_rate`` batches."""
         self._advance("train", batch_idx + 1, trainer, pl_module)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """The epoch's final counts and metrics (validation's included): a last redraw, or the epoch's line."""
         self._finish("train", trainer, pl_module, close=False)
 
-    def on_train_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Close the training bar, leaving the last epoch's on the screen (as Lightning does)."""
         self._stop("train", leave=True)
 
     # -- evaluation ---
-    def on_validation_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """A bar for the validation run (in fit it goes under the training bar and disappears after)."""
         label = "Sanity Checking" if trainer.sanity_checking else "Validation"
         self._start("validate", label, _total(trainer.num_sanity_val_batches if trainer.sanity_checking
                                                 else trainer.num_val_batches))
 
-    def on_validation_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: TrainerLike, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         """Count the batch."""
         self._advance("validate", self._seen.get("validate", 0) + 1, trainer, pl_module)
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Close the validation bar; a line for a standalone ``validate`` (inside fit the epoch's line tells)."""
         self._finish("validate", trainer, pl_module, close=True, line=trainer.state.fn == "validate")
         if "train" in self._totals:  # show the new validation metrics on the training bar
             self._draw_bar("train", self._seen.get("train", 0), self.get_metrics(trainer, pl_module))
 
-    def on_test_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_test_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """A bar for the test run."""
         self._start("test", "Testing", _total(trainer.num_test_batches))
 
-    def on_test_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: TrainerLike, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         """Count the batch."""
         self._advance("test", self._seen.get("test", 0) + 1, trainer, pl_module)
 
-    def on_test_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_test_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Close the test bar, or print the run's line."""
         self._finish("test", trainer, pl_module, close=True)
 
-    def on_predict_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """A bar for the predict run."""
         self._start("predict", "Predicting", _total(trainer.num_predict_batches))
 
-    def on_predict_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: TrainerLike, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         """Count the batch."""
         self._advance("predict", self._seen.get("predict", 0) + 1, trainer, pl_module)
 
-    def on_predict_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Close the predict bar, or print the run's line."""
         self._finish("predict", trainer, pl_module, close=True, with_metrics=False)
 
-    def on_exception(self, trainer: "Trainer", pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerLike, pl_module: Any, exception: BaseException) -> None:
         """Close every bar so the traceback is not drawn over."""
         for stage in list(self._totals):
             self._stop(stage, leave=True)
@@ -218,7 +217,7 @@ class StageProgressBar(ProgressBar):
         self._totals[stage] = total
         self._open_bar(stage, label, total)
 
-    def _advance(self, stage: str, done: int, trainer: "Trainer", module: Any) -> None:
+    def _advance(self, stage: str, done: int, trainer: TrainerLike, module: Any) -> None:
         if not self.is_enabled:
             return
         self._seen[stage] = done
@@ -232,7 +231,7 @@ class StageProgressBar(ProgressBar):
         self._last_redraw = now
         self._draw_bar(stage, done, self.get_metrics(trainer, module))
 
-    def _finish(self, stage: str, trainer: "Trainer", module: Any, close: bool, line: bool = True,
+    def _finish(self, stage: str, trainer: TrainerLike, module: Any, close: bool, line: bool = True,
                 with_metrics: bool = True) -> None:
         if not self.is_enabled:
             return
@@ -244,7 +243,7 @@ class StageProgressBar(ProgressBar):
         elif line and not trainer.sanity_checking and stage in self._started:
             self._print_line(self._line(stage, trainer, metrics))
 
-    def _line(self, stage: str, trainer: "Trainer", metrics: dict[str, Any]) -> str:
+    def _line(self, stage: str, trainer: TrainerLike, metrics: dict[str, Any]) -> str:
         label = {"train": f"Epoch {trainer.current_epoch}", "validate": "Validation", "test": "Testing",
                  "predict": "Predicting"}[stage]
         elapsed = time.monotonic() - self._started[stage]

@@ -3,7 +3,7 @@
 import copy
 import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -12,9 +12,7 @@ from torch.nn.utils import prune
 from framework import console
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _FUNCTIONS = {"l1_unstructured": prune.l1_unstructured, "random_unstructured": prune.random_unstructured,
@@ -98,7 +96,7 @@ class ModelPruning(Callback):
         self._parameters_to_prune: list[tuple[nn.Module, str]] = []
         self._initial: dict[int, nn.Module] = {}
 
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Find what to prune, and keep its starting values for the lottery ticket."""
         if stage != "fit":
             return
@@ -116,12 +114,12 @@ class ModelPruning(Callback):
             raise MisconfigurationError(f"ModelPruning(parameters_to_prune=...): not in the model: {missing}.")
         return list(self._given_parameters)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Prune, when it happens at the training epoch's end."""
         if self._on_train_epoch_end:
             self._run(trainer.current_epoch)
 
-    def on_validation_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Prune, when it happens after validation."""
         if not self._on_train_epoch_end and not trainer.sanity_checking and trainer.state.fn == "fit":
             self._run(trainer.current_epoch)
@@ -181,12 +179,12 @@ class ModelPruning(Callback):
                 if isinstance(hook, prune.BasePruningMethod):
                     prune.remove(module, hook._tensor_name)
 
-    def on_train_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """End with the pruning made permanent."""
         if self._make_permanent:
             self.make_pruning_permanent(pl_module)
 
-    def on_save_checkpoint(self, trainer: "Trainer", pl_module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: TrainerLike, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         """Save the pruned weights as plain parameters (training goes on with the masks)."""
         if not self._make_permanent or "state_dict" not in checkpoint:
             return

@@ -3,13 +3,11 @@
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework.callbacks.progress import StageProgressBar
 from framework.errors import require_package
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 @dataclass
@@ -99,11 +97,11 @@ class RichProgressBar(StageProgressBar):
         """The predict bar's task."""
         return self._tasks.get("predict")
 
-    def teardown(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Stop drawing: what was left on the screen stays there."""
         self._stop_drawing()
 
-    def on_exception(self, trainer: "Trainer", pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerLike, pl_module: Any, exception: BaseException) -> None:
         """Stop drawing so the traceback is not drawn over."""
         super().on_exception(trainer, pl_module, exception)
         self._stop_drawing()

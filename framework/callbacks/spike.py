@@ -4,14 +4,12 @@ import json
 import math
 import os
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
 from framework.io.fs import write_bytes_atomic
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class TrainingSpikeException(RuntimeError):
@@ -64,7 +62,8 @@ class SpikeDetection(Callback):
         self.last_val = 0.0
         self.bad_batches: list[int] = []
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerLike, pl_module: Any,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
         """Check the batch's loss (batches without one are passed over)."""
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is None:
@@ -92,7 +91,7 @@ class SpikeDetection(Callback):
         return ((self.atol is None or distance >= abs(self.atol))
                 and (self.rtol is None or distance >= abs(self.rtol * mean)))
 
-    def _handle_spike(self, trainer: "Trainer", batch_idx: int) -> None:
+    def _handle_spike(self, trainer: TrainerLike, batch_idx: int) -> None:
         self.bad_batches.extend([batch_idx - 1, batch_idx])
         if trainer.is_global_zero:
             path = self._path(trainer)
@@ -103,7 +102,7 @@ class SpikeDetection(Callback):
         trainer.runtime.barrier("spike")
         raise TrainingSpikeException(batch_idx)
 
-    def _path(self, trainer: "Trainer") -> str:
+    def _path(self, trainer: TrainerLike) -> str:
         path = self.exclude_batches_path or trainer.default_root_dir
         return path if path.endswith(".json") else os.path.join(path, "skip_batches.json")
 

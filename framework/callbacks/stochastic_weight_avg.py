@@ -1,7 +1,7 @@
 """``StochasticWeightAveraging``: from a given epoch on, train with the SWA learning rate and average the weights
 of each epoch's end; end with the average (batch norm statistics recomputed for it)."""
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
@@ -9,10 +9,8 @@ from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 from framework.callbacks.base import Callback
 from framework.callbacks.weight_averaging import copy_state
 from framework.errors import MisconfigurationError, describe
+from framework.protocols import TrainerLike
 from framework.utilities.types import LRSchedulerConfig
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
 
 
 class StochasticWeightAveraging(Callback):
@@ -60,7 +58,7 @@ class StochasticWeightAveraging(Callback):
         self._trained: dict[str, torch.Tensor] | None = None  # the trained weights, once fit ended on the average
         self.swa_start = 0
 
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Work out the first SWA epoch and make the averaged copy."""
         if stage != "fit":
             return
@@ -75,7 +73,7 @@ class StochasticWeightAveraging(Callback):
         self._average_model = AveragedModel(pl_module, device=self._device, avg_fn=self._avg_fn, use_buffers=False)
         self._swa_scheduler, self._trained = None, None
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """From the first SWA epoch on, step the learning rate with SWALR instead of the Module's scheduler."""
         if self._swa_scheduler is None and trainer.current_epoch >= self.swa_start:
             optimizer = trainer.optimizers[0]
@@ -87,12 +85,12 @@ class StochasticWeightAveraging(Callback):
             self._user_schedulers = list(trainer.lr_scheduler_configs)
             trainer.lr_scheduler_configs = [LRSchedulerConfig(self._swa_scheduler)]
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Add this epoch's weights to the average."""
         if self._swa_scheduler is not None:
             self._average_model.update_parameters(pl_module)
 
-    def on_train_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """End with the average, its batch norm statistics recomputed over the training data."""
         if self._average_model is None or int(self._average_model.n_averaged) == 0:
             return
@@ -102,7 +100,7 @@ class StochasticWeightAveraging(Callback):
         self._trained = {name: value.detach().clone() for name, value in pl_module.state_dict().items()}
         copy_state(self._average_model.module, pl_module)
 
-    def on_save_checkpoint(self, trainer: "Trainer", pl_module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: TrainerLike, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         """The checkpoint's scheduler states are the Module's own, as ``configure_optimizers`` makes them again;
         saved after fit, it holds the average as its weights and the trained ones beside them, to resume."""
         if self._swa_scheduler is not None and "lr_schedulers" in checkpoint:
@@ -110,7 +108,7 @@ class StochasticWeightAveraging(Callback):
         if self._trained is not None:
             checkpoint["current_model_state"] = self._trained
 
-    def on_load_checkpoint(self, trainer: "Trainer", pl_module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: TrainerLike, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         """Resuming trains on from the trained weights, not the average the run ended with."""
         if "current_model_state" in checkpoint and trainer.state.fn == "fit":
             pl_module.load_state_dict(checkpoint["current_model_state"])
@@ -125,7 +123,7 @@ class StochasticWeightAveraging(Callback):
         """Restore what ``state_dict`` returned (applied once the run's averaged copy exists)."""
         self._saved = dict(state_dict)
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """A resumed run goes on with the saved average."""
         if self._average_model is not None and "average" in self._saved:
             self._average_model.load_state_dict(self._saved["average"])

@@ -2,15 +2,13 @@
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from framework.callbacks.base import Callback
 from framework.nested import extract_batch_size
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class ThroughputMonitor(Callback):
@@ -41,14 +39,15 @@ class ThroughputMonitor(Callback):
         self._last_log_time = 0.0
         self._logged_at = -1  # batches_stepped when it last logged (accumulation repeats a step count)
 
-    def on_train_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Start counting."""
         self._totals = {"batches": 0, "samples": 0, "items": 0}
         self._at_last_log = dict(self._totals)
         self._logged_at = -1
         self._started = self._last_log_time = self._now(trainer)
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerLike, pl_module: Any,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
         """Count the batch; at a logged step, log the rates since the last one."""
         totals = self._totals
         totals["batches"] += 1
@@ -75,7 +74,7 @@ class ThroughputMonitor(Callback):
                 logger.log_metrics(metrics=metrics, step=stepped - 1)
 
     @staticmethod
-    def _now(trainer: "Trainer") -> float:
+    def _now(trainer: TrainerLike) -> float:
         if trainer.runtime.device.type == "cuda":
             torch.cuda.synchronize(trainer.runtime.device)
         return time.perf_counter()

@@ -2,15 +2,13 @@
 
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework import console
 from framework.callbacks.base import Callback
 from framework.duration import parse_duration
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 STAGES = ("train", "sanity_check", "validate", "test", "predict")
 
@@ -78,62 +76,63 @@ class Timer(Callback):
     def _stop(self, stage: str) -> None:
         self._end[stage] = time.monotonic()
 
-    def on_train_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Start the training clock."""
         self._begin("train")
 
-    def on_train_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Stop the training clock."""
         self._stop("train")
 
-    def on_sanity_check_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_sanity_check_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Start the sanity check's clock."""
         self._begin("sanity_check")
 
-    def on_sanity_check_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_sanity_check_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Stop the sanity check's clock."""
         self._stop("sanity_check")
 
-    def on_validation_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Start the validation clock."""
         self._begin("validate")
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Stop the validation clock."""
         self._stop("validate")
 
-    def on_test_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_test_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Start the test clock."""
         self._begin("test")
 
-    def on_test_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_test_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Stop the test clock."""
         self._stop("test")
 
-    def on_predict_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Start the predict clock."""
         self._begin("predict")
 
-    def on_predict_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Stop the predict clock."""
         self._stop("predict")
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """A run resumed with its time already used up stops at once."""
         if self._duration is not None:
             self._check(trainer)
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerLike, pl_module: Any,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
         """With ``interval="step"``: stop when the time is up."""
         if self._interval == "step" and self._duration is not None:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """With ``interval="epoch"``: stop when the time is up."""
         if self._interval == "epoch" and self._duration is not None:
             self._check(trainer)
 
-    def _check(self, trainer: "Trainer") -> None:
+    def _check(self, trainer: TrainerLike) -> None:
         # each rank's own clock: a stop wished on any rank is agreed by all before it takes effect (no collective
         # here, which would cost a round trip every batch)
         up = self.time_elapsed("train") >= self._duration

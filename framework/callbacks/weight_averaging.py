@@ -1,7 +1,7 @@
 """Weight averaging: keep an average of the weights seen during training (``WeightAveraging``), or an exponential
 moving average of them (``EMAWeightAveraging``); validate, checkpoint and end with the average."""
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -9,9 +9,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from framework.callbacks.base import Callback
 from framework.errors import MisconfigurationError, describe
-
-if TYPE_CHECKING:
-    from framework.trainer.trainer import Trainer
+from framework.protocols import TrainerLike
 
 
 class WeightAveraging(Callback):
@@ -51,7 +49,7 @@ class WeightAveraging(Callback):
         return step_idx is not None
 
     # -- hooks ---
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Make the averaged copy when fit starts."""
         if stage != "fit":
             return
@@ -63,36 +61,37 @@ class WeightAveraging(Callback):
         self._latest_update_step = 0
         self._trained = None
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerLike, pl_module: Any,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
         """Update after an optimizer step, when ``should_update`` says so."""
         step = trainer.global_step
         if step > self._latest_update_step and self.should_update(step_idx=step - 1):
             self._average_model.update_parameters(pl_module)
             self._latest_update_step = step
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Update at the epoch's end, when ``should_update`` says so."""
         if self.should_update(epoch_idx=trainer.current_epoch):
             self._average_model.update_parameters(pl_module)
 
-    def on_validation_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_epoch_start(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Validate the average."""
         if self._average_model is not None and not trainer.sanity_checking and trainer.state.fn == "fit":
             self._swap(pl_module)
 
-    def on_validation_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """Train the weights being trained again."""
         if self._swapped:
             self._swap(pl_module)
 
-    def on_train_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_end(self, trainer: TrainerLike, pl_module: Any) -> None:
         """End with the average in the Module (the trained weights kept for a checkpoint saved afterwards, so
         resuming from it goes on training them)."""
         if self._average_model is not None:
             self._trained = {name: value.detach().clone() for name, value in pl_module.state_dict().items()}
             copy_state(self._average_model.module, pl_module)
 
-    def on_save_checkpoint(self, trainer: "Trainer", pl_module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: TrainerLike, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         """The checkpoint's weights are the average; the trained ones and the count go beside them."""
         if self._average_model is None or "state_dict" not in checkpoint:
             return
@@ -102,7 +101,7 @@ class WeightAveraging(Callback):
         checkpoint["averaging_state"] = {"n_averaged": self._average_model.n_averaged.clone(),
                                          "latest_update_step": self._latest_update_step}
 
-    def on_load_checkpoint(self, trainer: "Trainer", pl_module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: TrainerLike, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         """Go on with the checkpoint's average and the weights it was training."""
         if self._average_model is None or "current_model_state" not in checkpoint:
             return

@@ -12,26 +12,27 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from framework.errors import MisconfigurationError
-from framework.trainer.optimizers import OptimizerProxy, step_schedulers
-from framework.trainer.step import StepClosure
+from framework.trainer.optimizer_proxy import OptimizerProxy
+from framework.trainer.optimizers import step_schedulers
+from framework.trainer.step import StepClosure, StepHooks
 
 if TYPE_CHECKING:
     from framework.trainer.run import Run
-    from framework.trainer.run_context import RunContext
 
 
 class AutomaticOptimization:
     """One training batch under automatic optimization."""
 
-    def __init__(self, run: Run, context: RunContext) -> None:
+    def __init__(self, run: Run) -> None:
         self.run = run
-        self.context = context
+        self.context = run.context
+        self.step_hooks: StepHooks | None = None  # resolved at fit's start, once the optimizers exist
         self.closure: StepClosure | None = None  # made at each epoch's start, for the optimizer of that epoch
         self.applied = True  # the last optimizer step changed the weights (False: fp16 skipped it)
 
     def start_epoch(self) -> None:
         """Make the closure the epoch's steps run in."""
-        self.closure = StepClosure(self.run, self.context.optimizers[0])
+        self.closure = StepClosure(self.run, self.context.optimizers[0], self.step_hooks)
 
     def step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, torch.Tensor | None]:
         """Train on one batch: the closure (``training_step``, backward) alone while gradients accumulate, else
@@ -46,7 +47,7 @@ class AutomaticOptimization:
             with run.runtime.no_backward_sync(run.model):
                 closure()
             return closure.output, closure.loss
-        hooks = self.context.step_hooks
+        hooks = self.step_hooks
         if hooks.optimizer_step is None:
             stepped = hooks.runtime_optimizer_step(optimizer, closure)
         else:
@@ -67,7 +68,7 @@ class AutomaticOptimization:
     def _user_optimizer_step(self, optimizer: torch.optim.Optimizer, closure: StepClosure, batch_idx: int) -> bool:
         """The Module's ``optimizer_step`` override, given an optimizer whose ``step`` goes through the runtime."""
         run = self.run
-        user_step, runtime_step = self.context.step_hooks.optimizer_step, self.context.step_hooks.runtime_optimizer_step
+        user_step, runtime_step = self.step_hooks.optimizer_step, self.step_hooks.runtime_optimizer_step
         outcome: list[bool] = []
 
         def step_through(opt: torch.optim.Optimizer, step_closure: Any = None, **kwargs: Any) -> Any:

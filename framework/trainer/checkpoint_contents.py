@@ -15,7 +15,6 @@ from framework.io.checkpoint_file import FORMAT_VERSION
 from framework.runtime.preemption_signals import job_identity
 from framework.seed import rng_states
 from framework.trainer.auto_resume import consume_preemption_checkpoints
-from framework.trainer.hook_runner import HookRunner
 from framework.trainer.lightning_checkpoint import lightning_progress
 from framework.trainer.state import TrainerFn
 from framework.version import __version__
@@ -51,7 +50,7 @@ def dump_checkpoint(run: Run, weights_only: bool = False) -> dict[str, Any]:
         checkpoint["hparams_name"] = module._hparams_name
     if run.datamodule is not None and run.datamodule.hparams:
         checkpoint["datamodule_hyper_parameters"] = checkpoint_safe(dict(run.datamodule.hparams))
-    hooks = run.hooks or HookRunner(run)  # a save outside a run set up here (after ranks it started) has none
+    hooks = run.hooks or run.resolve_hooks()  # a save outside a run set up here (after ranks it started) has none
     hooks.call(Hook.ON_SAVE_CHECKPOINT, checkpoint)  # callbacks, then the Module; neither may self.log here
     return checkpoint
 

@@ -250,15 +250,6 @@ def load_val_data(run: Run) -> None:
     context.loaded_at["val"] = run.state.current_epoch
 
 
-def forget_fit_data(run: Run) -> None:
-    """Loaders are asked for when first needed, as in Lightning: validation's at the sanity check,
-    training's when training starts (or when ``estimated_stepping_batches`` is first read)."""
-    context = run.context
-    context.train_loader, context.num_training_batches = None, INFINITE
-    context.val_loaders, context.val_batch_counts = [], []
-    context.loaded_at.clear()
-
-
 def reload_due(run: Run, stage: str) -> bool:
     """Whether the ``stage`` ("train" or "val") loaders must be requested (again) now."""
     last = run.context.loaded_at.get(stage)

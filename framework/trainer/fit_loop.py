@@ -66,7 +66,7 @@ class FitLoop:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.context = run.context
-        self.automatic = AutomaticOptimization(run, self.context)
+        self.automatic = AutomaticOptimization(run)
         self.manual = ManualOptimization(run)
         self._resumed_rng: dict[str, Any] | None = None  # a checkpoint's random state, put back where it was taken
         self.validation = ValidationInFit(run, self._agreed)
@@ -103,7 +103,7 @@ class FitLoop:
                 announce_resume(run, resume, checkpoint)
         configure_optimizers(run, self.context, self.manual.optimizer_step)
         run.state.stage = RunningStage.TRAINING
-        self.context.step_hooks = StepHooks(run)
+        self.automatic.step_hooks = self.manual.step_hooks = StepHooks(run)
         if checkpoint is not None:
             restore_training_state(run, checkpoint)
         run.hooks.call(Hook.ON_FIT_START)

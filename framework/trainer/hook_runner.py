@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
 from framework.hooks import Hook, Owner, Trait, defines, overrides
 from framework.module import Module
-from framework.profilers.base import profiled
-
-if TYPE_CHECKING:
-    from framework.trainer.run import Run
+from framework.profilers.base import Profiler, profiled
+from framework.protocols import TrainerLike
 
 
 class HookRunner:
@@ -30,12 +28,13 @@ class HookRunner:
     neither a callback, the DataModule nor the Module overrides the hook.
     """
 
-    def __init__(self, run: Run) -> None:
-        self.trainer = run.trainer  # the first argument of every callback hook
-        self.module = run.module
-        self.callbacks = run.callbacks
-        self.datamodule = run.datamodule
-        self._profiler = run.profiling
+    def __init__(self, trainer: TrainerLike, module: Module, callbacks: list[Callback], datamodule: DataModule | None,
+                 profiler: Profiler | None = None) -> None:
+        self.trainer = trainer  # the first argument of every callback hook
+        self.module = module
+        self.callbacks = callbacks
+        self.datamodule = datamodule
+        self._profiler = profiler  # each hook is timed under its name; None: not timed
         self._callers: dict[Hook, Callable[..., Any] | None] = {hook: self._build(hook) for hook in Hook}
 
     def get(self, hook: Hook, with_default: bool = False, timed: bool = True) -> Callable[..., Any] | None:

@@ -24,10 +24,9 @@ from framework.precision import Precision
 from framework.profilers.base import profiled
 from framework.runtime.preemption_signals import Preempted
 from framework.runtime.reporting import agree_on_runs, finalize, logs_on_every_rank
-from framework.trainer.data import forget_fit_data
 from framework.trainer.eval_loop import run_predict, run_validate_or_test
 from framework.trainer.fit_loop import FitLoop
-from framework.trainer.hook_runner import HookRunner, lend_logging, merge_module_callbacks
+from framework.trainer.hook_runner import lend_logging, merge_module_callbacks
 from framework.trainer.launched_ranks import predictions_of_every_rank
 from framework.trainer.metrics import log_hyperparams
 from framework.trainer.preemption import requeue_when_done
@@ -45,12 +44,14 @@ def run_here(run: Run, ckpt_path: Any) -> Any:
     state.should_stop = False
     run.metrics.clear()  # each run starts with empty metric dicts, as in Lightning
     run.context.ckpt_path = None
-    if fn == TrainerFn.FITTING:  # before setup(), which may read estimated_stepping_batches already
-        forget_fit_data(run)
+    fit_loop = FitLoop(run) if fn == TrainerFn.FITTING else None
+    run.fit_loop = fit_loop  # from the start, as Lightning's trainer.fit_loop (setup hooks may read it)
+    if fit_loop is not None:  # before setup(), which may read estimated_stepping_batches already
+        run.context.forget_fit_data()
     try:
         setup(run)
-        if fn == TrainerFn.FITTING:
-            outcome = run.fit_loop.fit(ckpt_path)
+        if fit_loop is not None:
+            outcome = fit_loop.fit(ckpt_path)
         elif fn == TrainerFn.PREDICTING:
             outcome = predictions_of_every_rank(run, run_predict(run, ckpt_path))
         else:
@@ -88,12 +89,10 @@ def setup(run: Run) -> None:
     if run.profiler is not None:  # a file per rank in a distributed run
         run.profiler.setup(run.stage, runtime.local_rank if run.world_size > 1 else None,
                            log_dir_of(run.loggers, run.settings.default_root_dir))
-    run.hooks = HookRunner(run)  # the Trainer's callbacks, to which configure_callbacks may add
-    run.callbacks = merge_module_callbacks(run.callbacks, run.hooks.call(Hook.CONFIGURE_CALLBACKS))
+    # the Trainer's callbacks first, to which configure_callbacks may add
+    run.callbacks = merge_module_callbacks(run.callbacks, run.resolve_hooks().call(Hook.CONFIGURE_CALLBACKS))
     lend_logging(run.callbacks, module)
-    run.hooks = HookRunner(run)
-    if run.fn == TrainerFn.FITTING:
-        run.fit_loop = FitLoop(run)
+    run.resolve_hooks()
     runtime.setup_environment()
     if run.world_size > 1:  # every rank's loggers name rank 0's run (trainer.log_dir, checkpoint dirs)
         agree_on_runs(run.loggers, runtime.broadcast)

@@ -37,6 +37,7 @@ class ManualOptimization:
 
     def __init__(self, run: Run) -> None:
         self.run = run
+        self.step_hooks: StepHooks | None = None  # resolved at fit's start, once the optimizers exist
 
     def step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, torch.Tensor | None]:
         """Run ``training_step`` (which steps the optimizers); returns its output and loss."""
@@ -45,7 +46,7 @@ class ManualOptimization:
             output = run.training_step(batch, batch_idx)
         run.module._record_logs_of_compiled_step()
         loss = check_training_output(output, manual=True)
-        update_scale = run.context.step_hooks.update_scale
+        update_scale = self.step_hooks.update_scale
         if update_scale is not None:  # once, after every optimizer of the batch stepped
             update_scale()
         run.state.batches_stepped += 1
@@ -53,7 +54,7 @@ class ManualOptimization:
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``self.manual_backward(loss)``: the backward hooks around the strategy's backward."""
-        hooks = self.run.context.step_hooks
+        hooks = self.step_hooks
         if hooks.before_backward is not None:
             hooks.before_backward(loss)
         hooks.backward(loss, *args, **kwargs)
@@ -62,7 +63,7 @@ class ManualOptimization:
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> bool:
         """``opt.step()`` inside a manual ``training_step``: hooks, precision, then count the step."""
-        hooks = self.run.context.step_hooks
+        hooks = self.step_hooks
         if hooks.before_optimizer_step is not None:
             if closure is None:
                 _before_step(hooks, optimizer)

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from framework.callbacks.timer import Timer
 from framework.profilers.base import PassThroughProfiler
+from framework.trainer.hook_runner import HookRunner
 from framework.trainer.settings import Settings
 from framework.trainer.state import TrainerFn
 
@@ -40,12 +41,20 @@ if TYPE_CHECKING:
     from framework.profilers.base import Profiler
     from framework.protocols import TrainerLike
     from framework.runtime import Runtime
-    from framework.trainer.fit_loop import FitLoop
-    from framework.trainer.hook_runner import HookRunner
     from framework.trainer.metrics import MetricStore
     from framework.trainer.results import Results
     from framework.trainer.run_context import RunContext
     from framework.trainer.state import TrainerState
+
+
+class FitProgress(Protocol):
+    """What a checkpoint saved during fit reads from the fit loop (``framework.trainer.fit_loop.FitLoop``)."""
+
+    #: The batch being finished ended with an optimizer step.
+    batch_stepped: bool
+
+    def training_rng_states(self) -> dict[str, Any]:
+        """The random state training goes on from."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -81,13 +90,18 @@ class Run:
     move_batch: Callable[[Any, int], Any] | None = None
     training_step: Callable[..., Any] | None = None
     #: The fit loop of a fit (``trainer.fit_loop``); None in the other entry points.
-    fit_loop: FitLoop | None = None
+    fit_loop: FitProgress | None = None
     #: What the loops wrap their hooks, steps and fetches with: None for no profiler (or a pass-through one), so
     #: an unprofiled run pays nothing.
     profiling: Profiler | None = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.profiling = None if isinstance(self.profiler, (PassThroughProfiler, type(None))) else self.profiler
+
+    def resolve_hooks(self) -> HookRunner:
+        """Resolve who overrides which hook, for the callbacks, Module and DataModule this run has now."""
+        self.hooks = HookRunner(self.trainer, self.module, self.callbacks, self.datamodule, self.profiling)
+        return self.hooks
 
     @property
     def stage(self) -> str:

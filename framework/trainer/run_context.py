@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     import torch
     from torch.optim import Optimizer
 
-    from framework.trainer.optimizers import OptimizerProxy
-    from framework.trainer.step import StepHooks
+    from framework.trainer.optimizer_proxy import OptimizerProxy
     from framework.utilities.types import LRSchedulerConfig
 
 
@@ -50,8 +49,6 @@ class RunContext:
     #: What ``self.optimizers()`` hands a Module that optimizes by hand.
     manual_optimizers: list[OptimizerProxy] = field(default_factory=list)
     has_step_schedulers: bool = False
-    #: The hooks around the optimizer step, resolved before the first batch.
-    step_hooks: StepHooks | None = None
     train_loader: Iterable | None = None
     num_training_batches: float = math.inf
     #: Validate after every this many training batches (inf: at the epoch's end).
@@ -71,3 +68,10 @@ class RunContext:
     preemption_checkpoints: list[str] = field(default_factory=list)
     #: The last predict's predictions and batch indices, for prediction writers.
     predict_loop: PredictionState = field(default_factory=PredictionState)
+
+    def forget_fit_data(self) -> None:
+        """Make fit ask for its loaders again when it next needs them, as in Lightning: validation's at the sanity
+        check, training's when training starts (or when ``estimated_stepping_batches`` is first read)."""
+        self.train_loader, self.num_training_batches = None, math.inf
+        self.val_loaders, self.val_batch_counts = [], []
+        self.loaded_at.clear()

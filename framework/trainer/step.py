@@ -30,9 +30,9 @@ class StepClosure:
     __slots__ = ("run", "hooks", "batch", "batch_idx", "optimizer", "stepping", "zeroing", "output", "loss", "ran",
                  "record_logs")
 
-    def __init__(self, run: Run, optimizer: Any) -> None:
+    def __init__(self, run: Run, optimizer: Any, hooks: StepHooks) -> None:
         self.run = run
-        self.hooks = run.context.step_hooks  # resolved once per fit, before the first epoch
+        self.hooks = hooks  # resolved once per fit, before the first epoch
         self.optimizer = optimizer
         self.record_logs = run.module._record_logs_of_compiled_step
         self.prepare(None, 0, False)

@@ -2,9 +2,9 @@
 
 from typing import Any
 
+from framework.callbacks.batch_size_finder import scale_batch_size
+from framework.callbacks.lr_finder import LRFinder, lr_find
 from framework.errors import MisconfigurationError
-from framework.tuner.batch_size_scaling import scale_batch_size
-from framework.tuner.lr_finder import LRFinder, lr_find
 
 
 class Tuner:
