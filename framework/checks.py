@@ -27,6 +27,11 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float and not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_bool(owner: str, name: str, value: Any) -> bool:
     """``value``, which must be exactly True or False."""
     if not isinstance(value, bool):
@@ -50,7 +55,7 @@ def check_number(owner: str, name: str, value: Any, minimum: float = 0.0, allow_
     """``value`` as a float >= ``minimum`` (nan is refused); None too where ``allow_none``."""
     if value is None and allow_none:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= minimum:  # refuses nan
+    if not is_number(value) or not value >= minimum:  # refuses nan
         raise bad_value(owner, name, value, f"a number >= {minimum}" + (" or None" if allow_none else ""))
     return float(value)
 

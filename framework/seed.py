@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from framework import console
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 
 _MAX_SEED = 2**32 - 1
@@ -29,7 +30,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     """
     if seed is None:
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= _MAX_SEED:
+    if not is_int(seed) or not 0 <= seed <= _MAX_SEED:
         raise MisconfigurationError(f"seed_everything(seed={describe(seed)}): accepted an int in [0, {_MAX_SEED}].")
     os.environ["PL_GLOBAL_SEED"] = str(seed)
     os.environ["PL_SEED_WORKERS"] = str(int(workers))

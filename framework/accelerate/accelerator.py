@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from framework.accelerate import profiling, settings, tracking
 from framework.accelerate.config_keys import KEYS
+from framework.accelerate.config_values import mixed_precisions
 from framework.accelerate.data import PreparedDataLoader, prepared_loader, skip_first_batches
 from framework.accelerate.files import FileMethods
 from framework.accelerate.gradient_state import GradientState
@@ -149,7 +150,7 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         strategy = settings.strategy(self.fsdp_plugin, settings.ddp_options(self.ddp_handler),
                                      settings.process_group_options(self.init_handler))
         runtime = Runtime(accelerator="cpu" if cpu or settings.flag(KEYS["use_cpu"].variable) else "auto",
-                          strategy=strategy, precision=settings.PRECISIONS[self._mixed_precision],
+                          strategy=strategy, precision=mixed_precisions()[self._mixed_precision],
                           compile=settings.compile_options(dynamo_backend, self.dynamo_plugin))
         if self.scaler_handler is not None and self._mixed_precision == "fp16":
             runtime.precision.scaler = torch.amp.GradScaler(runtime.device.type, **self.scaler_handler.to_kwargs())

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from framework.accelerate.config_values import (
+    MIXED_PRECISIONS,
     Check,
     boolean,
     choice,
@@ -67,7 +68,7 @@ _TABLE = (
     Key("machine_rank", whole(0)),
     Key("main_process_ip", text),
     Key("main_process_port", whole(0, 65535)),
-    Key("mixed_precision", choice("no", "fp16", "bf16", lower=True, refused={"FP8": " (no FP8 training here)"}),
+    Key("mixed_precision", choice(*MIXED_PRECISIONS, lower=True, refused={"FP8": " (no FP8 training here)"}),
         variable="ACCELERATE_MIXED_PRECISION", default="no"),
     Key("use_cpu", boolean, variable="ACCELERATE_USE_CPU", default=False),
     Key("gpu_ids", gpu_ids, variable="CUDA_VISIBLE_DEVICES", default="all", sent=False),

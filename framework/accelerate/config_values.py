@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from framework.precision.registry import added_names
 from framework.strategies.fsdp_options import SHARDING_STRATEGIES
 
 Check = Callable[[Any], Any]
@@ -17,6 +18,16 @@ _TRUE = ("true", "yes", "y", "on", "1")
 _FALSE = ("false", "no", "n", "off", "0")
 # Accelerate spells torch's _HYBRID_SHARD_ZERO2 without the underscore, and numbers the strategies from 1.
 SHARDING = tuple(name.lstrip("_") for name in SHARDING_STRATEGIES)
+
+
+#: Accelerate's ``mixed_precision`` values, each with the precision it runs as (a ``Trainer(precision=)`` name).
+MIXED_PRECISIONS = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+def mixed_precisions() -> dict[str, str]:
+    """The ``mixed_precision`` values an Accelerator takes now: Accelerate's, and each name ``register_precision``
+    added, which runs as itself."""
+    return {**MIXED_PRECISIONS, **{name: name for name in added_names()}}
 
 
 class Refused(ValueError):

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from framework.accelerate.utils.enums import DistributedType
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.parallel import collective_by_dtype
 
@@ -33,7 +34,7 @@ class LocalSGD:
             raise MisconfigurationError(f"LocalSGD runs with DDP (MULTI_CPU or MULTI_GPU), not with "
                                         f"{accelerator.distributed_type.value}: sharded weights cannot be averaged "
                                         "apart from the step.")
-        if not isinstance(local_sgd_steps, int) or isinstance(local_sgd_steps, bool) or local_sgd_steps < 1:
+        if not is_int(local_sgd_steps) or local_sgd_steps < 1:
             raise MisconfigurationError(f"LocalSGD(local_sgd_steps={describe(local_sgd_steps)}): accepted a "
                                         "positive int.")
         self.accelerator = accelerator

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from framework.accelerate.config_keys import KEYS, USE_FSDP, from_environment
-from framework.accelerate.config_values import SHARDING, Refused, sharding_strategy
+from framework.accelerate.config_values import SHARDING, Refused, mixed_precisions, sharding_strategy
 from framework.accelerate.utils.configuration import FullyShardedDataParallelPlugin, GradientAccumulationPlugin
 from framework.accelerate.utils.environment import parse_flag_from_env as flag
 from framework.accelerate.utils.environment import str_to_bool
@@ -27,20 +27,21 @@ from framework.accelerate.utils.kwargs_handlers import (
 )
 from framework.errors import MisconfigurationError, describe
 
-PRECISIONS = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
 _STATE_DICT_TYPES = {"FULL_STATE_DICT": "full", "SHARDED_STATE_DICT": "sharded", "LOCAL_STATE_DICT": "sharded"}
 
 
 def mixed_precision(given: str | None) -> str:
-    """``"no"``, ``"fp16"`` or ``"bf16"``: the argument, else ``ACCELERATE_MIXED_PRECISION``, else ``"no"``."""
+    """``"no"``, ``"fp16"``, ``"bf16"`` or a name ``register_precision`` added: the argument, else
+    ``ACCELERATE_MIXED_PRECISION``, else ``"no"``."""
     source = "mixed_precision"
     if given is None:
         given, source = from_environment("mixed_precision"), KEYS["mixed_precision"].variable
     value = str(getattr(given, "value", given)).lower()
-    if value not in PRECISIONS:
+    accepted = mixed_precisions()
+    if value not in accepted:
         extra = " fp8 needs Transformer Engine or torchao, which the framework does not wrap." if value == "fp8" else ""
-        raise MisconfigurationError(f"Accelerator: {source}={describe(given)} is not supported; accepted 'no', "
-                                    f"'fp16' or 'bf16'.{extra}")
+        raise MisconfigurationError(f"Accelerator: {source}={describe(given)} is not supported; accepted "
+                                    f"{', '.join(repr(name) for name in accepted)}.{extra}")
     return value
 
 

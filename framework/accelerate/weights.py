@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
 from framework.io.fs import write_bytes_atomic
@@ -106,7 +107,7 @@ def save_sharded_weights(state: dict[str, torch.Tensor], folder: str, max_shard_
 
 def parse_size(size: int | str) -> int:
     """Bytes from an int or a string such as ``"10GB"`` or ``"500MiB"``."""
-    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+    if is_int(size) and size > 0:
         return size
     found = _SIZE.match(size) if isinstance(size, str) else None
     if found is None:

@@ -14,6 +14,7 @@ import torch
 from framework import console
 from framework.callbacks.base import Callback
 from framework.callbacks.tuning_trials import holder_of, model_kept, trial_trainer, write_value
+from framework.checks import check_int
 from framework.errors import MisconfigurationError, describe, is_out_of_memory
 from framework.protocols import TrainerLike
 
@@ -28,8 +29,7 @@ def scale_batch_size(trainer: TrainerLike, model: Any, datamodule: Any = None, m
         raise MisconfigurationError(f"scale_batch_size(mode={describe(mode)}): accepted {list(_MODES)}.")
     for name, value, least in (("steps_per_trial", steps_per_trial, 1), ("init_val", init_val, 1),
                                ("max_trials", max_trials, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise MisconfigurationError(f"scale_batch_size({name}={describe(value)}): accepted an int >= {least}.")
+        check_int("scale_batch_size", name, value, least)
     owner = holder_of(batch_arg_name, model, datamodule)
     if owner is None:
         raise MisconfigurationError(f"Field {batch_arg_name} not found in `model`, `datamodule`, nor their `hparams` "

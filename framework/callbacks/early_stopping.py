@@ -9,13 +9,14 @@ from typing import Any
 import torch
 
 from framework.callbacks.base import Callback
+from framework.callbacks.monitor_mode import IMPROVES, check_mode
+from framework.checks import check_int, is_number
 from framework.errors import MisconfigurationError, describe
 from framework.protocols import TrainerLike
 
 # A child of the "framework" logger: its messages reach the console as the others do.
 log = logging.getLogger(__name__)
 
-_BETTER = {"min": torch.lt, "max": torch.gt}
 _SIGN = {"min": "<", "max": ">"}
 
 
@@ -76,11 +77,9 @@ class EarlyStopping(Callback):
     ) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise MisconfigurationError(f"EarlyStopping(monitor={describe(monitor)}): accepted is a logged name.")
-        if mode not in _BETTER:
-            raise MisconfigurationError(f"EarlyStopping(mode={describe(mode)}): accepted 'min' or 'max'.")
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
-            raise MisconfigurationError(f"EarlyStopping(patience={describe(patience)}): accepted is an int >= 0.")
-        if not isinstance(min_delta, (int, float)) or isinstance(min_delta, bool) or math.isnan(min_delta):
+        check_mode("EarlyStopping", mode)
+        check_int("EarlyStopping", "patience", patience, 0)
+        if not is_number(min_delta) or math.isnan(min_delta):
             raise MisconfigurationError(f"EarlyStopping(min_delta={describe(min_delta)}): accepted is a number.")
         self.monitor = monitor
         self.mode = mode
@@ -108,7 +107,7 @@ class EarlyStopping(Callback):
     @property
     def monitor_op(self) -> Any:
         """``torch.lt`` for mode "min", ``torch.gt`` for "max"."""
-        return _BETTER[self.mode]
+        return IMPROVES[self.mode]
 
     def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Check at the training epoch's end when validation runs exactly once per epoch, else after validation."""

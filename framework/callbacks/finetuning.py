@@ -14,7 +14,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim import Optimizer
 
 from framework.callbacks.base import Callback
-from framework.errors import MisconfigurationError, describe
+from framework.checks import check_int
+from framework.errors import MisconfigurationError
 from framework.protocols import TrainerLike
 
 log = logging.getLogger(__name__)
@@ -214,10 +215,8 @@ class BackboneFinetuning(BaseFinetuning):
                  should_align: bool = True, initial_denom_lr: float = 10.0, train_bn: bool = True,
                  verbose: bool = False, rounding: int = 12) -> None:
         super().__init__()
-        if isinstance(unfreeze_backbone_at_epoch, bool) or not isinstance(unfreeze_backbone_at_epoch, int) \
-                or unfreeze_backbone_at_epoch < 0:
-            raise MisconfigurationError(f"BackboneFinetuning(unfreeze_backbone_at_epoch="
-                                        f"{describe(unfreeze_backbone_at_epoch)}): accepted is an int epoch >= 0.")
+        check_int("BackboneFinetuning", "unfreeze_backbone_at_epoch", unfreeze_backbone_at_epoch, 0,
+                  meaning=" (the epoch that unfreezes it)")
         self.unfreeze_backbone_at_epoch = unfreeze_backbone_at_epoch
         self.lambda_func = lambda_func
         self.backbone_initial_ratio_lr = backbone_initial_ratio_lr

@@ -3,6 +3,7 @@
 from typing import Any
 
 from framework.callbacks.base import Callback
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 from framework.protocols import TrainerLike
 
@@ -24,10 +25,10 @@ class GradientAccumulationScheduler(Callback):
             raise MisconfigurationError(f"GradientAccumulationScheduler(scheduling={describe(scheduling)}): accepted "
                                         "is a non-empty dict {epoch: batches}, e.g. {0: 1, 4: 4}.")
         for epoch, factor in scheduling.items():
-            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            if not is_int(epoch) or epoch < 0:
                 raise MisconfigurationError(f"GradientAccumulationScheduler: epoch key {describe(epoch)} must be an "
                                             "int >= 0 (epochs count from 0).")
-            if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            if not is_int(factor) or factor < 1:
                 raise MisconfigurationError(f"GradientAccumulationScheduler: the number of batches for epoch {epoch}, "
                                             f"{describe(factor)}, must be an int >= 1.")
         self.scheduling = dict(sorted({0: 1, **scheduling}.items()))

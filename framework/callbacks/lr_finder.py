@@ -13,6 +13,7 @@ import torch
 from framework import console
 from framework.callbacks.base import Callback
 from framework.callbacks.tuning_trials import holder_of, model_kept, trial_trainer, write_value
+from framework.checks import check_int
 from framework.errors import MisconfigurationError, describe, require_package
 from framework.protocols import TrainerLike
 from framework.utilities.optimizer_config import parse_optimizers
@@ -123,8 +124,7 @@ def lr_find(trainer: TrainerLike, model: Any, train_dataloaders: Any = None, val
         raise MisconfigurationError(f"lr_find(mode={describe(mode)}): accepted {list(_MODES)}.")
     if not 0 < min_lr < max_lr:
         raise MisconfigurationError(f"lr_find(min_lr={min_lr}, max_lr={max_lr}): accepted 0 < min_lr < max_lr.")
-    if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 2:
-        raise MisconfigurationError(f"lr_find(num_training={describe(num_training)}): accepted an int >= 2.")
+    check_int("lr_find", "num_training", num_training, 2)
     if not model.automatic_optimization:
         raise MisconfigurationError("lr_find needs automatic optimization: it sets the learning rate before each "
                                     "step the Trainer takes.")

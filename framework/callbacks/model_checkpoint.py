@@ -22,7 +22,8 @@ from framework.callbacks.checkpoint_files import (
     write_scores,
 )
 from framework.callbacks.checkpoint_names import CheckpointNames
-from framework.callbacks.model_checkpoint_checks import MODES, check_arguments, check_link_target, check_save_last
+from framework.callbacks.model_checkpoint_checks import check_arguments, check_link_target, check_save_last
+from framework.callbacks.monitor_mode import IMPROVES
 from framework.errors import MisconfigurationError
 from framework.io.async_writer import AsyncCheckpointIO
 from framework.protocols import TrainerLike
@@ -295,7 +296,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
     def _better_than_kth(self, current: torch.Tensor) -> bool:
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
-        return bool(MODES[self.mode](current, self.best_k_models[self.kth_best_model_path].to(current.device)))
+        return bool(IMPROVES[self.mode](current, self.best_k_models[self.kth_best_model_path].to(current.device)))
 
     def _update_best_and_save(self, trainer: TrainerLike, current: torch.Tensor,
                               candidates: dict[str, torch.Tensor]) -> None:

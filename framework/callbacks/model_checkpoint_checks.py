@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import torch
-
+from framework.callbacks.monitor_mode import check_mode
+from framework.checks import check_bool, check_int
 from framework.errors import MisconfigurationError, describe
 from framework.io.fs import filesystem, is_local
 
-MODES = {"min": torch.lt, "max": torch.gt}
+_OWNER = "ModelCheckpoint"
 
 
 def check_save_last(save_last: Any) -> None:
@@ -33,23 +33,16 @@ def check_link_target(save_last: Any, dirpath: str) -> None:
 def check_arguments(monitor: Any, save_top_k: Any, mode: Any, every_n_train_steps: Any, every_n_epochs: Any,
                      train_time_interval: Any, async_save: Any) -> None:
     """Refuse settings ModelCheckpoint cannot honour, naming the argument and what it accepts."""
-    if not isinstance(async_save, bool):
-        raise MisconfigurationError(f"ModelCheckpoint(async_save={describe(async_save)}): accepted True or False.")
-    if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-        raise MisconfigurationError(
-            f"ModelCheckpoint(save_top_k={describe(save_top_k)}): accepted is an int >= -1 (-1 keeps every file, "
-            "0 none)."
-        )
-    if mode not in MODES:
-        raise MisconfigurationError(f"ModelCheckpoint(mode={describe(mode)}): accepted 'min' or 'max'.")
+    check_bool(_OWNER, "async_save", async_save)
+    check_int(_OWNER, "save_top_k", save_top_k, -1, meaning=" (-1 keeps every file, 0 none)")
+    check_mode(_OWNER, mode)
     if monitor is None and save_top_k not in (-1, 0, 1):
         raise MisconfigurationError(
             f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
             "ranking to keep the top k by; set monitor= or use save_top_k in (-1, 0, 1)."
         )
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise MisconfigurationError(f"ModelCheckpoint({name}={describe(value)}): accepted is an int >= 0 or None.")
+        check_int(_OWNER, name, value, 0, none_means=None)
     if train_time_interval is not None:
         if not isinstance(train_time_interval, timedelta):
             raise MisconfigurationError(

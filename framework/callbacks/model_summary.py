@@ -11,7 +11,7 @@ from torch.nn.parameter import UninitializedParameter
 
 from framework import console
 from framework.callbacks.base import Callback
-from framework.errors import MisconfigurationError, describe
+from framework.checks import check_int
 from framework.nested import move_to_device
 from framework.protocols import TrainerLike
 
@@ -160,8 +160,7 @@ class ModelSummary(Callback):
     """
 
     def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < -1:
-            raise MisconfigurationError(f"ModelSummary(max_depth={describe(max_depth)}): accepted an int >= -1.")
+        check_int("ModelSummary", "max_depth", max_depth, -1)
         self.max_depth = max_depth
         self._summarize_kwargs = summarize_kwargs  # for subclasses that format the table their way, as Lightning's
 

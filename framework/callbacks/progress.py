@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from framework.callbacks.base import Callback
-from framework.errors import MisconfigurationError, describe
+from framework.checks import check_int
 from framework.protocols import TrainerLike
 
 _REDRAW_EVERY = 0.1  # seconds
@@ -79,11 +79,7 @@ class StageProgressBar(ProgressBar):
     """
 
     def __init__(self, refresh_rate: int = 1, leave: bool = False) -> None:
-        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise MisconfigurationError(
-                f"{type(self).__name__}(refresh_rate={describe(refresh_rate)}): accepted an int >= 0 "
-                "(0 turns it off)."
-            )
+        check_int(type(self).__name__, "refresh_rate", refresh_rate, 0, meaning=" (0 turns it off)")
         self.refresh_rate = refresh_rate
         self.leave = leave
         self._enabled = True

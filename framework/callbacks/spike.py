@@ -7,7 +7,8 @@ from collections import deque
 from typing import Any
 
 from framework.callbacks.base import Callback
-from framework.errors import MisconfigurationError, describe
+from framework.callbacks.monitor_mode import check_mode
+from framework.checks import check_int
 from framework.io.fs import write_bytes_atomic
 from framework.protocols import TrainerLike
 
@@ -51,10 +52,8 @@ class SpikeDetection(Callback):
     def __init__(self, mode: str = "min", window: int = 10, warmup: int = 1, atol: float | None = None,
                  rtol: float | None = 2.0, exclude_batches_path: str | os.PathLike | None = None,
                  finite_only: bool = True) -> None:
-        if mode not in ("min", "max"):
-            raise MisconfigurationError(f"SpikeDetection(mode={describe(mode)}): accepted 'min' or 'max'.")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise MisconfigurationError(f"SpikeDetection(window={describe(window)}): accepted an int >= 1.")
+        check_mode("SpikeDetection", mode)
+        check_int("SpikeDetection", "window", window, 1)
         self.mode, self.window, self.warmup, self.atol, self.rtol = mode, window, warmup, atol, rtol
         self.exclude_batches_path = None if exclude_batches_path is None else os.fspath(exclude_batches_path)
         self.finite_only = finite_only

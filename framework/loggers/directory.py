@@ -8,6 +8,7 @@ from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 from framework.io.fs import append_text, make_dirs, names_in, write_bytes_atomic
 from framework.loggers.base import Logger, with_prefix
@@ -28,7 +29,7 @@ class DirectoryLogger(Logger):
                  version: int | str | None = None, prefix: str = "") -> None:
         if not isinstance(save_dir, (str, os.PathLike)):
             raise MisconfigurationError(f"{type(self).__name__}(save_dir={describe(save_dir)}): accepted is a path.")
-        if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
+        if version is not None and not (is_int(version) or isinstance(version, str)):
             raise MisconfigurationError(
                 f"{type(self).__name__}(version={describe(version)}): accepted is an int, a string or None."
             )

@@ -26,9 +26,35 @@ _BUILDERS: dict[str, Callable[[], Precision]] = {
 }
 
 
-def register_precision(name: str, builder: Callable[[], Precision]) -> None:
-    """Make ``precision=name`` build ``builder()``."""
-    _BUILDERS[name] = builder
+def register_precision(name: str, builder: Callable[[], Precision], aliases: tuple[str, ...] = ()) -> None:
+    """Make ``precision=name`` (and each alias, in any case) build ``builder()``: a new name, or a name that
+    exists (its builder replaced), as ``register_strategy`` does for strategies. The Trainer, the command line
+    (``--trainer.precision``) and the Accelerator (``mixed_precision=``) accept it from then on.
+
+    Example::
+
+        register_precision("bf16-fast", lambda: MyBFloat16Mixed(), aliases=("bf16f",))
+        Trainer(precision="bf16-fast")
+
+    :param name: the name users pass; the builder's precision should report it as its ``name``.
+    :param builder: makes a new ``Precision`` for each run.
+    :param aliases: other spellings of ``name``.
+    """
+    for spelling in (name, *aliases):
+        if not isinstance(spelling, str) or not spelling:
+            raise MisconfigurationError(f"register_precision: the name {describe(spelling)} must be a non-empty str.")
+    canonical = CANONICAL.get(name.lower(), name.lower())
+    _BUILDERS[canonical] = builder
+    for spelling in (name, *aliases):
+        CANONICAL[spelling.lower()] = canonical
+
+
+def added_names() -> list[str]:
+    """The names ``register_precision`` added (not Lightning's or Accelerate's own spellings)."""
+    return [name for name in _BUILDERS if name not in _BUILT_IN]
+
+
+_BUILT_IN = frozenset(_BUILDERS)
 
 
 def resolve_precision(precision: object) -> Precision:

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from framework.checks import is_number
 from framework.errors import MisconfigurationError
 from framework.nested import map_tensors
 
@@ -91,8 +92,7 @@ def _numbers_as_tensors(data: Any, device: torch.device) -> Any:
     """``data`` with every Python number in it (at any depth) made a tensor on ``device``, as Fabric's collectives
     take them."""
     def as_tensor(value: Any) -> Any:
-        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return torch.tensor(value, device=device) if is_number else value
+        return torch.tensor(value, device=device) if is_number(value) else value
 
     return map_tensors(data, lambda tensor: tensor, other=as_tensor)
 

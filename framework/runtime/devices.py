@@ -6,6 +6,7 @@ import os
 
 import torch
 
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
@@ -54,7 +55,7 @@ def resolve_devices(devices: object, accelerator: str) -> list[int]:
             value = devices
     if value == "auto":
         return list(range(available)) if accelerator == "cuda" else [0]
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         if value == -1:
             return list(range(available))
         if value > 0:
@@ -64,7 +65,7 @@ def resolve_devices(devices: object, accelerator: str) -> list[int]:
                 )
             return list(range(value))
     if (isinstance(value, (list, tuple)) and value and len(set(value)) == len(value)
-            and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)):
+            and all(is_int(i) and i >= 0 for i in value)):
         if accelerator != "cpu" and max(value) >= available:
             raise MisconfigurationError(
                 f"devices={devices!r} names {accelerator} device {max(value)}, but only {available} are available."

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 from framework.nested import move_to_device
 from framework.precision import Precision, resolve_precision
@@ -83,7 +84,7 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
         loggers: Any = None,
         compile: bool | dict[str, Any] = False,
     ) -> None:
-        if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
+        if not is_int(num_nodes) or num_nodes < 1:
             raise MisconfigurationError(f"num_nodes={describe(num_nodes)} must be a positive int.")
         if plugins is not None:
             raise MisconfigurationError(

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from framework.checks import is_int
 from framework.errors import MisconfigurationError
 from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
 
@@ -51,7 +52,7 @@ class DDPStrategy(ParallelStrategy):
                  ddp_comm_hook: Callable[..., Any] | None = None, ddp_comm_wrapper: Callable[..., Any] | None = None,
                  max_restarts: int = 0, **ddp_kwargs: Any) -> None:
         super().__init__(start_method, timeout, process_group_backend)
-        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+        if not is_int(max_restarts) or max_restarts < 0:
             raise MisconfigurationError(f"DDPStrategy(max_restarts={max_restarts!r}): accepted a whole number >= 0.")
         self.max_restarts = max_restarts
         self.ddp_kwargs = ddp_kwargs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 
 # FSDP version 1's sharding strategies, as torch's ShardingStrategy spells and orders them (Accelerate numbers them
@@ -72,7 +73,7 @@ def check_device_mesh(device_mesh: Any, sharding_strategy: str) -> None:
             f"{sharding_strategy!r}. Pass sharding_strategy='HYBRID_SHARD' too, or leave device_mesh out."
         )
     shape_given = (isinstance(device_mesh, (tuple, list)) and len(device_mesh) == 2
-                   and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in device_mesh))
+                   and all(is_int(n) and n > 0 for n in device_mesh))
     if not shape_given and type(device_mesh).__name__ != "DeviceMesh":
         raise MisconfigurationError(
             f"FSDPStrategy(device_mesh={describe(device_mesh)}): accepted (replicas, shard_size), two positive ints "

@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
 from framework.strategies.dtensors import quiet_redistribution_notes
 from framework.strategies.fsdp import ROOT_ATTRIBUTE, FSDPStrategy
@@ -191,7 +192,7 @@ def _any_parameter_on(module: nn.Module, mesh: Any) -> bool:
 
 
 def _check_size(argument: str, value: Any) -> None:
-    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+    if value == "auto" or (is_int(value) and value > 0):
         return
     raise MisconfigurationError(f"ModelParallelStrategy({argument}={describe(value)}): accepted 'auto' or a "
                                 "positive int.")

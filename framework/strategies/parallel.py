@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from framework.checks import is_number
 from framework.errors import MisconfigurationError, describe
 from framework.io import pickling
 from framework.strategies.base import Strategy
@@ -299,7 +300,7 @@ def _as_timeout(timeout: timedelta | float | None) -> timedelta:
         return timedelta(minutes=30)  # Lightning's default, and torch's for gloo (nccl's is 10 minutes)
     if isinstance(timeout, timedelta):
         return timeout
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
+    if is_number(timeout) and timeout > 0:
         return timedelta(seconds=timeout)
     raise MisconfigurationError(
         f"timeout={describe(timeout)} is not accepted. Use a datetime.timedelta or a number of seconds above 0."

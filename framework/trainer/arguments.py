@@ -1,4 +1,5 @@
-"""Checks of the Trainer's arguments: each bad value gets an error naming it and what is accepted."""
+"""Checks of the Trainer's own arguments: each bad value gets an error naming it and what is accepted. The checks
+every layer shares (an int, a bool, a choice ...) are ``framework.checks``'s, here with the Trainer as owner."""
 
 from __future__ import annotations
 
@@ -9,39 +10,25 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from framework import console
+from framework import checks, console
 from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
 from framework.io.async_writer import AsyncCheckpointIO
 
+OWNER = "Trainer"
+check_bool = functools.partial(checks.check_bool, OWNER)
+check_int = functools.partial(checks.check_int, OWNER)
+check_choice = functools.partial(checks.check_choice, OWNER)
+check_list_of = functools.partial(checks.check_list_of, OWNER)
+
 
 def _fail(name: str, value: Any, accepted: str) -> MisconfigurationError:
-    return MisconfigurationError(f"Trainer({name}={describe(value)}): accepted {accepted}.")
-
-
-def check_bool(name: str, value: Any) -> bool:
-    """``value``, which must be exactly True or False."""
-    if not isinstance(value, bool):
-        raise _fail(name, value, "True or False")
-    return value
-
-
-def check_int(name: str, value: Any, minimum: int, none_means: Any = "reject") -> Any:
-    """An int >= ``minimum``; None becomes ``none_means`` unless that is "reject"."""
-    if value is None and none_means != "reject":
-        return none_means
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise _fail(name, value, f"an int >= {minimum}" + (" or None" if none_means != "reject" else ""))
-    return value
+    return checks.bad_value(OWNER, name, value, accepted)
 
 
 def check_optional_number(name: str, value: Any, minimum: float = 0.0) -> float | None:
     """``value`` as a float >= ``minimum`` (nan is rejected), or None."""
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= minimum:  # rejects nan
-        raise _fail(name, value, f"a number >= {minimum} or None")
-    return float(value)
+    return checks.check_number(OWNER, name, value, minimum, allow_none=True)
 
 
 def check_order(low_name: str, low: int | None, high_name: str, high: int) -> None:
@@ -56,7 +43,7 @@ def check_limit(name: str, value: Any) -> int | float:
     """``limit_*_batches`` and ``overfit_batches``: an int count of batches or a float fraction in [0, 1]."""
     if value is None:
         return 1.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not checks.is_number(value):
         raise _fail(name, value, "an int number of batches (>= 0) or a float fraction between 0.0 and 1.0")
     if isinstance(value, float):
         if not 0.0 <= value <= 1.0:
@@ -92,19 +79,12 @@ def check_val_check_interval(value: Any, every_n_epochs: int | None = 1) -> int 
             f"Trainer(val_check_interval={value!r}, check_val_every_n_epoch=None): without epochs, validation is "
             "counted in training batches across them, so val_check_interval must be an int number of batches."
         )
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not checks.is_number(value):
         raise _fail("val_check_interval", value, "an int number of training batches (>= 1) or a float in (0.0, 1.0]")
     if isinstance(value, float) and not 0.0 < value <= 1.0:
         raise _fail("val_check_interval", value, "a float fraction of the epoch in (0.0, 1.0], or an int >= 1")
     if isinstance(value, int) and value < 1:
         raise _fail("val_check_interval", value, "an int number of training batches >= 1, or a float in (0.0, 1.0]")
-    return value
-
-
-def check_choice(name: str, value: Any, choices: tuple) -> Any:
-    """``value`` when it is one of ``choices``, compared by type too (``1`` does not pass for ``True``)."""
-    if not any(value is choice or (type(value) is type(choice) and value == choice) for choice in choices):
-        raise _fail(name, value, "one of " + ", ".join(repr(c) for c in choices))
     return value
 
 
@@ -124,17 +104,6 @@ def check_root_dir(value: Any) -> str:
     if not isinstance(value, (str, os.PathLike)):
         raise _fail("default_root_dir", value, "a path (str or os.PathLike) or None")
     return os.fspath(value)
-
-
-def check_list_of(name: str, value: Any, kind: type, noun: str) -> list:
-    """``value`` (one ``kind`` instance or a list/tuple of them) as a list; None gives ``[]``."""
-    if value is None:
-        return []
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    for item in items:
-        if not isinstance(item, kind):
-            raise _fail(name, item, f"a {noun} instance or a list of them (got an item that is not)")
-    return items
 
 
 # What barebones=True turns off (each costs speed), with the value that means "off".

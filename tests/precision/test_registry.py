@@ -85,3 +85,51 @@ def test_register_precision_makes_a_mode_available(builders):
     register_precision("16-mixed", Half)
     assert type(resolve_precision("fp16")) is Half
     assert type(resolve_precision(16)) is Half
+
+
+class _Scaled16(Float16Mixed):
+    """A precision of one's own, under a name of its own."""
+
+    name = "scaled-16"
+
+
+@pytest.fixture
+def scaled_16():
+    """``_Scaled16`` registered as "scaled-16" (alias "s16"), forgotten after the test."""
+    saved_builders, saved_spellings = dict(registry._BUILDERS), dict(registry.CANONICAL)
+    register_precision("scaled-16", _Scaled16, aliases=("S16",))
+    yield
+    registry._BUILDERS.clear()
+    registry._BUILDERS.update(saved_builders)
+    registry.CANONICAL.clear()
+    registry.CANONICAL.update(saved_spellings)
+
+
+def test_a_registered_name_works_in_the_trainer_the_command_line_and_the_accelerator(scaled_16, tmp_path):
+    from framework.accelerate import Accelerator
+    from framework.cli import run
+    from tests.helpers import Regressor, loader, quiet_trainer
+
+    assert registry.added_names() == ["scaled-16"]
+    for spelling in ("scaled-16", "Scaled-16", "s16"):
+        assert type(resolve_precision(spelling)) is _Scaled16
+    trainer = quiet_trainer(precision="s16", max_steps=2)
+    trainer.fit(Regressor(), loader())
+    assert type(trainer.precision_plugin) is _Scaled16 and trainer.precision == "scaled-16"
+
+    config = tmp_path / "run.yaml"
+    config.write_text("trainer:\n  max_steps: 2\n  accelerator: cpu\n  precision: scaled-16\n"
+                      f"  default_root_dir: {tmp_path}\n"
+                      "model:\n  class_path: tests.cli.cli_classes.Net\ndata:\n  class_path: tests.cli.cli_classes.Data\n")
+    fitted = run(args=["fit", "--config", str(config), "--trainer.enable_progress_bar=false"])
+    assert type(fitted.trainer.precision_plugin) is _Scaled16 and fitted.trainer.global_step == 2
+
+    accelerator = Accelerator(mixed_precision="scaled-16", cpu=True)
+    assert accelerator.mixed_precision == "scaled-16" and type(accelerator._runtime.precision) is _Scaled16
+    with pytest.raises(MisconfigurationError, match=r"accepted 'no', 'fp16', 'bf16', 'scaled-16'"):
+        Accelerator(mixed_precision="scaled-17", cpu=True)
+
+
+def test_register_precision_refuses_a_name_that_is_not_a_string(builders):
+    with pytest.raises(MisconfigurationError, match=r"register_precision: the name 16 \(type int\) must be"):
+        register_precision(16, _Scaled16)

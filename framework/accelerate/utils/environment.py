@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from framework.accelerate.config_values import MIXED_PRECISIONS
 from framework.errors import MisconfigurationError
 
 _TRUE = ("1", "true", "yes", "y", "on", "t")
@@ -130,9 +131,9 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | os.Path
 
     from framework.io.fs import write_bytes_atomic
 
-    if mixed_precision not in ("no", "fp16", "bf16"):
-        raise MisconfigurationError(f"write_basic_config(mixed_precision={mixed_precision!r}): accepted 'no', "
-                                    "'fp16' or 'bf16'.")
+    if mixed_precision not in MIXED_PRECISIONS:
+        raise MisconfigurationError(f"write_basic_config(mixed_precision={mixed_precision!r}): accepted "
+                                    f"{', '.join(repr(name) for name in MIXED_PRECISIONS)}.")
     path = os.fspath(save_location if save_location is not None else default_config_path())
     if os.path.exists(path):
         return False
