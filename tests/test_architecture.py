@@ -31,7 +31,7 @@ LAYERS: list[list[set[str]]] = [
     [{"loggers"}, {"profilers"}, {"precision"}, {"callbacks"}],
     [{"strategies"}],
     [{"runtime"}],
-    [{"module", "module_hook_defaults", "module_optimization", "datamodule"}],
+    [{"module", "module_hook_defaults", "module_logging", "module_optimization", "datamodule"}],
     [{"trainer"}, {"accelerate"}],
     [{"tuner"}],
     [{"cli"}, {"testing"}],

@@ -9,14 +9,14 @@ from typing import Any
 import torch
 from torch import nn
 from torch.optim import Optimizer
-from torch.utils.data import DataLoader
 
 from framework.accelerate import profiling, settings, tracking
 from framework.accelerate.config_keys import KEYS
 from framework.accelerate.config_values import mixed_precisions
-from framework.accelerate.data import PreparedDataLoader, prepared_loader, skip_first_batches
+from framework.accelerate.data import PreparedDataLoader, skip_first_batches
 from framework.accelerate.files import FileMethods
 from framework.accelerate.gradient_state import GradientState
+from framework.accelerate.preparation import PrepareMethods
 from framework.accelerate.prepared import AcceleratedOptimizer, AcceleratedScheduler
 from framework.accelerate.processes import ProcessControl
 from framework.accelerate.state import AcceleratorState
@@ -39,12 +39,11 @@ from framework.accelerate.utils.kwargs_handlers import (
 from framework.accelerate.utils.shared_state import register_accelerator
 from framework.errors import MisconfigurationError
 from framework.runtime import Runtime
-from framework.runtime.runtime import use_set_up_parameters
-from framework.runtime.wrappers import RuntimeModule, forward_module, original_module, original_optimizer
+from framework.runtime.wrappers import RuntimeModule, original_module, original_optimizer
 from framework.strategies.dtensors import whole
 
 
-class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
+class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, FileMethods):
     """Accelerate's ``Accelerator`` on the framework's Runtime: change ``from accelerate import Accelerator`` to
     ``from framework.accelerate import Accelerator`` and the loop runs, on one process or on the ranks
     ``framework launch`` (or torchrun) started, CPU ranks included.
@@ -222,100 +221,6 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
         """The number the next automatically named ``save_state`` folder takes."""
         return self.project_configuration.iteration
 
-    # -- prepare ---
-    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
-        """Models, optimizers, dataloaders and LR schedulers, in any order and number, returned prepared in the
-        same order (one object alone as it is); anything else is returned unchanged.
-
-        :param device_placement: one ``bool`` per object, for its models and dataloaders; ``None`` (the
-            default): the Accelerator's ``device_placement``.
-        """
-        placements = device_placement or [None] * len(args)
-        prepared = list(args)
-        kinds = [_kind(obj) for obj in args]
-        for wanted in ("model", "optimizer", "scheduler", "dataloader"):  # models first: FSDP swaps the parameters
-            for index, (obj, kind) in enumerate(zip(args, kinds, strict=False)):
-                if kind == wanted:
-                    prepared[index] = self._prepare_one(kind, obj, placements[index])
-        return prepared[0] if len(prepared) == 1 else tuple(prepared)
-
-    def _prepare_one(self, kind: str, obj: Any, placement: bool | None) -> Any:
-        if kind == "model":
-            return self.prepare_model(obj, device_placement=placement)
-        if kind == "optimizer":
-            return self.prepare_optimizer(obj)
-        if kind == "scheduler":
-            return self.prepare_scheduler(obj)
-        return self.prepare_data_loader(obj, device_placement=placement)
-
-    def prepare_model(self, model: nn.Module, device_placement: bool | None = None,
-                      evaluation_mode: bool = False) -> nn.Module:
-        """``model`` on the device, wrapped for the strategy (DDP, FSDP2), its forward under autocast with float32
-        outputs in mixed precision.
-
-        :param model: the ``torch.nn.Module`` to prepare.
-        :param device_placement: ``None`` (the default): the Accelerator's ``device_placement``.
-        :param evaluation_mode: ``True`` puts the prepared model in eval mode; default ``False``.
-        """
-        if isinstance(model, RuntimeModule):
-            return model
-        names = {parameter: name for name, parameter in model.named_parameters()}
-        placement = self.device_placement if device_placement is None else device_placement
-        settings.check_wrapped_classes(self._runtime.strategy, model)
-        prepared = self._runtime.setup_module(model, move_to_device=placement, float_outputs=self.native_amp)
-        self._models.append(prepared)
-        self._parameter_names.append(names)
-        if evaluation_mode:
-            prepared.eval()
-        return prepared
-
-    def prepare_optimizer(self, optimizer: Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
-        """``optimizer`` stepping through the precision, only when the gradients are synced.
-
-        :param optimizer: a torch optimizer over a prepared model's parameters.
-        :param device_placement: accepted for Accelerate's sake; not used.
-        """
-        if isinstance(optimizer, AcceleratedOptimizer):
-            return optimizer
-        strategy = self._runtime.strategy
-        for model, names in zip(self._models, self._parameter_names, strict=False):
-            use_set_up_parameters((optimizer,), names, strategy.unwrap(forward_module(model)), strategy.name)
-        prepared = AcceleratedOptimizer(self._runtime.setup_optimizer(optimizer), runtime=self._runtime,
-                                        gradient_state=self.gradient_state)
-        self._optimizers.append(prepared)
-        return prepared
-
-    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
-        """``scheduler`` stepping after each optimizer step that happened (``num_processes`` times).
-
-        :param scheduler: a torch LR scheduler over a prepared optimizer.
-        """
-        if isinstance(scheduler, AcceleratedScheduler):
-            return scheduler
-        own = [opt for opt in self._optimizers if original_optimizer(opt) is getattr(scheduler, "optimizer", None)]
-        prepared = AcceleratedScheduler(scheduler, own or list(self._optimizers), self.step_scheduler_with_optimizer,
-                                        gradient_state=self.gradient_state, num_processes=self.num_processes)
-        self._schedulers.append(prepared)
-        return prepared
-
-    def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None) -> PreparedDataLoader:
-        """``data_loader`` handing this process its batches (batch ``i`` of a pass to process ``i mod N``), on the
-        device.
-
-        :param data_loader: a DataLoader (or another iterable of batches).
-        :param device_placement: ``None`` (the default): the Accelerator's ``device_placement``.
-        """
-        if isinstance(data_loader, PreparedDataLoader):
-            return data_loader
-        placement = self.device_placement if device_placement is None else device_placement
-        config = self.dataloader_config
-        prepared = prepared_loader(data_loader, self._runtime, self.gradient_state, self.num_processes,
-                                   self.process_index, self.even_batches,
-                                   self._runtime.to_device if placement else _as_it_is,
-                                   seedable=config.use_seedable_sampler, data_seed=config.data_seed)
-        self._dataloaders.append(prepared)
-        return prepared
-
     # -- the step ---
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()`` through the strategy and precision (fp16: scaled), divided by
@@ -460,21 +365,3 @@ class Accelerator(ProcessControl, GradientSync, TrackerMethods, FileMethods):
     def __repr__(self) -> str:
         return (f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
                 f"mixed_precision={self.mixed_precision!r}, distributed_type={self.distributed_type.value})")
-
-
-def _kind(obj: Any) -> str | None:
-    if isinstance(obj, nn.Module):
-        return "model"
-    if isinstance(obj, Optimizer):
-        return "optimizer"
-    if isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)):
-        return "scheduler"
-    if isinstance(obj, DataLoader):
-        return "dataloader"
-    return None
-
-
-def _as_it_is(batch: Any) -> Any:
-    return batch
-
-

@@ -19,9 +19,9 @@ from framework.callbacks.checkpoint_files import (
     remove_unfinished_writes,
     resolved_dirpath,
     write_problem,
-    write_scores,
 )
 from framework.callbacks.checkpoint_names import CheckpointNames
+from framework.callbacks.checkpoint_state import TopKState
 from framework.callbacks.model_checkpoint_checks import check_arguments, check_link_target, check_save_last
 from framework.callbacks.monitor_mode import IMPROVES
 from framework.errors import MisconfigurationError
@@ -29,7 +29,7 @@ from framework.io.async_writer import AsyncCheckpointIO
 from framework.protocols import TrainerLike
 
 
-class ModelCheckpoint(CheckpointNames, Checkpoint):
+class ModelCheckpoint(CheckpointNames, TopKState, Checkpoint):
     """Save a checkpoint every epoch (or every ``every_n_train_steps`` / ``train_time_interval``) and keep the best.
 
     With ``monitor`` the ``save_top_k`` best files by that logged metric are kept, and files that
@@ -372,44 +372,6 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
     def _may_remove(self, trainer: TrainerLike, previous: str, current: str) -> bool:
         """Only files of this callback's directory, never the one being written or the one resumed from."""
         return removable(previous, current, trainer.ckpt_path, self.dirpath)
-
-    # -- state ---
-    def state_dict(self) -> dict[str, Any]:
-        """The top-k bookkeeping, so a resumed run keeps ranking against the same files."""
-        return {
-            "monitor": self.monitor,
-            "best_model_score": self.best_model_score,
-            "best_model_path": self.best_model_path,
-            "current_score": self.current_score,
-            "dirpath": self.dirpath,
-            "best_k_models": dict(self.best_k_models),
-            "kth_best_model_path": self.kth_best_model_path,
-            "kth_value": self.kth_value,
-            "last_model_path": self.last_model_path,
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the bookkeeping; if the directory changed since, only ``best_model_path`` (with a warning)."""
-        saved_dir = state_dict.get("dirpath", self.dirpath)
-        if saved_dir == self.dirpath:
-            self.best_model_score = state_dict["best_model_score"]
-            self.kth_best_model_path = state_dict.get("kth_best_model_path", self.kth_best_model_path)
-            self.kth_value = state_dict.get("kth_value", self.kth_value)
-            self.best_k_models = dict(state_dict.get("best_k_models", self.best_k_models))
-            self.last_model_path = state_dict.get("last_model_path", self.last_model_path)
-            self.current_score = state_dict.get("current_score", self.current_score)
-        else:
-            # The top k of another directory: kept, this run's files would be ranked against files it does not
-            # manage (and last_model_path would name one of them).
-            warnings.warn(f"The dirpath has changed from {saved_dir!r} to {self.dirpath!r}: only best_model_path is "
-                          "restored; best_model_score, best_k_models, kth_best_model_path, kth_value and "
-                          "last_model_path start afresh.", UserWarning, stacklevel=2)
-        self.best_model_path = state_dict["best_model_path"]
-
-    def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
-        """Write ``best_k_models`` (path: score) to ``filepath`` (default ``<dirpath>/best_k_models.yaml``)."""
-        write_scores(self.best_k_models, filepath if filepath is not None else
-                     os.path.join(self.dirpath or ".", "best_k_models.yaml"))
 
 
 def _stepped(trainer: TrainerLike) -> bool:

@@ -1,7 +1,8 @@
 """The Runtime: device, Strategy and Precision in one object, usable without the Trainer.
 
-This module holds its set-up and the step; the class takes its launching (``launching.py``), collectives
-(``collectives.py``), loggers (``reporting.py``) and files (``saving.py``) from the modules beside it.
+This module holds its set-up; the class takes the step (``step_methods.py``), the starting of its ranks
+(``rank_start.py``), collectives (``collectives.py``), loggers (``reporting.py``) and files (``saving.py``) from
+the modules beside it.
 """
 
 import contextlib
@@ -24,19 +25,18 @@ from framework.runtime.environment import check_matches_launcher, detect_environ
 from framework.runtime.rank_start import LaunchMethods, attached_ranks, share_cores
 from framework.runtime.reporting import LoggerMethods, agree_on_runs, as_list
 from framework.runtime.saving import FileMethods
+from framework.runtime.step_methods import StepMethods
 from framework.runtime.wrappers import (
     RuntimeDataLoader,
     RuntimeModule,
     RuntimeOptimizer,
-    forward_module,
-    original_optimizer,
 )
 from framework.seed import seed_everything
 from framework.strategies import Ranks, Strategy, resolve_strategy
 from framework.utilities.rank_zero import set_rank
 
 
-class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
+class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
     """Everything a training loop needs that depends on hardware, precision or distribution.
 
     The ``Trainer`` is built on it; people who keep their own loop use it directly, with
@@ -333,70 +333,6 @@ class Runtime(LaunchMethods, CollectiveMethods, LoggerMethods, FileMethods):
         if isinstance(batch, nn.Module):
             return batch.to(self.device)
         return self.precision.convert_input(move_to_device(batch, self.device))
-
-    # -- the step ---
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The precision's context for forward passes (one that does nothing in ``"32-true"``)."""
-        return self.precision.autocast()
-
-    def backward(self, tensor: torch.Tensor, *args: Any, model: nn.Module | None = None, **kwargs: Any) -> None:
-        """``tensor.backward()`` through the strategy and precision (fp16: the loss is scaled first).
-
-        :param tensor: the loss (other arguments go on to ``backward``).
-        :param model: the set-up module the loss came from, for strategies that need it; ``None`` (the default).
-        """
-        self.strategy.backward(tensor, model if model is None else forward_module(model), *args, **kwargs)
-
-    def optimizer_step(self, optimizer: Optimizer, closure: Any = None, **kwargs: Any) -> bool:
-        """Step ``optimizer`` through the precision; False when the step was skipped.
-
-        :param optimizer: the optimizer (set up or not).
-        :param closure: a function computing the loss, passed on to ``optimizer.step``; ``None`` (the default).
-        """
-        return self.strategy.optimizer_step(original_optimizer(optimizer), closure, **kwargs)
-
-    def clip_gradients(
-        self,
-        module: nn.Module,
-        optimizer: Optimizer,
-        clip_val: float | None = None,
-        max_norm: float | None = None,
-        norm_type: float = 2.0,
-        error_if_nonfinite: bool = True,
-    ) -> torch.Tensor | None:
-        """Clip by value (``clip_val``) or by total norm (``max_norm``); returns the norm when clipping by norm.
-
-        With fp16 the gradients are unscaled first. ``error_if_nonfinite``, as in
-        Fabric: a total norm that is inf or nan raises (pass False to clip anyway).
-
-        :param module: the set-up module.
-        :param optimizer: the optimizer whose parameters' gradients are clipped.
-        :param clip_val: clamp each gradient to ``[-clip_val, clip_val]``; give it or ``max_norm``, not both.
-        :param max_norm: scale the gradients down to this total norm.
-        :param norm_type: the p of the p-norm ``max_norm`` bounds; default 2.0.
-        :param error_if_nonfinite: see above; default ``True``.
-        """
-        if (clip_val is None) == (max_norm is None):
-            raise MisconfigurationError("clip_gradients needs exactly one of clip_val= or max_norm=.")
-        module, optimizer = forward_module(module), original_optimizer(optimizer)
-        if max_norm is not None:
-            return self.strategy.clip_gradients_norm(module, optimizer, float(max_norm), norm_type,
-                                                     error_if_nonfinite=error_if_nonfinite)
-        self.strategy.clip_gradients_value(module, optimizer, float(clip_val))
-        return None
-
-    def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
-        """Skip the gradient all-reduce inside this context (gradient accumulation micro-batches).
-
-        Example::
-
-            with runtime.no_backward_sync(model, enabled=not is_last_micro_batch):
-                runtime.backward(model(x).sum())
-
-        :param module: the set-up module.
-        :param enabled: ``False`` makes the context do nothing (default ``True``).
-        """
-        return self.strategy.no_backward_sync(forward_module(module), enabled)
 
     @staticmethod
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:

@@ -8,7 +8,6 @@ sets in each of them, so the rest of the framework sees one way of being launche
 
 from __future__ import annotations
 
-import io
 import multiprocessing
 import os
 import pickle
@@ -17,14 +16,14 @@ import socket
 import sys
 import threading
 import traceback
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from framework.errors import MisconfigurationError
-from framework.runtime.start_method import fork_hazard, warn_if_fork_is_unsafe
+from framework.runtime.spawn_pickling import pickled_for_spawn
+from framework.runtime.start_method import warn_if_fork_is_unsafe
 
 # How long stopped workers get to exit on SIGTERM before they are killed.
 TERMINATE_GRACE_S = 5.0
@@ -76,7 +75,7 @@ def start_processes(function: Callable[..., Any], args: Sequence[Any], world_siz
     # A forked child has its own copy of everything. Spawn pickles the arguments, and torch makes
     # multiprocessing's pickler pass tensors as shared memory: every rank would train one shared set of
     # weights. Plain pickling copies them.
-    work: Any = (function, tuple(args)) if method == "fork" else _pickled_for_spawn(function, tuple(args), method)
+    work: Any = (function, tuple(args)) if method == "fork" else pickled_for_spawn(function, tuple(args), method)
     inherited = _Inherited.from_caller(method, environment or {})
     port = free_port()
     workers: list[Any] = []
@@ -156,49 +155,6 @@ def _context(method: str) -> Any:
             preload.append("torchmetrics")
         context.set_forkserver_preload(preload)
     return context
-
-
-def _pickled_for_spawn(function: Callable[..., Any], args: tuple, method: str) -> bytes:
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    if main_file is not None and not os.path.exists(main_file):  # `python -`: nothing to re-import
-        raise MisconfigurationError(
-            f"Starting the ranks with {method!r} imports the main script again, and this one ({main_file}) is no "
-            f"file. Put the code in a file{_fork_instead()}."
-        )
-    buffer = io.BytesIO()
-    try:
-        _RankPickler(buffer, main_importable=main_file is not None).dump((function, args))
-    except (pickle.PicklingError, AttributeError, TypeError) as error:
-        raise MisconfigurationError(
-            f"The ranks are started with {method!r}, which hands them what they run pickled, and this cannot be: "
-            f"{error}. Define the Module, its data and callbacks at the top level of an importable file (not in a "
-            f"notebook cell or inside a function){_fork_instead()}."
-        ) from error
-    return buffer.getvalue()
-
-
-class _RankPickler(pickle.Pickler):
-    """Plain pickling, which refuses what a started rank could not import back: classes and functions of a
-    ``__main__`` that is no file (a notebook, a REPL, ``python -c``). The rank would fail to rebuild them."""
-
-    def __init__(self, file: io.BytesIO, main_importable: bool) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.main_importable = main_importable
-
-    def reducer_override(self, obj: Any) -> Any:
-        if (not self.main_importable and isinstance(obj, (type, types.FunctionType))
-                and obj.__module__ == "__main__"):
-            raise pickle.PicklingError(f"{obj.__qualname__} is defined in a notebook, a REPL or `python -c`, which "
-                                       "a started process cannot import")
-        return NotImplemented
-
-
-def _fork_instead() -> str:
-    """The advice to fork instead, with the hazard that stopped ``start_method="auto"`` from forking, if any."""
-    hazard = fork_hazard()
-    if hazard is None:
-        return ", or use strategy='ddp_fork'"
-    return f", or fork anyway with strategy='ddp_fork' (not chosen by default because {hazard})"
 
 
 def _collect(workers: list[Any], channels: list[Connection]) -> list[Any]:

@@ -34,6 +34,7 @@ from framework.strategies.fsdp_options import (
     sharding_name,
 )
 from framework.strategies.fsdp_policy import apply_checkpointing, units_to_shard, wrap_policy
+from framework.strategies.fsdp_units import forget_forward_passes, sharded_units, without_gradient_sync
 from framework.strategies.parallel import (
     ParallelStrategy,
     StepRouter,
@@ -252,7 +253,7 @@ class FSDPStrategy(ParallelStrategy):
         """Gradients of micro-batches inside this context accumulate unreduced (``set_requires_gradient_sync``)."""
         if not enabled or not hasattr(module, "set_requires_gradient_sync"):
             return contextlib.nullcontext()
-        return _without_gradient_sync(module)
+        return without_gradient_sync(module)
 
     @contextlib.contextmanager
     def evaluating(self, model: nn.Module, every_rank_same_batches: bool) -> Iterator[None]:
@@ -266,7 +267,7 @@ class FSDPStrategy(ParallelStrategy):
         if not isinstance(model, StepRouter):
             yield
             return
-        units = [] if every_rank_same_batches or self.world_size == 1 else _sharded_units(model)
+        units = [] if every_rank_same_batches or self.world_size == 1 else sharded_units(model)
         for unit in units:
             unit.set_reshard_after_forward(False, recurse=False)
             unit.unshard()
@@ -276,7 +277,7 @@ class FSDPStrategy(ParallelStrategy):
             for unit in units:
                 unit.reshard()
                 unit.set_reshard_after_forward(self.reshard_after_forward, recurse=False)
-            _forget_forward_passes(model)
+            forget_forward_passes(model)
 
     @property
     def supports_inference_mode(self) -> bool:
@@ -383,31 +384,3 @@ class FSDPStrategy(ParallelStrategy):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, "
                 f"sharding_strategy={self.sharding_strategy!r}, cpu_offload={bool(self.cpu_offload)})")
-
-
-@contextlib.contextmanager
-def _without_gradient_sync(module: nn.Module) -> Iterator[None]:
-    module.set_requires_gradient_sync(False)
-    try:
-        yield
-    finally:
-        module.set_requires_gradient_sync(True)
-
-
-def _forget_forward_passes(root: nn.Module) -> None:
-    """Clear FSDP's record of the forward passes since the last backward (what it prefetches by)."""
-    if hasattr(root, "reset_iter_state"):
-        root.reset_iter_state()
-        return
-    state = root._get_fsdp_state()  # torch before reset_iter_state: the same two records, cleared by hand
-    state._comm_ctx.post_forward_order.clear()
-    for unit_state in state._state_ctx.all_states:
-        group = getattr(unit_state, "_fsdp_param_group", None)
-        if group is not None:
-            group._post_forward_indices.clear()
-
-
-def _sharded_units(model: nn.Module) -> list[nn.Module]:
-    from torch.distributed.fsdp import FSDPModule
-
-    return [module for module in model.modules() if isinstance(module, FSDPModule)]

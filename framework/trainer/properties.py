@@ -20,7 +20,7 @@ from framework.loggers.base import Logger
 from framework.loggers.directory import log_dir_of
 from framework.module import Module
 from framework.trainer.data import INFINITE, load_train_data
-from framework.trainer.settings import SETTING_NAMES, Settings
+from framework.trainer.settings import SETTING_NAMES, Settings, SettingView
 from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
 
 if TYPE_CHECKING:
@@ -32,23 +32,6 @@ if TYPE_CHECKING:
     from framework.trainer.prediction_state import PredictionState
     from framework.trainer.run import Run
     from framework.utilities.types import LRSchedulerConfig
-
-class SettingView:
-    """A Trainer attribute showing the field of the same name of its ``Settings`` (``trainer.max_epochs``);
-    setting it replaces that field, for the run under way too (``Trainer.replace_settings``)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-        self.__doc__ = f"The Trainer's ``{name}`` setting (``trainer.settings.{name}``)."
-
-    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
-        if trainer is None:
-            return self
-        return getattr(trainer.settings, self.name)
-
-    def __set__(self, trainer: Any, value: Any) -> None:
-        trainer.replace_settings(**{self.name: value})
-
 
 class TrainerProperties:
     """The views a ``Trainer`` offers (the Trainer subclasses this)."""

@@ -84,6 +84,23 @@ class Settings:
 SETTING_NAMES = tuple(field.name for field in dataclasses.fields(Settings))
 
 
+class SettingView:
+    """A Trainer attribute showing the field of the same name of its ``Settings`` (``trainer.max_epochs``);
+    setting it replaces that field, for the run under way too (``Trainer.replace_settings``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"The Trainer's ``{name}`` setting (``trainer.settings.{name}``)."
+
+    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
+        if trainer is None:
+            return self
+        return getattr(trainer.settings, self.name)
+
+    def __set__(self, trainer: Any, value: Any) -> None:
+        trainer.replace_settings(**{self.name: value})
+
+
 def build_settings(given: dict[str, Any], announce: bool = False) -> Settings:
     """Check every value argument in ``given`` (the Trainer's keyword arguments; those missing take the Trainer's
     defaults) and return them as ``Settings``. ``announce``: say what ``barebones`` turns off and what a batch
