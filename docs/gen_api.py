@@ -23,7 +23,7 @@ import framework
 
 HERE = Path(__file__).parent
 API = HERE / "api"
-MODULES = ("framework.testing",)  # public modules that are not packages
+MODULES = ("framework.protocols", "framework.testing")  # public modules that are not packages
 
 
 def public_packages() -> list[str]:

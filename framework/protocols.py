@@ -21,6 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+__all__ = ["TrainerLike"]
+
 
 @runtime_checkable
 class TrainerLike(Protocol):

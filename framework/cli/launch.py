@@ -13,7 +13,9 @@ launcher prints which rank failed first and with what error (:mod:`framework.run
 newest complete checkpoint), but not after an exception in the script (:mod:`framework.cli.launch_restarts`).
 SIGTERM, SIGUSR1 and SIGUSR2 sent to the launcher are passed on to the ranks, which save a checkpoint and stop;
 the launcher waits ``--shutdown-timeout`` seconds (torchrun's option, 30 by default) before it kills them, and
-exits with status 75 (``REQUEUE_EXIT_CODE``), as each rank does: "start the job again".
+exits with status 75 (``REQUEUE_EXIT_CODE``), as each rank does: "start the job again". Once a rank has failed,
+the others get up to five seconds to end by themselves before the launcher stops them, so that a rank which lost
+the failed one in a collective says which rank left and how.
 
 ``accelerate launch``'s options and config files are the other form (:mod:`framework.cli.accelerate_launch`):
 they become torchrun options and the environment variables Accelerate's launcher sets.
@@ -22,16 +24,20 @@ they become torchrun options and the environment variables Accelerate's launcher
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from framework.runtime.peer_failure import NodeWatch
 
+#: How long the other ranks get to end by themselves once one failed, before the launcher stops them.
+_OWN_END_S = 5.0
 _RENDEZVOUS_OPTIONS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr", "--master-port",
                        "--master_port", "--standalone")
 
@@ -112,7 +118,8 @@ def _run_attempt(parsed: argparse.Namespace) -> dict[int, int]:
 
     watch = _node_watch(parsed)
     try:
-        run(parsed)
+        with _others_end_first(_OWN_END_S):
+            run(parsed)
     except Exception as error:  # each failed rank has printed its error already
         if type(error).__name__ == "ChildFailedError":
             failures = _exit_codes(error.failures)
@@ -124,6 +131,32 @@ def _run_attempt(parsed: argparse.Namespace) -> dict[int, int]:
         if watch is not None:
             watch.finish()
     return {}
+
+
+@contextlib.contextmanager
+def _others_end_first(grace_s: float) -> Iterator[None]:
+    """Inside it, once a rank has failed, torchrun's agent lets the others end by themselves for up to ``grace_s``
+    seconds before it stops them (SIGTERM). A rank whose collective lost the failed one ends within a second, and
+    so prints why (which rank left, and how) instead of dying of the signal before it could; a rank that is not
+    waiting for it is stopped ``grace_s`` later. Without a failure (a signal passed on to the ranks, the end of a
+    run) the agent stops them at once, as before."""
+    from torch.distributed.elastic.multiprocessing.api import SubprocessContext
+
+    close = SubprocessContext._close
+
+    def close_after_grace(context: Any, death_sig: signal.Signals, timeout: int = 30) -> None:
+        processes = [handler.proc for handler in context.subprocess_handlers.values()]
+        if any(process.poll() not in (None, 0) for process in processes):
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and any(process.poll() is None for process in processes):
+                time.sleep(0.05)
+        close(context, death_sig, timeout)
+
+    SubprocessContext._close = close_after_grace
+    try:
+        yield
+    finally:
+        SubprocessContext._close = close
 
 
 def _signalled(number: signal.Signals) -> int:

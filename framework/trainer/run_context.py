@@ -1,10 +1,11 @@
-"""``RunContext``: what the Trainer's runs (fit, validate, test, predict) work with beyond its arguments, typed and
-in one place: the optimizers of the Module trained, the loaders asked for and their batch counts, the step's
-pre-resolved hooks, the predictions kept.
+"""``RunContext``: what the runs of one Trainer (fit, validate, test, predict) share beyond its arguments, typed and
+in one place: the Module as the strategy set it up, the optimizers of the Module trained, the loaders asked for and
+their batch counts, the checkpoint loaded, the predictions kept.
 
-The Trainer owns one; the loops and the data functions receive it and write into it (nothing else sets these on
-the Trainer). Lightning's names for some of it are the Trainer's properties (``trainer.optimizers``,
-``trainer.num_training_batches``, ``trainer.val_check_batch``, ``trainer.predict_loop`` ...).
+The Trainer owns one and hands it to each ``Run`` (``run.context``); the loops and the data functions write into
+it (nothing else sets these on the Trainer). Lightning's names for some of it are the Trainer's properties
+(``trainer.optimizers``, ``trainer.num_training_batches``, ``trainer.val_check_batch``, ``trainer.predict_loop``
+...).
 """
 
 from __future__ import annotations
