@@ -1,11 +1,10 @@
 """Calls hooks on callbacks, the DataModule and the Module, as the table in ``framework.hooks`` says.
 
-Who overrides which hook is worked out once per run (``HookRunner``); on the hot path a hook nobody overrides costs
-one ``is None`` test. Everything that decides how a hook is called (who may define it, whether it may log, whether
-the Module's default acts, batch-transfer hooks) is read from the ``Hook`` member; every hook the
-loops call goes through ``get`` (resolved before the batches start) or ``call``.
+Who overrides which hook is worked out once per run (``HookRunner``, each hook when first asked for); on the hot
+path a hook nobody overrides costs one ``is None`` test. Everything that decides how a hook is called (who may
+define it, whether it may log, whether the Module's default acts, batch-transfer hooks) is read from the ``Hook``
+member; every hook the loops call goes through ``get`` (resolved before the batches start) or ``call``.
 """
-
 from __future__ import annotations
 
 import warnings
@@ -35,7 +34,7 @@ class HookRunner:
         self.callbacks = callbacks
         self.datamodule = datamodule
         self._profiler = profiler  # each hook is timed under its name; None: not timed
-        self._callers: dict[Hook, Callable[..., Any] | None] = {hook: self._build(hook) for hook in Hook}
+        self._callers: dict[Hook, Callable[..., Any] | None] = {}  # each hook resolved when first asked for
 
     def get(self, hook: Hook, with_default: bool = False, timed: bool = True) -> Callable[..., Any] | None:
         """The function that runs ``hook`` (given its Module-side arguments), or None when there is nothing to run.
@@ -45,7 +44,7 @@ class HookRunner:
         ``timed=False``: not timed by the profiler, for a hook around a step the loop times under the same name
         (a Module's ``optimizer_step`` calls the optimizer step).
         """
-        caller = self._callers[hook] if timed else self._caller(hook)
+        caller = self._resolved(hook) if timed else self._caller(hook)
         if caller is None and with_default:
             caller = self._refusing_logs(hook, getattr(self.module, hook.value))
             return profiled(self._profiler, hook.value, caller) if timed else caller
@@ -63,9 +62,16 @@ class HookRunner:
         does work between them (loading a checkpoint: the Module's ``on_load_checkpoint``, the weights, then the
         callbacks').
         """
-        caller = self._callers[hook] if only is None else profiled(self._profiler, hook.value,
-                                                                   self._caller(hook, only))
+        caller = self._resolved(hook) if only is None else profiled(self._profiler, hook.value,
+                                                                    self._caller(hook, only))
         return caller(*args, **kwargs) if caller is not None else None
+
+    def _resolved(self, hook: Hook) -> Callable[..., Any] | None:
+        try:
+            return self._callers[hook]
+        except KeyError:
+            caller = self._callers[hook] = profiled(self._profiler, hook.value, self._caller(hook))
+            return caller
 
     def call_epoch_end(self, hook: Hook, refresh: Callable[[], None] | None = None) -> None:
         """An epoch-end hook: callbacks that read epoch metrics run after the Module, which may log more.
@@ -100,9 +106,6 @@ class HookRunner:
             return call_refusing_logs(module, name or hook.value, function, *args, **kwargs)
 
         return refusing_logs
-
-    def _build(self, hook: Hook) -> Callable[..., Any] | None:
-        return profiled(self._profiler, hook.value, self._caller(hook))
 
     def _caller(self, hook: Hook, only: Owner | None = None) -> Callable[..., Any] | None:
         name, module, trainer = hook.value, self.module, self.trainer

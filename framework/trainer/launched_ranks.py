@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from framework.hooks import Hook
 from framework.loggers.base import Logger
 from framework.nested import map_tensors
-from framework.trainer.hook_runner import call_refusing_logs, merge_module_callbacks
+from framework.trainer.hook_runner import merge_module_callbacks
 from framework.trainer.state import TrainerFn
 
 if TYPE_CHECKING:
@@ -68,9 +68,8 @@ def adopt_rank_zero(run: Run, report: dict[str, Any]) -> None:
     vars(run.state).update(vars(report["state"]))
     run.metrics.callback, run.metrics.logged, run.metrics.progress_bar = report["metrics"]
     # as on the ranks: the Module's configure_callbacks replace the Trainer's of the same type
-    # (called here as the hook runner would call it, without resolving every other hook in this process)
-    returned = call_refusing_logs(run.module, Hook.CONFIGURE_CALLBACKS.value, run.module.configure_callbacks)
-    run.callbacks = merge_module_callbacks(run.callbacks, returned)
+    run.callbacks = merge_module_callbacks(run.callbacks, run.resolve_hooks().call(Hook.CONFIGURE_CALLBACKS))
+    run.hooks = None  # this process runs no hook of the run
     for callback in run.callbacks:
         state = report["callbacks"].get(callback.state_key)
         if not state:
