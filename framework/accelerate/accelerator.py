@@ -66,7 +66,8 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
     :param device_placement: ``True`` (the default): ``prepare`` puts models and batches on the device.
     :param split_batches: only ``False`` is accepted: each process takes whole batches.
-    :param mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; ``None`` (the default): the launcher's, else ``"no"``.
+    :param mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or a name ``register_precision`` added; ``None`` (the
+        default): the launcher's, else ``"no"``.
     :param gradient_accumulation_steps: batches per optimizer step (default 1); see ``accumulate``.
     :param cpu: ``True`` runs on the CPU (as ``ACCELERATE_USE_CPU`` does); ``False`` (the default): the best device.
     :param dataloader_config: a ``DataLoaderConfiguration`` (``even_batches``, ``use_seedable_sampler``,
@@ -164,7 +165,7 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
     @property
     def mixed_precision(self) -> str:
-        """``"no"``, ``"fp16"`` or ``"bf16"``."""
+        """``"no"``, ``"fp16"``, ``"bf16"`` or a name ``register_precision`` added."""
         return self._mixed_precision
 
     @property

@@ -86,7 +86,7 @@ class AcceleratorState(PartialState):
 
     @property
     def mixed_precision(self) -> str:
-        """``"no"``, ``"fp16"`` or ``"bf16"``."""
+        """``"no"``, ``"fp16"``, ``"bf16"`` or a name ``register_precision`` added."""
         return self.accelerator.mixed_precision
 
     @property

@@ -1,10 +1,11 @@
 """A Trainer entry point run on ranks the Trainer starts itself, and its outcome brought back to the caller.
 
 The calling process trains nothing: it starts the ranks (``Runtime.run_in_ranks``), each runs the entry point as
-an attached rank would (``rank_entry``, the Trainer's own ``_run`` there), and rank 0 sends back what the caller's
-objects must hold afterwards (``report_of``): the trained weights for the caller's Module, the state and counters,
-the metric dicts, the callbacks' and loggers' bookkeeping (``best_model_path``, the log version), which the
-Trainer takes in. Predictions come from every rank, concatenated in dataset order.
+an attached rank would (``rank_entry``: the Trainer's ``_run_on_this_rank``, which returns the rank's Run), and
+rank 0 sends back what the caller's objects must hold afterwards (``report_of``): the trained weights for the
+caller's Module, the state and counters, the metric dicts, the callbacks' and loggers' bookkeeping
+(``best_model_path``, the log version), which ``adopt_rank_zero`` takes into the caller's Run. Predictions come
+from every rank, concatenated in dataset order.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ def adopt_rank_zero(run: Run, report: dict[str, Any]) -> None:
     run.metrics.callback, run.metrics.logged, run.metrics.progress_bar = report["metrics"]
     # as on the ranks: the Module's configure_callbacks replace the Trainer's of the same type
     run.callbacks = merge_module_callbacks(run.callbacks, run.resolve_hooks().call(Hook.CONFIGURE_CALLBACKS))
-    run.hooks = None  # this process runs no hook of the run
     for callback in run.callbacks:
         state = report["callbacks"].get(callback.state_key)
         if not state:
