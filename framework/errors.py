@@ -34,6 +34,14 @@ class MissingPackageError(ModuleNotFoundError, MisconfigurationError):
     """
 
 
+class NotProvidedError(NotImplementedError):
+    """A Lightning name that framework does not provide was used (called, subclassed, an attribute read).
+
+    Importing such a name works (``framework as-lightning``); the message names it and says where the mapped
+    names are listed.
+    """
+
+
 def require_package(module: str, feature: str, extra: str | None = None) -> None:
     """Raise ``MissingPackageError`` unless ``module`` can be imported; ``extra`` is the framework's extra that
     installs it, named in the message.

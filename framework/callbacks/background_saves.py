@@ -11,14 +11,15 @@ from typing import Any
 from framework import console
 from framework.errors import CheckpointError
 from framework.io.async_writer import AsyncCheckpointIO
-from framework.io.checkpoint_storage import remove_checkpoint
+from framework.io.checkpoint_io import CheckpointIO
 from framework.protocols import TrainerLike
 
 
 class BackgroundSaves:
-    """The callback's side of an ``AsyncCheckpointIO`` during one run: ``writer`` is the Trainer's
-    (``plugins=[AsyncCheckpointIO()]``) or the callback's own (``async_save=True``), or None, and then everything
-    happens at once.
+    """The callback's side of an ``AsyncCheckpointIO`` during one run: the writer is the Trainer's
+    ``checkpoint_io`` when that is one (``plugins=[AsyncCheckpointIO()]``), or the callback's own around it
+    (``async_save=True``), or None, and then everything happens at once. Files are removed through the Trainer's
+    ``checkpoint_io``.
 
     Each save point first finishes the previous one's writes (every rank raises if one rank's
     failed, so none waits for the others in a collective), then collects its own. Whatever must
@@ -29,7 +30,7 @@ class BackgroundSaves:
 
     Example::
 
-        saves = BackgroundSaves(callback, trainer.checkpoint_io or AsyncCheckpointIO())
+        saves = BackgroundSaves(callback, trainer.checkpoint_io, in_background=True)
         with saves.save_point(trainer):
             trainer.save_checkpoint(path)                       # copied now, written in the background
             saves.remove_after(old)                             # deleted once the save point is whole
@@ -37,9 +38,11 @@ class BackgroundSaves:
         saves.end(trainer)                                      # at the end of fit: every file complete
     """
 
-    def __init__(self, callback: Any, writer: AsyncCheckpointIO | None) -> None:
+    def __init__(self, callback: Any, checkpoint_io: CheckpointIO, in_background: bool = False) -> None:
         self._callback = callback
-        self.writer = writer
+        self._checkpoint_io = checkpoint_io
+        self.writer = checkpoint_io if isinstance(checkpoint_io, AsyncCheckpointIO) else \
+            AsyncCheckpointIO(checkpoint_io) if in_background else None
         self._collecting = False
         self._loggers_to_tell = False
         self._removals: list[str] | None = None  # a list while a save point collects them
@@ -60,7 +63,7 @@ class BackgroundSaves:
                     for path in dict.fromkeys(self._removals):
                         if path in self._written:  # saved again at this save point, under the same name
                             continue
-                        self.after_writes(functools.partial(remove_checkpoint, path), f"deleting {path!r}")
+                        self.after_writes(functools.partial(self._remove, path), f"deleting {path!r}")
                 finally:
                     self._collecting = False
         finally:
@@ -72,7 +75,11 @@ class BackgroundSaves:
         if self._removals is not None:
             self._removals.append(path)
         else:
-            remove_checkpoint(path)
+            self._remove(path)
+
+    def _remove(self, path: str) -> None:
+        # In the background job no save point is open, so an AsyncCheckpointIO's own removal runs at once.
+        self._checkpoint_io.remove_checkpoint(path)
 
     def after_writes(self, action: Callable[[], None], description: str) -> None:
         """Run ``action`` once this save point's files are written (at once, when nothing is in the background)."""

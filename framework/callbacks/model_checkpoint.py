@@ -25,7 +25,6 @@ from framework.callbacks.checkpoint_state import TopKState
 from framework.callbacks.model_checkpoint_checks import check_arguments, check_link_target, check_save_last
 from framework.callbacks.monitor_mode import IMPROVES
 from framework.errors import MisconfigurationError
-from framework.io.async_writer import AsyncCheckpointIO
 from framework.protocols import TrainerLike
 
 
@@ -162,7 +161,7 @@ class ModelCheckpoint(CheckpointNames, TopKState, Checkpoint):
         dirpath = self.dirpath if self.dirpath is not None else default_dirpath(trainer)
         self.dirpath = trainer.runtime.broadcast(dirpath)
         check_link_target(self.save_last, self.dirpath)
-        self._saves = BackgroundSaves(self, trainer.checkpoint_io or (AsyncCheckpointIO() if self.async_save else None))
+        self._saves = BackgroundSaves(self, trainer.checkpoint_io, self.async_save)
         if stage != "fit" or trainer.fast_dev_run or (self.save_top_k == 0 and not self.save_last):
             return
         problem = write_problem(self.dirpath) if trainer.is_global_zero else None

@@ -28,23 +28,19 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from framework.errors import CheckpointError
+from framework.io.checkpoint_io import CheckpointIO, TorchCheckpointIO, load_through
+from framework.io.fs import make_dirs
+from framework.io.save_points import COLLECTING, collecting_writer
 from framework.io.staging import Stager
 
-_COLLECTING: ContextVar[AsyncCheckpointIO | None] = ContextVar("framework_checkpoint_save_point", default=None)
 
-
-def collecting_writer() -> AsyncCheckpointIO | None:
-    """The writer whose ``save_point()`` the caller is inside, or None (then write right away)."""
-    return _COLLECTING.get()
-
-
-class AsyncCheckpointIO:
-    """Write the checkpoints of ``ModelCheckpoint`` in a background thread (Lightning's plugin of this name).
+class AsyncCheckpointIO(CheckpointIO):
+    """Write the checkpoints of ``ModelCheckpoint`` in a background thread (Lightning's plugin of this name),
+    through ``checkpoint_io`` (default: ``TorchCheckpointIO``).
 
     Give it to the Trainer, and every ``ModelCheckpoint`` of the run saves in the background
     (``ModelCheckpoint(async_save=True)`` does the same for one callback)::
@@ -54,10 +50,13 @@ class AsyncCheckpointIO:
     Training goes on as soon as the state is copied to host memory (kept between saves: as
     much memory as one checkpoint). Sharded checkpoints (zero2/zero3) are written by every rank
     through ``torch.distributed.checkpoint`` on a process group of their own. ``trainer.save_checkpoint``
-    called by you stays synchronous.
+    called by you stays synchronous (Lightning's returns before the file is written).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoint_io: CheckpointIO | None = None) -> None:
+        if checkpoint_io is not None and not isinstance(checkpoint_io, CheckpointIO):
+            raise TypeError(f"AsyncCheckpointIO(checkpoint_io={checkpoint_io!r}): accepted is None or a CheckpointIO.")
+        self.checkpoint_io = checkpoint_io if checkpoint_io is not None else TorchCheckpointIO()
         self._stager = Stager()
         self._collected: list[_Step] | None = None
         self._job: _Job | None = None
@@ -72,12 +71,12 @@ class AsyncCheckpointIO:
             raise RuntimeError("AsyncCheckpointIO.save_point() is already open; save points do not nest.")
         self.wait()
         self._collected = []
-        token = _COLLECTING.set(self)
+        token = COLLECTING.set(self)
         try:
             with self._stager.staging():
                 yield self
         finally:
-            _COLLECTING.reset(token)
+            COLLECTING.reset(token)
             steps, self._collected = self._collected, None
             if steps:  # even after an error inside: each staged write is a whole checkpoint of its moment
                 self._job = _Job(steps)
@@ -124,6 +123,26 @@ class AsyncCheckpointIO:
             self.wait()
         finally:
             self._stager.release()
+            self.checkpoint_io.teardown()
+
+    # -- the CheckpointIO methods ---
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
+                        storage_options: Any | None = None) -> None:
+        """Inside a save point: copy ``checkpoint`` to host memory and write it in the background; outside one,
+        write it now. Either way through ``checkpoint_io``."""
+        save_through(self.checkpoint_io, checkpoint, path, storage_options)
+
+    def load_checkpoint(self, path: str | os.PathLike, map_location: Any | None = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        """``checkpoint_io``'s load, once the writes in flight are done (one may be the file asked for)."""
+        self.wait()
+        if map_location is None:
+            return load_through(self.checkpoint_io, path, weights_only)
+        return self.checkpoint_io.load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+
+    def remove_checkpoint(self, path: str | os.PathLike) -> None:
+        """``checkpoint_io``'s removal: after the writes in flight inside a save point, at once outside one."""
+        self.then(lambda: self.checkpoint_io.remove_checkpoint(path), f"deleting {os.fspath(path)!r}")
 
     # -- for sharded checkpoints ---
     def process_group(self) -> Any:
@@ -151,7 +170,38 @@ class AsyncCheckpointIO:
         return {**self.__dict__, "_collected": None, "_job": None, "_group": None, "_group_of": None}
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        return f"{type(self).__name__}({self.checkpoint_io!r})"
+
+
+def save_through(checkpoint_io: CheckpointIO, checkpoint: dict[str, Any], path: str | os.PathLike,
+                 storage_options: Any | None) -> None:
+    """``checkpoint_io.save_checkpoint(...)``, in the background when inside a save point.
+
+    framework's own writers hand themselves to the save point; another plugin's save is given a copy of the state
+    in host memory and runs in the background job.
+    """
+    writer = collecting_writer()
+    if _writes_through_framework(checkpoint_io):
+        checkpoint_io.save_checkpoint(checkpoint, path, storage_options)
+        return
+    make_dirs(_parent(os.fspath(path)))  # a plugin that opens the path as it is finds its directory there
+    if writer is None:
+        checkpoint_io.save_checkpoint(checkpoint, path, storage_options)
+        return
+    staged = writer.stage(checkpoint)
+    writer.add_write(os.fspath(path), lambda: checkpoint_io.save_checkpoint(staged, path, storage_options))
+
+
+def _parent(path: str) -> str:
+    if "://" in path:
+        return path.rstrip("/").rpartition("/")[0]
+    return os.path.dirname(path) or "."
+
+
+def _writes_through_framework(checkpoint_io: CheckpointIO) -> bool:
+    if isinstance(checkpoint_io, AsyncCheckpointIO):
+        return _writes_through_framework(checkpoint_io.checkpoint_io)
+    return getattr(type(checkpoint_io), "save_checkpoint", None) is TorchCheckpointIO.save_checkpoint
 
 
 @dataclass

@@ -47,7 +47,6 @@ from typing import Any
 import torch
 
 from framework.errors import CheckpointError
-from framework.io.async_writer import collecting_writer
 from framework.io.checkpoint_file import (
     disk_full_or,
     is_complete_checkpoint_file,
@@ -57,6 +56,7 @@ from framework.io.checkpoint_file import (
 )
 from framework.io.dcp_reader import METADATA_FILE, checkpoint_reader, parts_are_whole, pickled_entry
 from framework.io.fs import filesystem, is_local, is_temporary, write_atomic
+from framework.io.save_points import collecting_writer
 
 META_FILE = "meta.pt"
 # Where a checkpoint being replaced waits, whole, for the instant between the two renames of a replacement.

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from framework.errors import CheckpointError, UnsafeCheckpointError
-from framework.io.async_writer import collecting_writer
 from framework.io.fs import filesystem, free_bytes, is_temporary, write_atomic
+from framework.io.save_points import collecting_writer
 from framework.version import __version__
 
 # The layout of the checkpoint dict; a reader refuses files of a newer layout instead of half-loading them.

@@ -13,7 +13,9 @@ ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
 
 
 def resolve_accelerator(accelerator: object) -> str:
-    """``"cpu"``, ``"cuda"`` or ``"mps"`` for what the user typed ("auto" picks the best available)."""
+    """``"cpu"``, ``"cuda"`` or ``"mps"`` for what the user typed ("auto" picks the best available), or for an
+    accelerator object by its ``accelerator_name`` (Lightning's ``CUDAAccelerator()``, ``framework.as_lightning``)."""
+    accelerator = getattr(type(accelerator), "accelerator_name", accelerator)
     if not isinstance(accelerator, str) or accelerator.lower() not in ACCELERATORS:
         raise MisconfigurationError(
             f"accelerator={describe(accelerator)} is not supported. Accepted: {', '.join(map(repr, ACCELERATORS))}."
@@ -75,6 +77,17 @@ def resolve_devices(devices: object, accelerator: str) -> list[int]:
         f"devices={describe(devices)} is not understood. Accepted: 'auto', a positive int, -1 (all), "
         "a list of distinct device indices such as [0, 1], or a string such as '2' or '0,1'."
     )
+
+
+def pinned(requested: torch.device, accelerator: str, device_ids: list[int]) -> list[int]:
+    """The device ids for a strategy pinned to ``requested`` (``SingleDeviceStrategy("cuda:1")``); a
+    ``MisconfigurationError`` when its type is not the accelerator's."""
+    if requested.type != accelerator:
+        raise MisconfigurationError(
+            f"The strategy was given device {str(requested)!r}, but the accelerator is {accelerator!r}. Give the "
+            f"Trainer accelerator={requested.type!r}, or the strategy a {accelerator} device."
+        )
+    return [requested.index] if requested.index is not None else device_ids
 
 
 def device_for(accelerator: str, index: int) -> torch.device:

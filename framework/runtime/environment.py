@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from framework.errors import MisconfigurationError
+from framework.plugins import environments as plugins
+from framework.plugins.environments import first_host, slurm_port
 
 # Set in the ranks that run the script again (rank 0 included), to tell them from ranks torchrun started.
 SCRIPT_RANKS_VARIABLE = "FRAMEWORK_SCRIPT_RANKS"
@@ -42,6 +43,30 @@ def detect_environment(environ: Mapping[str, str] | None = None) -> ClusterEnvir
     if _has(environ, "SLURM_NTASKS", "SLURM_PROCID") and not _interactive_slurm(environ):
         return _slurm(environ)
     return None
+
+
+def environment_for(plugin: plugins.ClusterEnvironment | None, num_nodes: int,
+                    environ: Mapping[str, str] | None = None) -> ClusterEnvironment | None:
+    """The environment as ``plugins=[...]`` says it is (``framework.plugins.environments``), or as detected
+    without one; None when framework is to start the ranks itself."""
+    environ = os.environ if environ is None else environ
+    if plugin is None:
+        return detect_environment(environ)
+    plugin.validate_settings(0, num_nodes)
+    if isinstance(plugin, plugins.SLURMEnvironment):
+        return _slurm(environ)
+    if isinstance(plugin, (plugins.TorchElasticEnvironment, plugins.LightningEnvironment)):
+        started = _has(environ, "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+        return _torchrun(environ) if started else None
+    if not plugin.creates_processes_externally:
+        return None
+    world_size = plugin.world_size()
+    local_world_size = _int(environ, "LOCAL_WORLD_SIZE", max(1, world_size // num_nodes))
+    return ClusterEnvironment(
+        world_size=world_size, global_rank=plugin.global_rank(), local_rank=plugin.local_rank(),
+        node_rank=plugin.node_rank(), local_world_size=local_world_size,
+        main_address=plugin.main_address, main_port=plugin.main_port, source=type(plugin).__name__,
+    )
 
 
 def check_matches_launcher(environment: ClusterEnvironment, devices: Any, devices_per_node: int,
@@ -103,24 +128,12 @@ def _slurm(environ: Mapping[str, str]) -> ClusterEnvironment:
     world_size = _int(environ, "SLURM_NTASKS")
     nodes = _int(environ, "SLURM_NNODES", 1)
     address = environ.get("MASTER_ADDR") or first_host(environ.get("SLURM_NODELIST", "127.0.0.1"))
-    # Every task of the job derives the same port from the job id, in a range few services use.
-    port = _int(environ, "MASTER_PORT") if "MASTER_PORT" in environ else 15000 + _int(environ, "SLURM_JOB_ID", 0) % 5000
+    port = _int(environ, "MASTER_PORT") if "MASTER_PORT" in environ else slurm_port(environ)
     return ClusterEnvironment(
         world_size=world_size, global_rank=_int(environ, "SLURM_PROCID"), local_rank=_int(environ, "SLURM_LOCALID", 0),
         node_rank=_int(environ, "SLURM_NODEID", 0), local_world_size=max(1, world_size // nodes),
         main_address=address, main_port=port, source="slurm",
     )
-
-
-def first_host(nodelist: str) -> str:
-    """The first host name of a SLURM node list such as ``"gpu[003-005,009]-ib,cpu01"`` (here ``"gpu003-ib"``)."""
-    first = re.match(r"([^,\[]+)(?:\[([^\]]+)\]([^,]*))?", nodelist.strip())
-    if first is None:
-        raise MisconfigurationError(f"SLURM_NODELIST={nodelist!r} is not a node list this framework can read.")
-    prefix, ranges, suffix = first.group(1), first.group(2), first.group(3)
-    if ranges is None:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0] + suffix
 
 
 def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int:

@@ -20,8 +20,9 @@ from framework.precision import Precision, resolve_precision
 from framework.runtime.collectives import CollectiveMethods
 from framework.runtime.compile import StepCompiler, compile_options
 from framework.runtime.data_split import shard_loader
-from framework.runtime.devices import device_for, resolve_accelerator, resolve_devices
-from framework.runtime.environment import check_matches_launcher, detect_environment
+from framework.runtime.devices import device_for, pinned, resolve_accelerator, resolve_devices
+from framework.runtime.environment import check_matches_launcher, environment_for
+from framework.runtime.plugins import checked_checkpoint_io, sort_plugins
 from framework.runtime.rank_start import LaunchMethods, attached_ranks, share_cores
 from framework.runtime.reporting import LoggerMethods, agree_on_runs, as_list
 from framework.runtime.saving import FileMethods
@@ -63,7 +64,9 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
         started by a launcher on each machine (``framework launch``, torchrun, SLURM).
     :param precision: as the Trainer's: ``"32-true"`` (what ``None``, the default, means), ``"16-mixed"``,
         ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``, ``"64-true"``, a short spelling, or a ``Precision``.
-    :param plugins: only ``None`` is accepted (``precision`` and ``strategy`` take those choices).
+    :param plugins: ``None`` (the default), or a plugin or a list of them from ``framework.plugins``: one
+        ``CheckpointIO`` (what ``save``, ``load`` and the Trainer's checkpoints go through), one precision plugin
+        (instead of ``precision``), one ``ClusterEnvironment``.
     :param callbacks: an object or a list of them, whose methods ``runtime.call(name, ...)`` calls; ``None``: none.
     :param loggers: an object or a list of them with ``log_metrics(metrics, step)`` (``framework.loggers``),
         written to by global rank 0; ``None``: none.
@@ -86,13 +89,11 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
     ) -> None:
         if not is_int(num_nodes) or num_nodes < 1:
             raise MisconfigurationError(f"num_nodes={describe(num_nodes)} must be a positive int.")
-        if plugins is not None:
-            raise MisconfigurationError(
-                f"Runtime(plugins={describe(plugins)}): accepted is None; precision= and strategy= take those "
-                "choices. (AsyncCheckpointIO is a Trainer plugin: runtime.save writes at once.)"
-            )
+        given = sort_plugins(plugins, precision)
         self.accelerator = resolve_accelerator(accelerator)
-        self.environment = detect_environment()
+        #: The cluster environment given in ``plugins=``, or None (Lightning's ``strategy.cluster_environment``).
+        self.cluster_environment = given.environment
+        self.environment = environment_for(given.environment, num_nodes)
         launched = self.environment is not None and self.environment.world_size > 1
         self.device_ids = resolve_devices(devices, self.accelerator)
         if devices == "auto":
@@ -104,7 +105,11 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
         if isinstance(strategy, str) and strategy.lower() == "auto":
             strategy = "ddp" if world_size > 1 else "single"
         self.strategy = resolve_strategy(strategy)
-        self.precision = resolve_precision("32-true" if precision is None else precision)
+        if getattr(self.strategy, "requested_device", None) is not None:
+            self.device_ids = pinned(self.strategy.requested_device, self.accelerator, self.device_ids)
+        if given.checkpoint_io is not None:  # over the strategy's own, as in Lightning
+            self.strategy.checkpoint_io = checked_checkpoint_io(given.checkpoint_io, self.strategy)
+        self.precision = given.precision or resolve_precision("32-true" if precision is None else precision)
         self.compile_options = compile_options(compile)
         self._compiler: StepCompiler | None = None
         self.callbacks = as_list(callbacks)
@@ -345,8 +350,10 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
         return seed_everything(seed, workers=bool(workers), verbose=verbose)
 
     def teardown(self) -> None:
-        """Undo ``setup_environment`` (end the process group, where there is one)."""
+        """Undo ``setup_environment`` (end the process group, where there is one); the checkpoint IO plugin's
+        ``teardown`` after."""
         self.strategy.teardown()
+        self.strategy.checkpoint_io.teardown()
 
     def __repr__(self) -> str:
         return f"Runtime(device={self.device}, strategy={self.strategy!r}, precision={self.precision!r})"

@@ -9,7 +9,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
+from framework.errors import MisconfigurationError, describe
+from framework.io.async_writer import save_through
+from framework.io.checkpoint_io import CheckpointIO, TorchCheckpointIO, load_through
 from framework.precision.base import Precision
 
 
@@ -37,6 +39,9 @@ class Strategy:
     Subclasses (DDP, sharded, FSDP) override the methods they change; the loops only
     call these methods and never ask which strategy is in use. The base implements one
     process on one device, so the collectives return their input.
+
+    :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
+        (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
     """
 
     name = "base"
@@ -45,10 +50,14 @@ class Strategy:
     # Whether setup_module puts sharded parameters in place of the module's own (FSDP's fully_shard does).
     replaces_parameters = False
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoint_io: CheckpointIO | None = None) -> None:
         self.device = torch.device("cpu")
         self.precision = Precision()
         self.ranks = Ranks()
+        if checkpoint_io is not None and not isinstance(checkpoint_io, CheckpointIO):
+            raise MisconfigurationError(f"{type(self).__name__}(checkpoint_io={describe(checkpoint_io)}): accepted "
+                                        "None or a CheckpointIO (framework.plugins).")
+        self._checkpoint_io = checkpoint_io
 
     def connect(self, device: torch.device, precision: Precision, ranks: Ranks | None = None) -> None:
         """Called by the Runtime once it has resolved the device, the precision and (when distributed) the ranks."""
@@ -227,16 +236,38 @@ class Strategy:
         """Load a checkpoint's optimizer ``state`` (as ``optimizer_state`` gave it) into ``optimizer``."""
         optimizer.load_state_dict(state)
 
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """What saves, loads and removes this strategy's checkpoint files: ``TorchCheckpointIO`` unless set
+        (``Trainer(plugins=[...])`` sets it)."""
+        if self._checkpoint_io is None:
+            self._checkpoint_io = TorchCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, checkpoint_io: CheckpointIO | None) -> None:
+        self._checkpoint_io = checkpoint_io
+
+    #: Whether checkpoints are written by the strategy itself, not through ``checkpoint_io`` (sharded ones).
+    writes_own_checkpoints = False
+    _checkpoint_io: CheckpointIO | None = None
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str,
                         storage_options: dict[str, Any] | None = None) -> None:
-        """Write ``checkpoint`` to ``path`` (one file here; rank 0 only when distributed)."""
+        """Write ``checkpoint`` to ``path`` through ``checkpoint_io`` (one file here; rank 0 only when distributed)."""
         if self.is_global_zero:
-            save_checkpoint(checkpoint, path, storage_options)
+            save_through(self.checkpoint_io, checkpoint, path, storage_options)
         self.barrier("save_checkpoint")
 
     def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
-        """Read the checkpoint at ``path``, with every tensor on the CPU (``weights_only=False``: unpickle too)."""
-        return load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+        """Read the checkpoint at ``path`` through ``checkpoint_io``, with every tensor on the CPU
+        (``weights_only=False``: unpickle too)."""
+        return load_through(self.checkpoint_io, path, weights_only)
+
+    def remove_checkpoint(self, path: str) -> None:
+        """Delete the checkpoint at ``path`` through ``checkpoint_io`` (on global rank 0, which writes them)."""
+        if self.is_global_zero:
+            self.checkpoint_io.remove_checkpoint(path)
 
     def teardown(self) -> None:
         """The end of one run (fit, test ...): forget wrappers; the process group stays for the next run."""

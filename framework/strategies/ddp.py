@@ -13,6 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from framework.checks import is_int
 from framework.errors import MisconfigurationError
+from framework.io.checkpoint_io import CheckpointIO
 from framework.strategies.parallel import ParallelStrategy, StepRouter, broadcast_from_rank_zero, routed
 
 
@@ -36,6 +37,8 @@ class DDPStrategy(ParallelStrategy):
     :param max_restarts: where the Trainer starts the ranks itself, how many times it starts them all again when
         one is killed by a signal (the run resumes from its newest complete checkpoint), as ``framework launch
         --max-restarts`` does; 0 (default): never.
+    :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
+        (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
     :param ddp_kwargs: other keyword arguments go to ``torch.nn.parallel.DistributedDataParallel``
         (``find_unused_parameters=True``...).
 
@@ -50,8 +53,8 @@ class DDPStrategy(ParallelStrategy):
     def __init__(self, start_method: str = "auto", timeout: timedelta | float | None = None,
                  process_group_backend: str | None = None, ddp_comm_state: Any = None,
                  ddp_comm_hook: Callable[..., Any] | None = None, ddp_comm_wrapper: Callable[..., Any] | None = None,
-                 max_restarts: int = 0, **ddp_kwargs: Any) -> None:
-        super().__init__(start_method, timeout, process_group_backend)
+                 max_restarts: int = 0, checkpoint_io: CheckpointIO | None = None, **ddp_kwargs: Any) -> None:
+        super().__init__(start_method, timeout, process_group_backend, checkpoint_io)
         if not is_int(max_restarts) or max_restarts < 0:
             raise MisconfigurationError(f"DDPStrategy(max_restarts={max_restarts!r}): accepted a whole number >= 0.")
         self.max_restarts = max_restarts

@@ -12,6 +12,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from framework.errors import MisconfigurationError, describe
+from framework.io.checkpoint_io import CheckpointIO
 from framework.strategies.base import _parameters_of
 from framework.strategies.dtensors import (
     clip_with_norm,
@@ -85,6 +86,8 @@ class FSDPStrategy(ParallelStrategy):
     :param process_group_backend: ``None`` (default): ``"nccl"`` on CUDA, ``"gloo"`` elsewhere; or another backend.
     :param device_mesh: hybrid sharding only: ``(replicas, shard_size)``, two positive ints whose product is the
         number of ranks, or a 2-D ``DeviceMesh``; ``None`` (default): one group per node.
+    :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
+        (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
     :param fully_shard_kwargs: other keyword arguments, for ``fully_shard`` (a name it does not take is refused).
 
     Example::
@@ -99,8 +102,8 @@ class FSDPStrategy(ParallelStrategy):
                  sharding_strategy: Any = "FULL_SHARD", cpu_offload: Any = False, state_dict_type: str = "sharded",
                  mixed_precision: Any = None, start_method: str = "auto", timeout: timedelta | float | None = None,
                  process_group_backend: str | None = None, device_mesh: Any = None,
-                 **fully_shard_kwargs: Any) -> None:
-        super().__init__(start_method, timeout, process_group_backend)
+                 checkpoint_io: CheckpointIO | None = None, **fully_shard_kwargs: Any) -> None:
+        super().__init__(start_method, timeout, process_group_backend, checkpoint_io)
         # checked now, made predicates in setup_module (a started rank gets the strategy pickled: no lambdas here)
         wrap_policy(auto_wrap_policy)
         wrap_policy(activation_checkpointing_policy, "activation_checkpointing_policy")
@@ -376,10 +379,18 @@ class FSDPStrategy(ParallelStrategy):
     def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
         """Read a checkpoint. From a sharded directory the split tensors are read when loaded, each into the layout
         of the parameter (or optimizer state) it goes to, so each rank reads only its parts, whatever mesh (ZeRO,
-        HSDP, tensor parallel) and number of ranks saved it; a file is read whole."""
+        HSDP, tensor parallel) and number of ranks saved it; a file is read whole, through ``checkpoint_io``."""
+        from framework.io.checkpoint_dir import is_sharded_checkpoint
         from framework.io.checkpoint_storage import load_checkpoint
 
+        if not is_sharded_checkpoint(path):
+            return super().load_checkpoint(path, weights_only)
         return load_checkpoint(path, map_location="cpu", weights_only=weights_only, leave_split_unread=True)
+
+    @property
+    def writes_own_checkpoints(self) -> bool:
+        """Sharded checkpoints are directories every rank writes through ``torch.distributed.checkpoint``."""
+        return self.state_dict_type == "sharded"
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, "

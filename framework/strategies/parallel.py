@@ -15,6 +15,7 @@ from torch import nn
 from framework.checks import is_number
 from framework.errors import MisconfigurationError, describe
 from framework.io import pickling
+from framework.io.checkpoint_io import CheckpointIO
 from framework.strategies.base import Strategy
 from framework.strategies.group_exit import all_ranks_leaving, group_started
 
@@ -115,14 +116,16 @@ class ParallelStrategy(Strategy):
         ``None`` (default): 30 minutes, as in Lightning (torch's own default is 10 minutes for nccl).
     :param process_group_backend: the ``torch.distributed`` backend (``"gloo"``, ``"nccl"``...); ``None``
         (default): ``"nccl"`` on CUDA, ``"gloo"`` elsewhere.
+    :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
+        (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
     """
 
     name = "parallel"
     multi_process = True
 
     def __init__(self, start_method: str = "auto", timeout: timedelta | float | None = None,
-                 process_group_backend: str | None = None) -> None:
-        super().__init__()
+                 process_group_backend: str | None = None, checkpoint_io: CheckpointIO | None = None) -> None:
+        super().__init__(checkpoint_io)
         if start_method not in START_METHODS:
             raise MisconfigurationError(
                 f"{type(self).__name__}(start_method={describe(start_method)}): accepted "

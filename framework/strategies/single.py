@@ -1,10 +1,21 @@
 """One process on one device."""
 
+import torch
+
+from framework.errors import MisconfigurationError, describe
+from framework.io.checkpoint_io import CheckpointIO
 from framework.strategies.base import Strategy
 
 
 class SingleDeviceStrategy(Strategy):
     """Runs the module on one device; collectives are identities.
+
+    :param device: the device to run on (``"cuda:1"``), as in Lightning; its type must be the Trainer's
+        accelerator. ``None`` (default): the one the Trainer's ``accelerator`` and ``devices`` choose.
+    :param accelerator: only ``None``: the Trainer's ``accelerator=`` chooses.
+    :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
+        (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
+    :param precision_plugin: only ``None``: the Trainer's ``precision=`` or ``plugins=`` chooses.
 
     Example::
 
@@ -12,3 +23,14 @@ class SingleDeviceStrategy(Strategy):
     """
 
     name = "single"
+
+    def __init__(self, device: torch.device | str | int | None = None, accelerator: None = None,
+                 checkpoint_io: CheckpointIO | None = None, precision_plugin: None = None) -> None:
+        super().__init__(checkpoint_io)
+        for name, value in (("accelerator", accelerator), ("precision_plugin", precision_plugin)):
+            if value is not None:
+                raise MisconfigurationError(f"SingleDeviceStrategy({name}={describe(value)}): give it to the Trainer "
+                                            f"({'accelerator=' if name == 'accelerator' else 'precision= or plugins='})"
+                                            " instead; here accepted is None.")
+        #: The device asked for, or None.
+        self.requested_device = torch.device(device) if device is not None else None

@@ -13,7 +13,6 @@ from typing import Any
 from framework import checks, console
 from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
-from framework.io.async_writer import AsyncCheckpointIO
 
 OWNER = "Trainer"
 check_bool = functools.partial(checks.check_bool, OWNER)
@@ -184,16 +183,3 @@ def datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any, *more_l
             f"trainer.{entry} got dataloaders and a datamodule: pass dataloaders= or datamodule=, not both."
         )
     return datamodule, dataloaders
-
-
-def checkpoint_io_of(plugins: Any) -> AsyncCheckpointIO | None:
-    """The ``AsyncCheckpointIO`` among ``Trainer(plugins=)`` (one plugin or a list), or None; anything else is
-    refused."""
-    given = [] if plugins is None else plugins if isinstance(plugins, (list, tuple)) else [plugins]
-    writers = [plugin for plugin in given if isinstance(plugin, AsyncCheckpointIO)]
-    if len(writers) != len(given) or len(writers) > 1:
-        raise MisconfigurationError(
-            f"Trainer(plugins={describe(plugins)}): accepted is None or one AsyncCheckpointIO "
-            "(framework.io.AsyncCheckpointIO); precision=, strategy= and accelerator= take the other choices."
-        )
-    return writers[0] if writers else None

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from framework import console
-from framework.io.async_writer import collecting_writer
-from framework.io.checkpoint_storage import choose_checkpoint, peek_checkpoint, remove_checkpoint
+from framework.io.checkpoint_storage import choose_checkpoint, peek_checkpoint
 from framework.io.fs import names_in
+from framework.io.save_points import collecting_writer
 from framework.runtime.preemption_signals import (
     MAX_RESTARTS_VARIABLE,
     RESTART_REASON_VARIABLE,
@@ -120,7 +120,7 @@ def consume_preemption_checkpoints(run: Run) -> None:
 
     def remove_all() -> None:
         for path in paths:
-            remove_checkpoint(path)
+            run.runtime.strategy.checkpoint_io.remove_checkpoint(path)
 
     writer = collecting_writer()
     if writer is not None:

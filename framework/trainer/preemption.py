@@ -2,7 +2,7 @@
 with the exit status that asks for a new start (:mod:`framework.runtime.preemption_signals`).
 
 Under SLURM, rank 0 then requeues the job (``requeue_when_done``), last of all: ``scontrol requeue`` kills every
-process of the job within milliseconds.
+process of the job within milliseconds. ``plugins=[SLURMEnvironment(auto_requeue=False)]`` leaves the requeue out.
 
 The checkpoint is Lightning's "hpc" checkpoint: ``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, written by
 ``trainer.save_checkpoint`` (a file, or a directory for a sharded strategy). The next start of the job finds it
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from framework import console
-from framework.io.fs import names_in, remove
+from framework.io.fs import names_in
 from framework.runtime.preemption_signals import Preempted, PreemptionWatch, slurm_requeue
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class PreemptionStop:
         if run.is_global_zero:
             for older in hpc_checkpoints(run.settings.default_root_dir)[:-1]:
                 if older != path:
-                    remove(older)
+                    run.runtime.strategy.checkpoint_io.remove_checkpoint(older)
             console.info(f"{self._signal_name()} at global step {run.state.global_step}: saved {path}.")
         raise Preempted(self._signal_name(), path)
 
@@ -79,7 +79,7 @@ def requeue_when_done(run: Run) -> None:
     """The last thing a preempted run does (after ``on_exception`` and the loggers' last writes): once every rank
     is here, rank 0 asks SLURM to requeue the job, which kills every process of the job at once."""
     run.runtime.barrier("preempted run done")
-    if run.is_global_zero:
+    if run.is_global_zero and getattr(run.runtime.cluster_environment, "auto_requeue", True):
         requeued = slurm_requeue()
         if requeued:
             console.info(requeued)

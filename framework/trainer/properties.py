@@ -139,6 +139,12 @@ class TrainerProperties:
         return self.runtime.strategy
 
     @property
+    def checkpoint_io(self) -> Any:
+        """The ``CheckpointIO`` every checkpoint save, load and removal goes through (``plugins=``; default
+        ``TorchCheckpointIO``)."""
+        return self.runtime.strategy.checkpoint_io
+
+    @property
     def precision(self) -> str:
         """The precision mode's name, such as ``"32-true"``."""
         return self.runtime.precision.name

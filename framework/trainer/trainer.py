@@ -15,7 +15,7 @@ from framework.module import Module
 from framework.profilers import resolve_profiler
 from framework.runtime import Runtime
 from framework.trainer import arguments as check
-from framework.trainer.arguments import checkpoint_io_of, datamodule_or_loaders
+from framework.trainer.arguments import datamodule_or_loaders
 from framework.trainer.checkpoint_contents import save_checkpoint
 from framework.trainer.checkpoint_paths import evaluation_ckpt_path
 from framework.trainer.compiled import unwrap_compiled
@@ -114,8 +114,9 @@ class Trainer(TrainerProperties):
     :param barebones: ``True`` turns off checkpointing, logging, the progress bar, the model summary and the
         sanity check, to time the Trainer itself; asking for any of them (or ``fast_dev_run``,
         ``detect_anomaly``) as well is an error. Default ``False``.
-    :param plugins: ``None`` (the default) or one ``AsyncCheckpointIO`` (alone or in a list): ModelCheckpoint
-        writes its files in the background.
+    :param plugins: ``None`` (the default), or plugins from ``framework.plugins``: one ``CheckpointIO`` (every
+        checkpoint save, load and removal goes through it; ``AsyncCheckpointIO`` writes ModelCheckpoint's in the
+        background), one precision plugin (instead of ``precision``), one cluster environment.
     :param sync_batchnorm: convert the model's BatchNorm layers to ``SyncBatchNorm`` where there are several
         processes; default ``False``.
     :param reload_dataloaders_every_n_epochs: ask for the training and validation loaders again every n epochs;
@@ -179,10 +180,9 @@ class Trainer(TrainerProperties):
         given = dict(locals())  # every argument by name, for the one builder of the settings
         del given["self"]
         self.runtime = Runtime(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes,
-                               precision=precision, compile=compile)
+                               precision=precision, plugins=plugins, compile=compile)
         self._settings = build_settings(given, announce=self.runtime.global_rank == 0)
         self._current_run: Run | None = None  # the Run of the call under way, else the last one
-        self.checkpoint_io = checkpoint_io_of(plugins)  # ModelCheckpoint's writer, None: write at once
         self.profiler = resolve_profiler(profiler)
         self._callbacks: list[Callback] = with_default_callbacks(
             check.check_list_of("callbacks", callbacks, Callback, "Callback"), self.enable_checkpointing,
