@@ -182,6 +182,19 @@ def _plain_form(value: Any) -> Any:
     return _NO_PLAIN_FORM
 
 
+def yaml_form(value: Any) -> Any:
+    """``value`` with everything YAML cannot hold safely replaced by its ``repr`` (numbers and strings stay)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(key): yaml_form(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [yaml_form(item) for item in value]
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a 0-d tensor or NumPy scalar
+        return value.item()
+    return repr(value)
+
+
 def read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
     """The hyperparameters in a YAML file (``hparams.yaml``, as loggers write), for ``load_from_checkpoint``."""
     import yaml

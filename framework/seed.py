@@ -123,3 +123,32 @@ def seed_worker(worker_id: int) -> None:
     except ImportError:
         return
     numpy.random.seed(seed)
+
+
+@contextlib.contextmanager
+def isolate_rng(include_cuda: bool = True) -> Iterator[None]:
+    """Lightning's name for ``isolated_rng``: the block's draws leave the global generators as they were
+    (``include_cuda=False`` leaves the CUDA generators out, for use in a process that must not touch CUDA)."""
+    saved = rng_states()
+    if not include_cuda:
+        saved.pop("cuda", None)
+    try:
+        yield
+    finally:
+        restore_rng_states(saved)
+
+
+def reset_seed() -> None:
+    """Seed again with the seed ``seed_everything`` chose (from ``PL_GLOBAL_SEED``); nothing if it was not called.
+
+    Lightning calls this in each rank it starts; framework's ranks get the generator states themselves.
+    """
+    seed = os.environ.get("PL_GLOBAL_SEED")
+    if seed is not None:
+        seed_everything(int(seed), workers=os.environ.get("PL_SEED_WORKERS") == "1", verbose=False)
+
+
+def pl_worker_init_function(worker_id: int, rank: int | None = None) -> None:
+    """Lightning's ``worker_init_fn`` name: seeds ``random`` and NumPy in a DataLoader worker from its torch seed
+    (``seed_worker``); ``rank`` is accepted for Lightning's signature (torch's seed differs per rank already)."""
+    seed_worker(worker_id)

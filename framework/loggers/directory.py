@@ -10,6 +10,7 @@ from typing import Any
 
 from framework.checks import is_int
 from framework.errors import MisconfigurationError, describe
+from framework.hparams import yaml_form
 from framework.io.fs import append_text, make_dirs, names_in, write_bytes_atomic
 from framework.loggers.base import Logger, with_prefix
 from framework.utilities.rank_zero import rank_zero_only
@@ -108,7 +109,7 @@ class DirectoryLogger(Logger):
         """
         import yaml
 
-        current = plain(self.hparams)
+        current = yaml_form(self.hparams)
         if current == self._hparams_written:
             return
         make_dirs(self.log_dir)
@@ -128,19 +129,6 @@ def as_dict(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
             f"log_hyperparams(params={describe(params)}): accepted is a dict, an argparse.Namespace or None."
         )
     return dict(params)
-
-
-def plain(value: Any) -> Any:
-    """``value`` with everything YAML cannot hold safely replaced by its ``repr`` (numbers and strings stay)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, dict):
-        return {str(key): plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a 0-d tensor or NumPy scalar
-        return value.item()
-    return repr(value)
 
 
 def log_dir_of(loggers: list[Any], default_root_dir: str) -> str | None:

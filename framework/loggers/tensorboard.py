@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from framework.hparams import yaml_form
 from framework.loggers.base import rank_zero_experiment
-from framework.loggers.directory import DirectoryLogger, as_dict, plain
+from framework.loggers.directory import DirectoryLogger, as_dict
 from framework.nested import map_tensors
 from framework.utilities.rank_zero import rank_zero_only
 
@@ -127,7 +128,7 @@ class TensorBoardLogger(DirectoryLogger):
             return
         self.log_metrics(dict(metrics), step)
         writer = self.experiment._get_file_writer()
-        for summary in hparams(_flatten(plain(params)), dict(metrics)):
+        for summary in hparams(_flatten(yaml_form(params)), dict(metrics)):
             writer.add_summary(summary, step)
 
     @rank_zero_only

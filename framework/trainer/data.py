@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils._pytree import tree_unflatten
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
 from framework import console
@@ -19,6 +21,7 @@ from framework.module import Module
 from framework.runtime.data_split import rebuilt
 from framework.seed import seed_worker
 from framework.trainer.sampler import with_eval_shard, with_resumable_sampler
+from framework.utilities.combined_loader import CombinedLoader
 from framework.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
@@ -39,6 +42,8 @@ def find_loaders(stage: str, given: Any, datamodule: Any, module: Any) -> list[I
             source = getattr(owner, method)()
     if source is None:
         return None
+    if isinstance(source, CombinedLoader):
+        return _combined_loaders(stage, source)
     if isinstance(source, Mapping) and source and all(_looks_like_loader(v) for v in source.values()):
         source = list(source.values())  # a dict of loaders runs them in order, dataloader_idx 0, 1, ...
     loaders = list(source) if isinstance(source, (list, tuple)) and not _is_batch_list(source) else [source]
@@ -54,6 +59,27 @@ def find_loaders(stage: str, given: Any, datamodule: Any, module: Any) -> list[I
                 "or a list (or dict) of them."
             )
     return loaders
+
+
+def _combined_loaders(stage: str, combined: CombinedLoader) -> list[Iterable]:
+    """Training takes a CombinedLoader as one loader of combined batches, evaluation the loaders of a sequential
+    one in turn (``dataloader_idx`` 0, 1, ...); the other pairings are refused, as Lightning refuses them."""
+    if stage == "train" and combined.mode != "sequential":
+        return [combined]
+    if stage != "train" and combined.mode == "sequential":
+        return list(combined.flattened)
+    accepted = "any mode but 'sequential'" if stage == "train" else "mode='sequential'"
+    raise MisconfigurationError(
+        f"{stage}_dataloader gave CombinedLoader(mode={combined.mode!r}); {stage} takes {accepted} (a dict or list "
+        "of loaders runs them in turn)."
+    )
+
+
+def each_loader(loader: Any, change: Callable[[Any], Any]) -> Any:
+    """``change(loader)``; for a CombinedLoader, a new one of ``change`` applied to each of its loaders."""
+    if isinstance(loader, CombinedLoader):
+        return CombinedLoader(tree_unflatten([change(inner) for inner in loader.flattened], loader.spec), loader.mode)
+    return change(loader)
 
 
 def _is_batch_list(source: list | tuple) -> bool:
@@ -121,6 +147,10 @@ def with_sequential_order(loader: Iterable, stage: str) -> Iterable:
 
 def set_sampler_epoch(loader: Iterable, epoch: int) -> None:
     """Tell the loader's samplers which epoch it is (DistributedSampler shuffles by it), once each."""
+    if isinstance(loader, CombinedLoader):
+        for inner in loader.flattened:
+            set_sampler_epoch(inner, epoch)
+        return
     samplers = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
     for position, sampler in enumerate(samplers):
         if sampler is None or any(sampler is earlier for earlier in samplers[:position]):
@@ -141,14 +171,16 @@ def load_train_data(run: Run) -> None:
         raise no_training_data()
     if len(loaders) != 1:
         raise MisconfigurationError(f"trainer.fit got {len(loaders)} training loaders; pass exactly one.")
-    given = seed_workers_if_asked(loaders[0])
+    given = each_loader(loaders[0], seed_workers_if_asked)
     replicas, rank = sampler_ranks(run)
     if run.settings.overfit_batches:  # the same first batches every epoch, from a SequentialSampler as in Lightning
-        loader = with_sequential_order(given, "train")
+        loader = each_loader(given, lambda inner: with_sequential_order(inner, "train"))
         if replicas > 1:
-            loader = with_resumable_sampler(loader, lambda: (0, False), replicas, rank)
+            loader = each_loader(loader, lambda inner: with_resumable_sampler(inner, lambda: (0, False), replicas,
+                                                                              rank))
     else:
-        loader = with_resumable_sampler(given, lambda: shuffle_seed(run.state, run.runtime), replicas, rank)
+        seed = functools.partial(shuffle_seed, run.state, run.runtime)
+        loader = each_loader(given, lambda inner: with_resumable_sampler(inner, seed, replicas, rank))
     available = batch_count(loader)
     if available == 0:
         raise MisconfigurationError(

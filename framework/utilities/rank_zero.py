@@ -75,3 +75,8 @@ def rank_zero_warn(message: str | Warning, category: type[Warning] = UserWarning
 def rank_zero_deprecation(message: str, stacklevel: int = 2) -> None:
     """``rank_zero_warn`` with a ``DeprecationWarning``."""
     rank_zero_warn(message, DeprecationWarning, stacklevel=stacklevel + 1)
+
+
+def _get_rank() -> int:
+    """This process's global rank as its launcher's environment says (0 where none says), Lightning's helper."""
+    return _rank_from_environment()
