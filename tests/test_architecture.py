@@ -27,13 +27,15 @@ MOST_LINES = 400
 LAYERS: list[list[set[str]]] = [
     [{"errors", "console", "nested", "duration", "hooks", "loader_hooks", "seed", "version", "checks"}],
     [{"io"}],
-    [{"export", "hparams", "utilities", "plugins", "protocols"}],
+    [{"export", "hparams", "utilities", "protocols"}],
     [{"loggers"}, {"profilers"}, {"precision"}, {"callbacks"}],
     [{"strategies"}],
+    [{"plugins"}],
     [{"runtime"}],
     [{"module", "module_hook_defaults", "module_logging", "module_optimization", "datamodule"}],
     [{"trainer"}, {"accelerate"}],
     [{"tuner"}],
+    [{"as_lightning"}],
     [{"cli"}, {"testing"}],
     [{"", "__main__"}],  # the package's own __init__ (public re-exports) and ``python -m framework``
 ]

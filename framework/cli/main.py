@@ -20,6 +20,11 @@ commands:
                framework config --distributed_type MULTI_CPU --num_processes 2
   consolidate  write a sharded checkpoint directory as one file, e.g.
                framework consolidate checkpoints/last.ckpt last-full.ckpt
+  as-lightning COMMAND
+               run COMMAND with Lightning's names (lightning, pytorch_lightning, lightning_fabric) pointing
+               at framework, in it and every process it starts, e.g.
+               framework as-lightning python train.py
+               framework as-lightning pytest tests/
   env          print the versions, devices and distributed backends a bug report needs
 """
 
@@ -41,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from framework.cli.config_command import config_command
 
         return config_command(rest)
+    if command == "as-lightning":
+        from framework.cli.as_lightning import as_lightning_command
+
+        return as_lightning_command(rest)
     if command == "env":
         from framework.cli.env import env_command
 
