@@ -103,6 +103,14 @@ def test_a_strategy_takes_the_plugin_too_and_the_plugins_argument_wins(tmp_path)
         SingleDeviceStrategy(checkpoint_io="gzip")
 
 
+def test_single_device_strategy_takes_lightnings_device_argument():
+    assert quiet_trainer(strategy=SingleDeviceStrategy("cpu")).runtime.device == torch.device("cpu")
+    with pytest.raises(MisconfigurationError, match=r"given device 'cuda:1', but the accelerator is 'cpu'"):
+        quiet_trainer(strategy=SingleDeviceStrategy("cuda:1"))
+    with pytest.raises(MisconfigurationError, match=r"SingleDeviceStrategy\(precision_plugin=.*plugins="):
+        SingleDeviceStrategy("cpu", precision_plugin="bf16")
+
+
 def test_the_default_plugin_writes_atomically_and_loads_safely(tmp_path):
     default = quiet_trainer().checkpoint_io
     assert type(default) is TorchCheckpointIO

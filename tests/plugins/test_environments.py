@@ -5,13 +5,18 @@ leaves the requeue out of a preempted run."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from framework.errors import MisconfigurationError
 from framework.plugins import ClusterEnvironment, LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from framework.runtime.environment import environment_for
+from framework.runtime.preemption_signals import REQUEUE_EXIT_CODE
 from framework.testing import spawn
 from tests.helpers import Regressor, loader, quiet_trainer
 
@@ -126,3 +131,39 @@ def test_two_ranks_run_with_lightning_environment():
 def test_a_plugin_that_is_none_of_the_kinds_is_refused_listing_them():
     with pytest.raises(MisconfigurationError, match=r"plugins=.*is not a plugin. Accepted are a CheckpointIO"):
         quiet_trainer(plugins=[object()])
+
+
+PREEMPTED_RUN = """
+import os, signal, sys
+import framework
+from framework.plugins import SLURMEnvironment
+from tests.helpers import Regressor, loader
+
+class PreemptAtStepTwo(framework.Callback):
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == 2:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+trainer = framework.Trainer(accelerator="cpu", default_root_dir=sys.argv[1], max_epochs=5, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                            callbacks=[PreemptAtStepTwo()], plugins=[SLURMEnvironment(auto_requeue=sys.argv[2] == "1")])
+trainer.fit(Regressor(), loader())
+"""
+
+
+@pytest.mark.parametrize("auto_requeue", [True, False])
+def test_a_preempted_slurm_job_is_requeued_unless_auto_requeue_is_off(tmp_path, auto_requeue):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'scontrol-calls'}\n")
+    scontrol.chmod(0o755)
+    environ = {**os.environ, **SLURM_JOB, "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+               "SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", PREEMPTED_RUN, str(tmp_path), str(int(auto_requeue))],
+                          env=environ, capture_output=True, text=True, timeout=120)
+    assert done.returncode == REQUEUE_EXIT_CODE, done.stderr[-3000:]
+    assert (tmp_path / "hpc_ckpt_1.ckpt").is_file()  # saved either way
+    calls = tmp_path / "scontrol-calls"
+    assert (calls.read_text().split() == ["requeue", "4242"]) if auto_requeue else not calls.exists()
