@@ -144,6 +144,10 @@ class AsyncCheckpointIO(CheckpointIO):
         """``checkpoint_io``'s removal: after the writes in flight inside a save point, at once outside one."""
         self.then(lambda: self.checkpoint_io.remove_checkpoint(path), f"deleting {os.fspath(path)!r}")
 
+    def is_complete(self, path: str | os.PathLike) -> bool:
+        """``checkpoint_io``'s judgement."""
+        return self.checkpoint_io.is_complete(path)
+
     # -- for sharded checkpoints ---
     def process_group(self) -> Any:
         """A gloo group of all ranks for the background writes' collectives, or None without torch.distributed.
@@ -181,7 +185,7 @@ def save_through(checkpoint_io: CheckpointIO, checkpoint: dict[str, Any], path: 
     in host memory and runs in the background job.
     """
     writer = collecting_writer()
-    if _writes_through_framework(checkpoint_io):
+    if writes_framework_files(checkpoint_io):
         checkpoint_io.save_checkpoint(checkpoint, path, storage_options)
         return
     make_dirs(_parent(os.fspath(path)))  # a plugin that opens the path as it is finds its directory there
@@ -198,9 +202,11 @@ def _parent(path: str) -> str:
     return os.path.dirname(path) or "."
 
 
-def _writes_through_framework(checkpoint_io: CheckpointIO) -> bool:
+def writes_framework_files(checkpoint_io: CheckpointIO) -> bool:
+    """Whether ``checkpoint_io`` saves through framework's own writer (``TorchCheckpointIO``'s, wrapped or not),
+    so its files are in framework's format."""
     if isinstance(checkpoint_io, AsyncCheckpointIO):
-        return _writes_through_framework(checkpoint_io.checkpoint_io)
+        return writes_framework_files(checkpoint_io.checkpoint_io)
     return getattr(type(checkpoint_io), "save_checkpoint", None) is TorchCheckpointIO.save_checkpoint
 
 

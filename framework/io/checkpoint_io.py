@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from framework.io import checkpoint_storage
+from framework.io.fs import exists
 
 __all__ = ["CheckpointIO", "TorchCheckpointIO", "load_through"]
 
@@ -51,6 +52,12 @@ class CheckpointIO(ABC):
 
     def teardown(self) -> None:  # noqa: B027 - a hook with nothing to do by default, not an abstract method
         """Called when the run ends: release what the plugin holds (background writers, connections)."""
+
+    def is_complete(self, path: str | os.PathLike) -> bool:
+        """Whether ``path`` holds a whole checkpoint this plugin wrote, one a resume may start from (framework asks
+        before ``ckpt_path="last"`` and automatic resume take a file; not a Lightning method). Here: that it is
+        there, since a plugin of your own decides how its files are written."""
+        return exists(path)
 
     @property
     def requires_cpu_collectives(self) -> bool:
@@ -82,6 +89,13 @@ class TorchCheckpointIO(CheckpointIO):
     def remove_checkpoint(self, path: str | os.PathLike) -> None:
         """Delete ``path`` (a file, a link, or a checkpoint directory, which stops counting as complete first)."""
         checkpoint_storage.remove_checkpoint(path)
+
+    def is_complete(self, path: str | os.PathLike) -> bool:
+        """Whether ``path`` is whole: an archive ending with its end record, a directory with its commit marker
+        (``framework.io.is_complete_checkpoint``). A subclass that writes its own format: that it is there."""
+        if type(self).save_checkpoint is not TorchCheckpointIO.save_checkpoint:
+            return super().is_complete(path)
+        return checkpoint_storage.is_complete_checkpoint(path)
 
 
 def load_through(checkpoint_io: CheckpointIO, path: str | os.PathLike, weights_only: bool | None) -> dict[str, Any]:

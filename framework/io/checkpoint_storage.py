@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,33 +153,37 @@ class CheckpointChoice:
     broken: tuple[str, ...]
 
 
-def choose_checkpoint(paths: Iterable[str | os.PathLike]) -> CheckpointChoice:
+def choose_checkpoint(paths: Iterable[str | os.PathLike],
+                      is_complete: Callable[[str], bool] = is_complete_checkpoint) -> CheckpointChoice:
     """The newest complete of ``paths`` (as ``newest_complete_checkpoint``), and the broken ones newer than it,
-    for a warning that names both: a resume never passes over a broken checkpoint without a word."""
+    for a warning that names both: a resume never passes over a broken checkpoint without a word.
+    ``is_complete`` judges each (a ``CheckpointIO`` plugin's ``is_complete`` for the files it writes)."""
     complete, broken = [], []
     for path in dict.fromkeys(os.fspath(path) for path in paths):
-        (complete if is_complete_checkpoint(path) else broken).append(path)
+        (complete if is_complete(path) else broken).append(path)
     chosen = max(complete, key=lambda path: (_commit_time(path), path), default=None)
     since = _commit_time(chosen) if chosen is not None else float("-inf")
     return CheckpointChoice(chosen, tuple(sorted(path for path in broken if _written_time(path) >= since)))
 
 
-def complete_checkpoints_in(directory: str, extension: str = ".ckpt") -> list[str]:
+def complete_checkpoints_in(directory: str, extension: str = ".ckpt",
+                            is_complete: Callable[[str], bool] = is_complete_checkpoint) -> list[str]:
     """The complete checkpoints (files and directories) in ``directory`` whose names end with ``extension``."""
     paths = [f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(directory, name)
              for name in names_in(directory) if name.endswith(extension)]
-    return [path for path in paths if is_complete_checkpoint(path)]
+    return [path for path in paths if is_complete(path)]
 
 
-def complete_checkpoint_at(path: str | os.PathLike) -> str | None:
+def complete_checkpoint_at(path: str | os.PathLike,
+                           is_complete: Callable[[str], bool] = is_complete_checkpoint) -> str | None:
     """``path`` if it holds a complete checkpoint; else the whole previous checkpoint a save killed while
     replacing ``path`` left at ``path + SET_ASIDE_SUFFIX`` (``checkpoint_dir``'s protocol), if there is
     one; else None."""
     path = os.fspath(path).rstrip("/")
-    if is_complete_checkpoint(path):
+    if is_complete(path):
         return path
     previous = path + SET_ASIDE_SUFFIX
-    return previous if is_complete_checkpoint(previous) else None
+    return previous if is_complete(previous) else None
 
 
 def remove_checkpoint(path: str | os.PathLike) -> None:

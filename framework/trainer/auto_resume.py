@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from framework import console
+from framework.io.async_writer import writes_framework_files
+from framework.io.checkpoint_io import CheckpointIO, load_through
 from framework.io.checkpoint_storage import choose_checkpoint, peek_checkpoint
 from framework.io.fs import names_in
 from framework.io.save_points import collecting_writer
@@ -62,11 +64,12 @@ def automatic_resume(run: Run) -> Resume | None:
     restarts = restart_count()
     own = _model_checkpoint_files(run) if restarts else []
     job, others = job_identity(), []
-    choice = choose_checkpoint(preempted + own)
-    while choice.path in own and job and _job_of(choice.path) != job:  # an earlier job's file in the same folder
+    checkpoint_io = run.runtime.strategy.checkpoint_io
+    choice = choose_checkpoint(preempted + own, checkpoint_io.is_complete)
+    while choice.path in own and job and _job_of(checkpoint_io, choice.path) != job:  # an earlier job's file
         own.remove(choice.path)
         others.append(choice.path)
-        choice = choose_checkpoint(preempted + own)
+        choice = choose_checkpoint(preempted + own, checkpoint_io.is_complete)
     if choice.broken:
         instead = f"resuming from {choice.path} instead" if choice.path else "no complete one is left to resume from"
         console.warn_user(f"Passed over {_listed(choice.broken)}: incomplete or damaged (a save cut short, or a "
@@ -150,8 +153,16 @@ def _model_checkpoint_files(run: Run) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _job_of(path: str) -> str:
-    return str(peek_checkpoint(path).get("loops", {}).get("fit", {}).get("job_id", ""))
+def _job_of(checkpoint_io: CheckpointIO, path: str) -> str:
+    """The job that wrote ``path``: peeked at in framework's files, read through the plugin that wrote any other."""
+    if writes_framework_files(checkpoint_io):
+        checkpoint = peek_checkpoint(path)
+    else:
+        try:
+            checkpoint = load_through(checkpoint_io, path, weights_only=None)
+        except Exception:  # noqa: BLE001 - a file its plugin cannot read was not written by this job
+            checkpoint = {}
+    return str(checkpoint.get("loops", {}).get("fit", {}).get("job_id", ""))
 
 
 def _listed(paths: Any) -> str:

@@ -78,7 +78,8 @@ def _last_checkpoint(run: Run) -> str | None:
         if isinstance(callback, ModelCheckpoint):
             for name in callback.last_checkpoint_names():
                 if exists(name) or exists(name + SET_ASIDE_SUFFIX):
-                    candidates.append(complete_checkpoint_at(name) or name)
+                    candidates.append(complete_checkpoint_at(name, run.runtime.strategy.checkpoint_io.is_complete)
+                                      or name)
             if callback.dirpath is not None:
                 directories.append(callback.dirpath)
         elif getattr(callback, "last_model_path", "") and exists(callback.last_model_path):
@@ -87,17 +88,19 @@ def _last_checkpoint(run: Run) -> str | None:
         console.warn_user("ckpt_path='last' is set, but there is no last checkpoint yet, so none is loaded. "
                           "ModelCheckpoint(save_last=True) writes one.")
         return None
-    return _whole_or_beside("last", candidates, directories)
+    return _whole_or_beside(run, "last", candidates, directories)
 
 
-def _whole_or_beside(name: str, candidates: list[str], directories: list[str]) -> str:
-    """The newest complete of ``candidates`` (what ckpt_path=``name`` names); when all are broken, the newest
-    complete checkpoint in ``directories``; a warning names what was passed over, and a CheckpointError says
-    when nothing whole is left. Never a silent fresh start."""
-    choice = choose_checkpoint(candidates)
+def _whole_or_beside(run: Run, name: str, candidates: list[str], directories: list[str]) -> str:
+    """The newest complete of ``candidates`` (what ckpt_path=``name`` names, complete as the run's checkpoint IO
+    judges); when all are broken, the newest complete checkpoint in ``directories``; a warning names what was
+    passed over, and a CheckpointError says when nothing whole is left. Never a silent fresh start."""
+    is_complete = run.runtime.strategy.checkpoint_io.is_complete
+    choice = choose_checkpoint(candidates, is_complete)
     path = choice.path
     if path is None:
-        path = choose_checkpoint(p for directory in directories for p in complete_checkpoints_in(directory)).path
+        beside = (p for directory in directories for p in complete_checkpoints_in(directory, is_complete=is_complete))
+        path = choose_checkpoint(beside, is_complete).path
         if path is None:
             raise CheckpointError(
                 f"ckpt_path={name!r}: {_listed(choice.broken)} {'is' if len(choice.broken) == 1 else 'are'} "
@@ -137,7 +140,7 @@ def resolve_ckpt_path(run: Run, ckpt_path: Any) -> str | None:
         if not found:
             raise MisconfigurationError(f"ckpt_path='hpc': there is no preemption checkpoint "
                                         f"(hpc_ckpt_<n>.ckpt) in default_root_dir={run.settings.default_root_dir!r}.")
-        return _whole_or_beside("hpc", found, [run.settings.default_root_dir])
+        return _whole_or_beside(run, "hpc", found, [run.settings.default_root_dir])
     if not isinstance(ckpt_path, (str, os.PathLike)):
         raise MisconfigurationError(
             f"ckpt_path={describe(ckpt_path)}: accepted 'best', 'last', 'hpc', or a path to a checkpoint file."

@@ -87,6 +87,18 @@ def test_resuming_through_the_plugin_continues_the_run_exactly(tmp_path):
     torch.testing.assert_close(model.state_dict(), straight.state_dict(), rtol=0, atol=0)
 
 
+def test_ckpt_path_last_takes_the_plugins_files_as_they_are(tmp_path):
+    _, checkpoint = fit_with(tmp_path, GzipCheckpointIO())
+    plugin = GzipCheckpointIO()
+    callback = ModelCheckpoint(dirpath=tmp_path / "ckpts", save_last=True)
+    trainer = quiet_trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=0, plugins=[plugin],
+                            callbacks=[callback], enable_checkpointing=True)
+    trainer.fit(Regressor(), loader(), ckpt_path="last")  # a gzip file is whole to the plugin that wrote it
+    assert ("load", "last.ckpt", None) in plugin.calls and trainer.global_step == 6
+    assert TorchCheckpointIO().is_complete(checkpoint.last_model_path) is False  # not a torch.save archive
+    assert GzipCheckpointIO().is_complete(checkpoint.last_model_path)
+
+
 def test_a_plugin_written_before_weights_only_existed_still_loads(tmp_path):
     plugin = OldStyleCheckpointIO()
     trainer, checkpoint = fit_with(tmp_path, plugin)
