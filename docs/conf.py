@@ -67,7 +67,8 @@ autodoc_preserve_defaults = True  # show ``precision="32-true"``, not the evalua
 # render as plain text instead of failing the nitpicky build.
 nitpick_ignore_regex = [
     ("py:.*", r"(torch|collections|os|contextlib|datetime|enum|abc|argparse|typing|pathlib|types|logging|"
-              r"concurrent|threading|multiprocessing|numpy|fsspec|re|io|inspect|tqdm|rich|yaml|weakref|_?pickle)\..*"),
+              r"concurrent|threading|multiprocessing|numpy|fsspec|re|io|inspect|tqdm|rich|yaml|weakref|_?pickle|"
+              r"signal)\..*"),
     ("py:class", r"framework\.utilities\.rank_zero\.T"),  # a TypeVar
 ]
 # framework classes that public signatures return or take but that have no entry of their own (in no
@@ -76,7 +77,7 @@ nitpick_ignore = [
     ("py:class", "framework.accelerate.data.PreparedDataLoader"),
     ("py:class", "framework.accelerate.prepared.AcceleratedOptimizer"),
     ("py:class", "framework.accelerate.prepared.AcceleratedScheduler"),
-    ("py:class", "framework.callbacks.model_summary.Summary"),
+    ("py:class", "framework.utilities.model_summary.Summary"),
     ("py:class", "framework.loggers.base.NoOpExperiment"),
     ("py:class", "framework.runtime.compile.StepCompiler"),
     ("py:class", "framework.runtime.wrappers.RuntimeModule"),

@@ -1,5 +1,7 @@
 """One process on one device."""
 
+from typing import Any
+
 import torch
 
 from framework.errors import MisconfigurationError, describe
@@ -24,8 +26,8 @@ class SingleDeviceStrategy(Strategy):
 
     name = "single"
 
-    def __init__(self, device: torch.device | str | int | None = None, accelerator: None = None,
-                 checkpoint_io: CheckpointIO | None = None, precision_plugin: None = None) -> None:
+    def __init__(self, device: torch.device | str | int | None = None, accelerator: Any = None,
+                 checkpoint_io: CheckpointIO | None = None, precision_plugin: Any = None) -> None:
         super().__init__(checkpoint_io)
         for name, value in (("accelerator", accelerator), ("precision_plugin", precision_plugin)):
             if value is not None:

@@ -1,8 +1,8 @@
 """Lightning's ``utilities.apply_func``: a function applied to every item of a type inside nested collections,
 and a batch moved to a device.
 
-``apply_to_collection`` and ``apply_to_collections`` are lightning-utilities' own (installed with torchmetrics),
-the functions Lightning re-exports here.
+``apply_to_collection`` and ``apply_to_collections`` hand over to lightning-utilities' own (installed with
+torchmetrics), the functions Lightning re-exports here.
 
 Example::
 
@@ -15,11 +15,29 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lightning_utilities.core.apply_func import apply_to_collection, apply_to_collections
+from lightning_utilities.core import apply_func as _lightning_utilities
 
 from framework.nested import move_to_device
 
 __all__ = ["apply_to_collection", "apply_to_collections", "convert_tensors_to_scalars", "move_data_to_device"]
+
+
+def apply_to_collection(data: Any, dtype: type | tuple[type, ...], function: Any, *args: Any,
+                        wrong_dtype: type | tuple[type, ...] | None = None, include_none: bool = True,
+                        allow_frozen: bool = False, **kwargs: Any) -> Any:
+    """``data`` with ``function(item, *args, **kwargs)`` in place of each item of type ``dtype`` (not of
+    ``wrong_dtype``), inside dicts, lists, tuples, named tuples and dataclasses at any depth; ``include_none=False``
+    drops the items it turned into None."""
+    return _lightning_utilities.apply_to_collection(data, dtype, function, *args, wrong_dtype=wrong_dtype,
+                                                    include_none=include_none, allow_frozen=allow_frozen, **kwargs)
+
+
+def apply_to_collections(data1: Any, data2: Any, dtype: type | tuple[type, ...], function: Any, *args: Any,
+                         wrong_dtype: type | tuple[type, ...] | None = None, **kwargs: Any) -> Any:
+    """Two collections of the same shape walked together: ``function(item1, item2, *args, **kwargs)`` in place of
+    each pair of items of type ``dtype``."""
+    return _lightning_utilities.apply_to_collections(data1, data2, dtype, function, *args, wrong_dtype=wrong_dtype,
+                                                     **kwargs)
 
 
 def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:

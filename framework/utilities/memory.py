@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from framework.errors import is_out_of_memory
+from framework.utilities.apply_func import apply_to_collection
 
 __all__ = ["garbage_collection_cuda", "is_cuda_out_of_memory", "is_cudnn_snafu", "is_oom_error",
            "is_out_of_cpu_memory", "recursive_detach"]
@@ -53,8 +54,6 @@ def garbage_collection_cuda() -> None:
 
 def recursive_detach(in_dict: Any, to_cpu: bool = False) -> Any:
     """``in_dict`` with every tensor in it (at any depth) detached, and moved to the CPU with ``to_cpu``."""
-    from lightning_utilities.core.apply_func import apply_to_collection
-
     def detach(tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.detach()
         return tensor.cpu() if to_cpu else tensor
