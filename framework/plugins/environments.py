@@ -21,7 +21,6 @@ import logging
 import os
 import re
 import signal
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
@@ -264,6 +263,8 @@ def first_host(nodelist: str) -> str:
 
 
 def _free_port() -> int:
+    import socket
+
     with socket.socket() as probe:
         probe.bind(("", 0))
         return probe.getsockname()[1]

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils._pytree import tree_unflatten
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
 from framework import console
@@ -78,7 +77,9 @@ def _combined_loaders(stage: str, combined: CombinedLoader) -> list[Iterable]:
 def each_loader(loader: Any, change: Callable[[Any], Any]) -> Any:
     """``change(loader)``; for a CombinedLoader, a new one of ``change`` applied to each of its loaders."""
     if isinstance(loader, CombinedLoader):
-        return CombinedLoader(tree_unflatten([change(inner) for inner in loader.flattened], loader.spec), loader.mode)
+        rebuilt_loader = CombinedLoader(loader.iterables, loader.mode)
+        rebuilt_loader.flattened = [change(inner) for inner in loader.flattened]
+        return rebuilt_loader
     return change(loader)
 
 

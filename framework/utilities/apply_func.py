@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lightning_utilities.core import apply_func as _lightning_utilities
 
 from framework.nested import move_to_device
 
@@ -28,16 +27,19 @@ def apply_to_collection(data: Any, dtype: type | tuple[type, ...], function: Any
     """``data`` with ``function(item, *args, **kwargs)`` in place of each item of type ``dtype`` (not of
     ``wrong_dtype``), inside dicts, lists, tuples, named tuples and dataclasses at any depth; ``include_none=False``
     drops the items it turned into None."""
-    return _lightning_utilities.apply_to_collection(data, dtype, function, *args, wrong_dtype=wrong_dtype,
-                                                    include_none=include_none, allow_frozen=allow_frozen, **kwargs)
+    from lightning_utilities.core.apply_func import apply_to_collection as apply  # with packaging: not at import
+
+    return apply(data, dtype, function, *args, wrong_dtype=wrong_dtype, include_none=include_none,
+                 allow_frozen=allow_frozen, **kwargs)
 
 
 def apply_to_collections(data1: Any, data2: Any, dtype: type | tuple[type, ...], function: Any, *args: Any,
                          wrong_dtype: type | tuple[type, ...] | None = None, **kwargs: Any) -> Any:
     """Two collections of the same shape walked together: ``function(item1, item2, *args, **kwargs)`` in place of
     each pair of items of type ``dtype``."""
-    return _lightning_utilities.apply_to_collections(data1, data2, dtype, function, *args, wrong_dtype=wrong_dtype,
-                                                     **kwargs)
+    from lightning_utilities.core.apply_func import apply_to_collections as apply
+
+    return apply(data1, data2, dtype, function, *args, wrong_dtype=wrong_dtype, **kwargs)
 
 
 def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:

@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from torch.utils._pytree import tree_flatten, tree_unflatten
-
 __all__ = ["CombinedLoader"]
 
 _LENGTH_OF_MODE: dict[str, Callable[[list[int]], int]] = {
@@ -37,6 +35,8 @@ class CombinedLoader(Iterable):
     def __init__(self, iterables: Any, mode: str = "min_size") -> None:
         if mode not in _LENGTH_OF_MODE:
             raise ValueError(f"CombinedLoader(mode={mode!r}): accepted are {', '.join(map(repr, _LENGTH_OF_MODE))}.")
+        from torch.utils._pytree import tree_flatten  # when one is made, not when the Trainer is imported
+
         self._iterables = iterables
         self._flattened, self._spec = tree_flatten(iterables)
         self._mode = mode
@@ -61,28 +61,26 @@ class CombinedLoader(Iterable):
     def flattened(self, flattened: list[Any]) -> None:
         if len(flattened) != len(self._flattened):
             raise ValueError(f"CombinedLoader.flattened: {len(flattened)} loaders given for {len(self._flattened)}.")
-        self._iterables = tree_unflatten(list(flattened), self._spec)
+        self._iterables = _unflatten(list(flattened), self._spec)
         self._flattened = list(flattened)
-
-    @property
-    def spec(self) -> Any:
-        """The shape the loaders were given in (a ``torch.utils._pytree`` spec), for rebuilding it."""
-        return self._spec
 
     @property
     def sampler(self) -> Any:
         """Each loader's ``sampler``, in the loaders' shape."""
-        return tree_unflatten([getattr(loader, "sampler", None) for loader in self._flattened], self._spec)
+        return _unflatten([getattr(loader, "sampler", None) for loader in self._flattened], self._spec)
 
     @property
     def batch_sampler(self) -> Any:
         """Each loader's ``batch_sampler``, in the loaders' shape."""
-        return tree_unflatten([getattr(loader, "batch_sampler", None) for loader in self._flattened], self._spec)
+        return _unflatten([getattr(loader, "batch_sampler", None) for loader in self._flattened], self._spec)
 
     def __iter__(self) -> CombinedLoader:
-        steps = _sequential(self._flattened) if self._mode == "sequential" else _together(self._flattened, self._mode)
-        self._iterator = steps if self._mode == "sequential" else (tree_unflatten(batches, self._spec)
-                                                                    for batches in steps)
+        from torch.utils._pytree import tree_unflatten
+
+        if self._mode == "sequential":
+            self._iterator = _sequential(self._flattened)
+        else:
+            self._iterator = (tree_unflatten(batches, self._spec) for batches in _together(self._flattened, self._mode))
         return self
 
     def __next__(self) -> Any:
@@ -135,3 +133,9 @@ def _sequential(loaders: list[Any]) -> Iterator[tuple[Any, int, int]]:
     for dataloader_idx, loader in enumerate(loaders):
         for batch_idx, batch in enumerate(loader):  # one loader's workers at a time
             yield batch, batch_idx, dataloader_idx
+
+
+def _unflatten(values: list[Any], spec: Any) -> Any:
+    from torch.utils._pytree import tree_unflatten
+
+    return tree_unflatten(values, spec)
