@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from framework.as_lightning import SITE
 from framework.as_lightning.names import LIGHTNING_VERSION, MODULES
 
@@ -165,6 +167,39 @@ def test_a_library_built_on_lightning_runs_unchanged_on_two_ranks(tmp_path):
     assert result["world_size"] == 2 and result["global_step"] == 12  # 64 samples / 8 per batch / 2 ranks, 3 epochs
     assert (tmp_path / "run" / "report.txt").read_text().count("best=") == 1  # rank_zero_only: one rank wrote
     assert done.stderr.count(ANNOUNCED) == 1
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "popen"])
+def test_spawned_ranks_and_ranks_that_run_the_script_again_get_the_switch(tmp_path, start_method):
+    """A script's own LightningModule, pickled by name: a spawned rank unpickles it by importing the script, which
+    imports Lightning's names; with "popen" each rank runs the script itself."""
+    path = script(tmp_path, f"""
+        import torch
+        import pytorch_lightning as pl
+        from pytorch_lightning.strategies import DDPStrategy
+        from torch.utils.data import DataLoader
+
+        class Model(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.layer = torch.nn.Linear(2, 1)
+
+            def training_step(self, batch, batch_idx):
+                return self.layer(batch).sum()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        if __name__ == "__main__":
+            trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(start_method={start_method!r}),
+                                 max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                                 enable_model_summary=False)
+            trainer.fit(Model(), DataLoader(torch.ones(8, 2), batch_size=2))
+            print("ranks", trainer.world_size, "steps", trainer.global_step)
+    """)
+    done = run(FRAMEWORK + ["as-lightning", str(path)], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ranks 2 steps 2" in done.stdout and done.stderr.count(ANNOUNCED) == 1
 
 
 def test_torchrun_started_ranks_get_the_switch(tmp_path):
