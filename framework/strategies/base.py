@@ -260,8 +260,8 @@ class Strategy:
         self.barrier("save_checkpoint")
 
     def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
-        """Read the checkpoint at ``path`` through ``checkpoint_io``, with every tensor on the CPU
-        (``weights_only=False``: unpickle too)."""
+        """Read the checkpoint at ``path`` through ``checkpoint_io`` (``TorchCheckpointIO`` puts every tensor on the
+        CPU; ``weights_only=False``: unpickle too)."""
         return load_through(self.checkpoint_io, path, weights_only)
 
     def remove_checkpoint(self, path: str) -> None:
