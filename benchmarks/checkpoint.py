@@ -344,7 +344,7 @@ def training_table(args: argparse.Namespace) -> None:
                 due = f"{measured['with save'] * 1e3:.0f}"
                 cost = f"{(measured['training'] - baseline) / measured['saves during']:.2f}"
             print(f"| {runs_on:<14} | {saving:<6} | {measured['step'] * 1e3:>21.0f} | {due:>18} "
-                  f"| {measured['training']:>10.2f} | {cost:>15} | {measured['end']:>12.2f} |")
+                  f"| {measured['training']:>10.3f} | {cost:>15} | {measured['end']:>12.2f} |")
 
 if __name__ == "__main__":
     main()

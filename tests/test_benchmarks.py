@@ -44,8 +44,8 @@ def test_the_checkpoint_benchmarks_training_table_runs_at_a_small_size(tmp_path)
     rows = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and "ms" not in line]
     assert [(row[0].strip(), row[1].strip()) for row in rows] == [
         (runs_on, saving) for runs_on in ("one process", "zero3, 2 ranks") for saving in ("none", "sync", "async")]
-    for row in rows:
-        assert float(row[2]) >= 0 and float(row[4]) > 0
+    for row in rows:  # a tiny run's times may round to 0
+        assert float(row[2]) >= 0 and float(row[4]) >= 0
         assert (row[3].strip() == "-") == (row[1].strip() == "none")
     assert os.listdir(tmp_path) == []  # its checkpoints are removed
 

@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).parent / "examples"
+# Seen once on CI (and in none of 25 runs here), after every line was printed: a rank aborting in C++ static destruction, past
+# the process group's destroy (torch's own exit-time lifetime bugs: pytorch/pytorch#190489, #195837). A rank that
+# aborted on every run would still fail here.
+_EXIT_ABORT = "terminate called without an active exception"
 
 
 def _run(script: str, arguments: list[str], folder: Path, processes: int) -> str:
@@ -23,6 +27,9 @@ def _run(script: str, arguments: list[str], folder: Path, processes: int) -> str
                    "WANDB_DIR": str(folder), "WANDB_SILENT": "true"}
     result = subprocess.run([*launch, path, *arguments], cwd=folder, capture_output=True, text=True, timeout=600,
                             env=environment)
+    if result.returncode != 0 and _EXIT_ABORT in result.stderr:  # torch's, at C++ teardown: one more try
+        result = subprocess.run([*launch, path, *arguments], cwd=folder, capture_output=True, text=True,
+                                timeout=600, env=environment)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
