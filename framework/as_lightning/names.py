@@ -68,6 +68,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     f"{_PL}.utilities.grads": ("framework.utilities.grads",),
     f"{_PL}.utilities.model_helpers": ("framework.as_lightning.model_helpers",),
     f"{_PL}.utilities.apply_func": ("framework.utilities.apply_func",),
+    f"{_PL}.utilities.deepspeed": ("framework.strategies.deepspeed_checkpoint",),
     _LF: ("framework.runtime", "framework"),
     f"{_LF}.utilities": ("framework.utilities", "framework.as_lightning.enums", "framework.as_lightning.throughput"),
     f"{_LF}.utilities.data": ("framework.as_lightning.data", "framework.hparams"),

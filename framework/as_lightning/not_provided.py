@@ -1,6 +1,6 @@
 """What a Lightning name resolves to when framework has nothing for it: importing it works, using it raises.
 
-A library built on Lightning imports far more than one run uses (``DeepSpeedStrategy`` for a branch that is
+A library built on Lightning imports far more than one run uses (``LightningCLI`` for a branch that is
 never taken, ``XLAAccelerator`` in a type hint), so an import must not fail. Using the name, by calling it,
 reading an attribute of it or subclassing it, raises ``NotProvidedError`` naming it. ``isinstance(x, name)``
 is False, since nothing can be an instance of what is not there.

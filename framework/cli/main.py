@@ -18,7 +18,7 @@ commands:
                framework launch --config_file accelerate.yaml train.py
   config       write an Accelerate launch config (asks, or takes options), e.g.
                framework config --distributed_type MULTI_CPU --num_processes 2
-  consolidate  write a sharded checkpoint directory as one file, e.g.
+  consolidate  write a sharded or DeepSpeed checkpoint directory as one file, e.g.
                framework consolidate checkpoints/last.ckpt last-full.ckpt
   as-lightning COMMAND
                run COMMAND with Lightning's names (lightning, pytorch_lightning, lightning_fabric) pointing

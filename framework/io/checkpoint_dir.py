@@ -107,7 +107,7 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_writer:
     # The same name on every rank without a collective: from the path (a killed save's leftover is removed first).
     temporary = f"{path}.tmp-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
     if is_writer:
-        _clear_interrupted_save(path, temporary)
+        clear_interrupted_save(path, temporary)
     barrier()
     writer = collecting_writer()
     if writer is None:
@@ -154,7 +154,7 @@ def _write_parts(tensors: dict[str, torch.Tensor], temporary: str, group: Any) -
 def _finish(skeleton: dict[str, Any], temporary: str, path: str) -> None:
     """Add the non-tensor part and rename the complete directory ``temporary`` to ``path`` (one rank)."""
     write_atomic(f"{temporary}/{META_FILE}", lambda file: torch.save(skeleton, file))
-    _move_into_place(temporary, path)
+    move_into_place(temporary, path)
 
 
 def load_sharded(path: str | os.PathLike, leave_split_unread: bool = False,
@@ -272,9 +272,10 @@ def join_tensors(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 # -- storage ---
-def _clear_interrupted_save(path: str, temporary: str) -> None:
+def clear_interrupted_save(path: str, temporary: str, is_complete: Callable[[str], bool] | None = None) -> None:
     """Undo what a killed save of ``path`` left (step 1 of the module's protocol): its unfinished directory, and
-    a replacement stopped between its renames, whose previous checkpoint goes back to ``path``."""
+    a replacement stopped between its renames, whose previous checkpoint goes back to ``path``. ``is_complete``
+    judges the directory form written (default: a sharded checkpoint's)."""
     fs, inner = filesystem(path)
     _, inner_temporary = filesystem(temporary)
     if fs.exists(inner_temporary):
@@ -282,7 +283,8 @@ def _clear_interrupted_save(path: str, temporary: str) -> None:
     previous = inner + SET_ASIDE_SUFFIX
     if not _exists(fs, previous):
         return
-    if is_complete_sharded(path) or is_complete_checkpoint_file(path):  # only the deletion of step 4 was missed
+    whole = is_complete or is_complete_sharded
+    if whole(path) or is_complete_checkpoint_file(path):  # only the deletion of step 4 was missed
         _remove(fs, previous)
         return
     if _exists(fs, inner):  # elsewhere than on this disk, a copy into place that was cut short
@@ -290,7 +292,7 @@ def _clear_interrupted_save(path: str, temporary: str) -> None:
     _rename(fs, previous, inner)
 
 
-def _move_into_place(temporary: str, path: str) -> None:
+def move_into_place(temporary: str, path: str) -> None:
     """Rename the finished directory ``temporary`` to ``path``, replacing what is there without a moment
     where no whole checkpoint is at ``path`` or ``path.previous`` (step 4 of the module's protocol)."""
     fs, inner = filesystem(path)

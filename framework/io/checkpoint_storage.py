@@ -37,6 +37,7 @@ from framework.io.checkpoint_file import (
     load_checkpoint_file,
     save_checkpoint_file,
 )
+from framework.io.deepspeed_dir import is_complete_deepspeed, is_deepspeed_checkpoint
 from framework.io.fs import filesystem, is_local, modified_time, names_in
 
 __all__ = ["FORMAT_VERSION", "SET_ASIDE_SUFFIX", "CheckpointChoice", "check_trainer_checkpoint", "choose_checkpoint",
@@ -66,6 +67,12 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = None, weights_o
     if fs.isdir(inner):
         if is_sharded_checkpoint(path):
             return load_sharded(path, leave_split_unread=leave_split_unread, weights_only=weights_only)
+        if is_deepspeed_checkpoint(path):
+            raise CheckpointError(
+                f"Checkpoint {os.fspath(path)!r} was written by DeepSpeed (strategy='deepspeed...'): resume it with "
+                "that strategy. To use it elsewhere, turn it into one file first: `framework consolidate "
+                f"{os.fspath(path)} model.ckpt` (the weights; DeepSpeed's optimizer state does not carry over to "
+                "another strategy), then load that file with Module.load_from_checkpoint or ckpt_path=.")
         raise CheckpointError(f"Checkpoint {os.fspath(path)!r} is a directory, but not a sharded checkpoint.")
     return load_checkpoint_file(path, map_location, weights_only)
 
@@ -125,12 +132,13 @@ def is_complete_checkpoint(path: str | os.PathLike) -> bool:
     A file counts when it is named as a finished file (not the ``<name>.tmp-<8 hex>`` temporary of an
     atomic write) and is whole: a torch.save archive ending with its end record (a file in torch's legacy
     format: when not empty). A directory counts when it is a sharded checkpoint whose commit marker
-    (``meta.pt``, written after every rank's parts and DCP's ``.metadata``) is there and whole. A link
+    (``meta.pt``, written after every rank's parts and DCP's ``.metadata``) is there and whole, or a DeepSpeed
+    checkpoint whose ``meta.pt`` is whole and whose files are all there at the sizes it lists. A link
     counts as its target. Anything missing, partial or unreadable: False. Reads at most 64 KiB.
     """
     fs, inner = filesystem(path)
     if fs.isdir(inner):
-        return is_complete_sharded(path)
+        return is_complete_sharded(path) or is_complete_deepspeed(path)
     return is_complete_checkpoint_file(path)
 
 

@@ -109,7 +109,8 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
             self.device_ids = pinned(self.strategy.requested_device, self.accelerator, self.device_ids)
         if given.checkpoint_io is not None:  # over the strategy's own, as in Lightning
             self.strategy.checkpoint_io = checked_checkpoint_io(given.checkpoint_io, self.strategy)
-        self.precision = given.precision or resolve_precision("32-true" if precision is None else precision)
+        self.precision = self.strategy.precision_for(
+            given.precision or resolve_precision("32-true" if precision is None else precision))
         self.compile_options = compile_options(compile)
         self._compiler: StepCompiler | None = None
         self.callbacks = as_list(callbacks)

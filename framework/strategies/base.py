@@ -66,6 +66,15 @@ class Strategy:
         if ranks is not None:
             self.ranks = ranks
 
+    def precision_for(self, precision: Precision) -> Precision:
+        """The precision to run with, given the one asked for (here that one; DeepSpeed maps it to its own)."""
+        return precision
+
+    def set_training_options(self, accumulate_grad_batches: int = 1, gradient_clip_val: float | None = None,
+                             gradient_clip_algorithm: str | None = None, micro_batch_size: int | None = None) -> None:
+        """What the training loop will do, for a strategy whose engine must know it before set-up (DeepSpeed's
+        config holds accumulation and clipping); here nothing."""
+
     # -- ranks ---
     @property
     def root_device(self) -> torch.device:

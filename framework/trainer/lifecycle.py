@@ -104,6 +104,9 @@ def setup(run: Run) -> None:
     runtime.barrier("pre_setup")
     run.hooks.call(Hook.SETUP, stage=run.fn)  # by keyword, the TrainerFn (== "fit" ...), as Lightning
     run.hooks.call(Hook.CONFIGURE_MODEL)  # every run, as in Lightning: it must be idempotent
+    settings = run.settings
+    runtime.strategy.set_training_options(settings.accumulate_grad_batches, settings.gradient_clip_val,
+                                          settings.gradient_clip_algorithm)
     _set_up_model(run)
     run.move_batch = batch_mover(run)
     _set_up_loggers(run)

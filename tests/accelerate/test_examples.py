@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).parent / "examples"
-# Seen once on CI (and in none of 25 runs here), after every line was printed: a rank aborting in C++ static destruction, past
-# the process group's destroy (torch's own exit-time lifetime bugs: pytorch/pytorch#190489, #195837). A rank that
-# aborted on every run would still fail here.
+# Seen once on CI (and in none of 25 runs here), after every line was printed: a rank aborting in C++ static
+# destruction, past the process group's destroy (torch's own exit-time lifetime bugs: pytorch/pytorch#190489,
+# #195837). A rank that aborted on every run would still fail here.
 _EXIT_ABORT = "terminate called without an active exception"
 
 

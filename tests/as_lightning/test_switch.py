@@ -65,16 +65,16 @@ def test_names_resolve_to_frameworks_own_objects_under_every_spelling(tmp_path):
 
 def test_an_unmapped_name_imports_and_fails_only_when_used_naming_itself(tmp_path):
     path = script(tmp_path, """
-        from lightning.pytorch.strategies import DeepSpeedStrategy
+        from lightning.pytorch.cli import LightningCLI
         from pytorch_lightning.loggers import NeptuneLogger
         import pytorch_lightning.some_module_lightning_never_had as odd
-        assert not isinstance(object(), DeepSpeedStrategy)
+        assert not isinstance(object(), LightningCLI)
         try:
             NeptuneLogger(project="x")
         except NotImplementedError as error:
             print(error)
         try:
-            class Mine(DeepSpeedStrategy):
+            class Mine(LightningCLI):
                 pass
         except NotImplementedError as error:
             print(error)
@@ -84,7 +84,7 @@ def test_an_unmapped_name_imports_and_fails_only_when_used_naming_itself(tmp_pat
     called, subclassed = done.stdout.strip().splitlines()
     assert called.startswith("pytorch_lightning.loggers.NeptuneLogger (called) is not provided by framework")
     assert "libraries-built-on-lightning.md" in called
-    assert subclassed.startswith("lightning.pytorch.strategies.DeepSpeedStrategy (subclassed) is not provided")
+    assert subclassed.startswith("lightning.pytorch.cli.LightningCLI (subclassed) is not provided")
 
 
 def test_every_framework_module_the_table_names_exists():

@@ -71,7 +71,7 @@ def install_stops(spec: dict[str, Any]) -> None:
     """Wrap the functions a save goes through so that the save ``spec`` names stops at its phase."""
     write_atomic, replace_local = checkpoint_file.write_atomic, fs._replace_local
     write_parts, writer, move_into_place, rename = (checkpoint_dir._write_parts, checkpoint_dir._writer,
-                                                     checkpoint_dir._move_into_place, checkpoint_dir._rename)
+                                                     checkpoint_dir.move_into_place, checkpoint_dir._rename)
 
     def stopping_write_atomic(path, write, storage_options=None):
         if _due(spec, path, "before"):
@@ -124,7 +124,7 @@ def install_stops(spec: dict[str, Any]) -> None:
 
     checkpoint_file.write_atomic, fs._replace_local = stopping_write_atomic, stopping_replace_local
     checkpoint_dir._write_parts, checkpoint_dir._writer = stopping_write_parts, stopping_writer
-    checkpoint_dir._move_into_place, checkpoint_dir._rename = stopping_move_into_place, stopping_rename
+    checkpoint_dir.move_into_place, checkpoint_dir._rename = stopping_move_into_place, stopping_rename
     if spec["phase"] == "link":
         import framework.callbacks.model_checkpoint as model_checkpoint
 

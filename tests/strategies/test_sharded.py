@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 import torch
@@ -15,8 +16,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import framework
 from framework.callbacks import Callback, ModelCheckpoint
+from framework.errors import MisconfigurationError
 from framework.io.checkpoint_dir import is_sharded_checkpoint
-from framework.strategies import FSDPStrategy, ShardedStrategy, resolve_strategy
+from framework.strategies import DeepSpeedStrategy, FSDPStrategy, ShardedStrategy, resolve_strategy
 from framework.testing import spawn, state_bytes
 
 SHARDED = ["zero1", "zero2", "zero3", "zero3_offload"]
@@ -82,11 +84,9 @@ def ddp_result():
 
 @pytest.mark.parametrize(("name", "kind", "reshard", "offload"), [
     ("zero1", ShardedStrategy, None, None), ("ddp_sharded", ShardedStrategy, None, None),
-    ("zero2", FSDPStrategy, False, False), ("deepspeed_stage_2", FSDPStrategy, False, False),
-    ("fsdp_shard_grad_op", FSDPStrategy, False, False), ("zero2_offload", FSDPStrategy, False, True),
-    ("zero3", FSDPStrategy, True, False), ("fsdp", FSDPStrategy, True, False),
-    ("deepspeed_stage_3", FSDPStrategy, True, False), ("zero3_offload", FSDPStrategy, True, True),
-    ("deepspeed_stage_3_offload", FSDPStrategy, True, True),
+    ("zero2", FSDPStrategy, False, False), ("fsdp_shard_grad_op", FSDPStrategy, False, False),
+    ("zero2_offload", FSDPStrategy, False, True), ("zero3", FSDPStrategy, True, False),
+    ("fsdp", FSDPStrategy, True, False), ("zero3_offload", FSDPStrategy, True, True),
 ])
 def test_strategy_names(name, kind, reshard, offload):
     strategy = resolve_strategy(name)
@@ -94,6 +94,30 @@ def test_strategy_names(name, kind, reshard, offload):
     if reshard is not None:
         assert strategy.reshard_after_forward is reshard
         assert bool(strategy.cpu_offload) is offload
+
+
+@pytest.mark.parametrize(("name", "kind", "reshard", "offload"), [
+    ("deepspeed", FSDPStrategy, False, False), ("deepspeed_stage_1", ShardedStrategy, None, None),
+    ("deepspeed_stage_2", FSDPStrategy, False, False), ("deepspeed_stage_2_offload", FSDPStrategy, False, True),
+    ("deepspeed_stage_3", FSDPStrategy, True, False), ("deepspeed_stage_3_offload", FSDPStrategy, True, True),
+    ("deepspeed_stage_3_offload_nvme", FSDPStrategy, True, True),
+])
+def test_without_deepspeed_its_names_run_the_same_zero_stage_on_fsdp2_saying_so_once(name, kind, reshard, offload,
+                                                                                      monkeypatch):
+    from framework.strategies import registry
+
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # what an environment without DeepSpeed imports
+    monkeypatch.setattr(registry, "_told_instead", set())
+    with pytest.warns(UserWarning, match=rf"strategy='{name}': DeepSpeed is not installed.*framework\[deepspeed\]"):
+        strategy = resolve_strategy(name)
+    assert type(strategy) is kind
+    if reshard is not None:
+        assert strategy.reshard_after_forward is reshard and bool(strategy.cpu_offload) is offload
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_strategy(name)  # said once
+    with pytest.raises(MisconfigurationError, match=r"DeepSpeedStrategy needs DeepSpeed.*framework\[deepspeed\]"):
+        DeepSpeedStrategy()
 
 
 def test_bad_fsdp_arguments_name_the_argument_and_what_is_accepted():
