@@ -58,30 +58,65 @@ def deepspeed_available() -> bool:
 
 
 class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
-    """DeepSpeed's ZeRO engine, with Lightning's ``DeepSpeedStrategy`` arguments (same names and defaults; see
-    Lightning's documentation for each ZeRO and offload setting).
+    """DeepSpeed's ZeRO engine, with Lightning's ``DeepSpeedStrategy`` arguments (same names and defaults).
 
+    The ZeRO and offload arguments build DeepSpeed's ``zero_optimization`` block; DeepSpeed's configuration
+    reference describes each at length.
+
+    :param accelerator: not taken here: give ``Trainer(accelerator=...)`` (an error names it).
+    :param zero_optimization: build a ``zero_optimization`` block at all (``False``: plain data parallel).
     :param stage: the ZeRO stage: 0 (none), 1 (optimizer state split), 2 (and gradients, the default), 3 (and
         parameters).
-    :param offload_optimizer: keep the optimizer state (and step it) on the CPU (``offload_optimizer_device``:
-        ``"cpu"`` or ``"nvme"``, which needs ``nvme_path``).
-    :param offload_parameters: under stage 3, keep the parameters on the CPU or NVMe (``offload_params_device``).
+    :param remote_device: accepted as in Lightning; unused (parameters are made where the module makes them).
+    :param offload_optimizer: keep the optimizer state (and step it) on ``offload_optimizer_device``.
+    :param offload_parameters: under stage 3, keep the parameters on ``offload_params_device``.
+    :param offload_params_device: ``"cpu"`` or ``"nvme"`` (which needs ``nvme_path``).
+    :param nvme_path: an existing directory for NVMe offload.
+    :param params_buffer_count: parameter buffers for NVMe offload.
+    :param params_buffer_size: the size of each parameter buffer, in elements.
+    :param max_in_cpu: elements kept in CPU memory when parameters go to NVMe.
+    :param offload_optimizer_device: ``"cpu"`` or ``"nvme"`` (which needs ``nvme_path``).
+    :param optimizer_buffer_count: optimizer-state buffers for NVMe offload.
+    :param block_size: the asynchronous I/O block size, in bytes.
+    :param queue_depth: the asynchronous I/O queue depth.
+    :param single_submit: submit I/O requests one at a time.
+    :param overlap_events: overlap I/O submission with completion.
+    :param thread_count: I/O threads.
+    :param pin_memory: pin the CPU copies of offloaded state.
+    :param sub_group_size: elements per optimizer step group under stage 3.
+    :param contiguous_gradients: copy gradients into one buffer as they are made.
+    :param overlap_comm: overlap the gradient reduction with the backward pass.
+    :param allgather_partitions: gather parameters with one all-gather (else broadcasts).
+    :param reduce_scatter: reduce gradients with reduce-scatter (else all-reduce).
+    :param allgather_bucket_size: elements gathered at once.
+    :param reduce_bucket_size: elements reduced at once.
+    :param zero_allow_untested_optimizer: let ZeRO wrap an optimizer DeepSpeed has not tested (any torch one).
+    :param logging_batch_size_per_gpu: DeepSpeed's ``train_micro_batch_size_per_gpu`` (only its throughput
+        logging uses it); ``"auto"``: 1.
     :param config: a DeepSpeed config (a dict or a JSON file's path; or the file ``PL_DEEPSPEED_CONFIG_PATH``
         names). It replaces what the arguments above would build; the run still fills in precision, gradient
         accumulation, clipping and batch size where it leaves them out or ``"auto"``, and a value set in both
         that differs is an error naming both.
-    :param logging_batch_size_per_gpu: DeepSpeed's ``train_micro_batch_size_per_gpu`` (only its throughput
-        logging uses it); ``"auto"``: 1.
-    :param loss_scale: fp16's loss scale; 0 (default): dynamic, with ``initial_scale_power``,
-        ``loss_scale_window``, ``hysteresis`` and ``min_loss_scale`` as in DeepSpeed's ``fp16`` block.
-    :param exclude_frozen_parameters: leave parameters that do not train out of checkpoints.
     :param logging_level: DeepSpeed's logger level (default ``logging.WARN``).
+    :param parallel_devices: not taken here: give ``Trainer(devices=...)``.
+    :param cluster_environment: not taken here: give ``Trainer(plugins=[...])``.
+    :param loss_scale: fp16's loss scale; 0 (default): dynamic, with the four settings below.
+    :param initial_scale_power: the dynamic scale starts at 2 to this power.
+    :param loss_scale_window: steps without overflow before the scale grows.
+    :param hysteresis: overflows tolerated before the scale shrinks.
+    :param min_loss_scale: the smallest scale.
+    :param partition_activations: split checkpointed activations across ranks.
+    :param cpu_checkpointing: keep checkpointed activations on the CPU.
+    :param contiguous_memory_optimization: copy checkpointed activations into one buffer.
+    :param synchronize_checkpoint_boundary: synchronise at each activation-checkpoint boundary.
     :param load_full_weights: accepted as in Lightning; a one-file checkpoint is always loaded as whole weights.
+    :param precision_plugin: not taken here: give ``Trainer(precision=...)``.
+    :param process_group_backend: the ``torch.distributed`` backend (default: ``nccl`` on GPUs, ``gloo`` on CPU).
     :param timeout: how long a collective may wait, as in ``DDPStrategy``.
     :param start_method: how ranks no launcher started are started, as in ``DDPStrategy``.
-
-    Lightning's ``accelerator``, ``parallel_devices``, ``cluster_environment`` and ``precision_plugin`` are
-    given to the Trainer instead (``accelerator=``, ``devices=``, ``plugins=``, ``precision=``).
+    :param exclude_frozen_parameters: leave parameters that do not train out of checkpoints.
+    :param checkpoint_io: reads one-file checkpoints (whole weights) and removes old checkpoints; DeepSpeed
+        writes and reads its directories itself.
     """
 
     name = "deepspeed"
