@@ -4,7 +4,7 @@ A loop written for Accelerate runs after ``from accelerate import Accelerator`` 
 ``from framework.accelerate import Accelerator`` (and ``accelerate.X`` becomes
 ``framework.accelerate.X`` for its other modules: ``utils``, ``state``, ``logging``, ``tracking``,
 ``data_loader``, ``local_sgd`` ...), launched with ``framework launch`` and Accelerate's flags or
-config file, or with torchrun. Names of what the framework does not run (DeepSpeed, big-model
+config file, or with torchrun. Names of what the framework does not run (big-model
 dispatch, pipeline inference) import too and refuse when used. Not imported by ``import framework``.
 """
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from framework.accelerate import profiling, settings, tracking
+from framework.accelerate import deepspeed, profiling, settings, tracking
 from framework.accelerate.config_keys import KEYS
 from framework.accelerate.config_values import mixed_precisions
 from framework.accelerate.data import PreparedDataLoader, skip_first_batches
@@ -29,6 +29,7 @@ from framework.accelerate.utils.configuration import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
+from framework.accelerate.utils.deepspeed import DeepSpeedPlugin
 from framework.accelerate.utils.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -62,7 +63,8 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
     Arguments as Accelerate's; the launcher's settings (``ACCELERATE_*`` environment variables)
     apply where ``mixed_precision``, ``dynamo_backend`` or ``fsdp_plugin`` is left out, and its
     gradient accumulation steps, where set, win over the argument, as in Accelerate.
-    DeepSpeed, Megatron-LM, tensor parallelism plugins, fp8 and ``split_batches`` are refused.
+    DeepSpeed runs on its own engine (``deepspeed_plugin``, the ``deepspeed`` extra). Megatron-LM, tensor
+    parallelism plugins, fp8 and ``split_batches`` are refused.
 
     :param device_placement: ``True`` (the default): ``prepare`` puts models and batches on the device.
     :param split_batches: only ``False`` is accepted: each process takes whole batches.
@@ -72,7 +74,9 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
     :param cpu: ``True`` runs on the CPU (as ``ACCELERATE_USE_CPU`` does); ``False`` (the default): the best device.
     :param dataloader_config: a ``DataLoaderConfiguration`` (``even_batches``, ``use_seedable_sampler``,
         ``data_seed`` ...); ``None`` (the default): its defaults.
-    :param deepspeed_plugin: only ``None`` is accepted.
+    :param deepspeed_plugin: a ``DeepSpeedPlugin``: train on DeepSpeed's engine (``framework.accelerate.deepspeed``
+        says how the loop's calls map to it); ``None`` (the default): DeepSpeed where the launcher asked for it
+        (``--use_deepspeed``), else not.
     :param fsdp_plugin: a ``FullyShardedDataParallelPlugin``: train with FSDP2; ``None`` (the default): DDP on
         several processes, unless the launcher asked for FSDP.
     :param torch_tp_plugin: only ``None`` is accepted.
@@ -92,13 +96,15 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
         forward; ``None`` (the default): the launcher's, else ``"no"`` (not compiled).
     :param dynamo_plugin: a ``TorchDynamoPlugin`` (backend, mode, fullgraph ...); its backend wins over
         ``dynamo_backend``.
-    :param deepspeed_plugins: only ``None`` is accepted.
+    :param deepspeed_plugins: one ``DeepSpeedPlugin``, or a dict holding one (several, one per model, are not
+        supported); instead of ``deepspeed_plugin``.
     :param parallelism_config: only ``None`` is accepted.
     """
 
     def __init__(self, device_placement: bool = True, split_batches: bool = False, mixed_precision: str | None = None,
                  gradient_accumulation_steps: int = 1, cpu: bool = False,
-                 dataloader_config: DataLoaderConfiguration | None = None, deepspeed_plugin: Any = None,
+                 dataloader_config: DataLoaderConfiguration | None = None,
+                 deepspeed_plugin: DeepSpeedPlugin | None = None,
                  fsdp_plugin: FullyShardedDataParallelPlugin | None = None, torch_tp_plugin: Any = None,
                  megatron_lm_plugin: Any = None,
                  rng_types: Any = None, log_with: Any = None, project_dir: str | os.PathLike | None = None,
@@ -108,9 +114,12 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
                  dynamo_backend: Any = None, dynamo_plugin: TorchDynamoPlugin | None = None,
                  deepspeed_plugins: Any = None,
                  parallelism_config: Any = None) -> None:
-        settings.refuse_plugins(deepspeed_plugin=deepspeed_plugin, deepspeed_plugins=deepspeed_plugins,
-                                torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
+        settings.refuse_plugins(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
                                 parallelism_config=parallelism_config)
+        self.deepspeed_plugin = deepspeed.plugin_asked(settings.one_deepspeed_plugin(deepspeed_plugin,
+                                                                                     deepspeed_plugins))
+        if self.deepspeed_plugin is not None and fsdp_plugin is not None:
+            raise MisconfigurationError("Accelerator: give deepspeed_plugin or fsdp_plugin, not both.")
         self.dataloader_config = dataloader_config or DataLoaderConfiguration(split_batches=split_batches)
         if self.dataloader_config.split_batches:
             raise MisconfigurationError("Accelerator(split_batches=True) is not supported: each process takes whole "
@@ -124,8 +133,14 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
         self.scaler_handler, self.autocast_handler = handlers.get(GradScalerKwargs), handlers.get(AutocastKwargs)
         self.profile_handler = handlers.get(ProfileKwargs)
         self.fsdp_plugin, self.dynamo_plugin = fsdp_plugin, dynamo_plugin
+        plugin = self.deepspeed_plugin
+        if plugin is not None:
+            mixed_precision = deepspeed.mixed_precision(plugin, mixed_precision, None)
         self._mixed_precision = settings.mixed_precision(mixed_precision)
         accumulation = settings.accumulation_settings(gradient_accumulation_plugin, gradient_accumulation_steps)
+        if plugin is not None:
+            plugin.set_mixed_precision(self._mixed_precision)
+            accumulation["num_steps"] = deepspeed.accumulation_steps(plugin, accumulation["num_steps"])
         self.gradient_state = GradientState(**accumulation)
         self._runtime = self._make_runtime(cpu, dynamo_backend)
         self.device_placement = device_placement
@@ -147,8 +162,12 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
     def _make_runtime(self, cpu: bool, dynamo_backend: Any) -> Runtime:
         """The Runtime on this process's device, its process group joined where a launcher started ranks."""
-        strategy = settings.strategy(self.fsdp_plugin, settings.ddp_options(self.ddp_handler),
-                                     settings.process_group_options(self.init_handler))
+        group_options = settings.process_group_options(self.init_handler)
+        if self.deepspeed_plugin is not None:
+            strategy = deepspeed.strategy(self.deepspeed_plugin, group_options)
+            strategy.set_training_options(accumulate_grad_batches=self.gradient_state.num_steps)
+        else:
+            strategy = settings.strategy(self.fsdp_plugin, settings.ddp_options(self.ddp_handler), group_options)
         runtime = Runtime(accelerator="cpu" if cpu or settings.flag(KEYS["use_cpu"].variable) else "auto",
                           strategy=strategy, precision=mixed_precisions()[self._mixed_precision],
                           compile=settings.compile_options(dynamo_backend, self.dynamo_plugin))
@@ -229,6 +248,9 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
         :param loss: the loss (keyword arguments go on to ``backward``).
         """
+        if self.deepspeed_plugin is not None:
+            deepspeed.backward(self, loss, **kwargs)  # and, where the window ends, the engine's step
+            return
         steps = self.gradient_state.num_steps
         self._runtime.backward(loss / steps if steps > 1 else loss, **kwargs)
 
@@ -257,18 +279,23 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
         :param optimizer: a prepared optimizer or a list of them; ``None`` (the default): every prepared one.
         """
+        if self.deepspeed_plugin is not None:
+            return  # DeepSpeed's engine unscales inside its step
         chosen = self._optimizers if optimizer is None else optimizer if isinstance(optimizer, list) else [optimizer]
         for item in chosen:
             self._runtime.precision.unscale(original_optimizer(item))
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Clip the gradients of ``parameters`` to total norm ``max_norm`` (over every process's shard under FSDP);
-        returns the norm they had.
+        returns the norm they had. Under DeepSpeed the engine clips inside its step, to the config's
+        ``gradient_clipping``: this returns the norm its last step saw (a ``max_norm`` that differs is said once).
 
         :param parameters: a tensor or an iterable of them (``model.parameters()``).
         :param max_norm: the total norm to clip to.
         :param norm_type: the p of the p-norm; default 2.0.
         """
+        if self.deepspeed_plugin is not None:
+            return deepspeed.clipped_norm(self, max_norm, norm_type)
         self.unscale_gradients()
         parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
@@ -282,6 +309,9 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
         :param parameters: a tensor or an iterable of them (``model.parameters()``).
         :param clip_value: the largest absolute value a gradient keeps.
         """
+        if self.deepspeed_plugin is not None:
+            raise MisconfigurationError("accelerator.clip_grad_value_() under DeepSpeed: its engine clips by norm "
+                                        "only, to the config's gradient_clipping.")
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 

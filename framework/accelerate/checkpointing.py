@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from framework.accelerate import state_folders
+from framework.accelerate import deepspeed, state_folders
 from framework.accelerate.weights import read_weights, weights_file, write_weights
 from framework.errors import MisconfigurationError
 from framework.io.checkpoint_storage import load_checkpoint, save_checkpoint
@@ -34,17 +34,20 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
         state_folders.begin_save(target, partial)
     runtime.barrier("save_state")
     strategy = runtime.strategy
+    on_engine = _on_engine(accelerator)  # DeepSpeed's engine writes the weights and optimizer state itself
+    if on_engine:
+        deepspeed.save_engine(accelerator, partial)
     if _sharded(strategy):
         for index, model in enumerate(accelerator._models):
             runtime.save(os.path.join(partial, _numbered("pytorch_model_fsdp", index, "", always=True)),
                          {"model": model})
-    weights = [] if _sharded(strategy) else [strategy.module_state_dict(forward_module(model))
-                                             for model in accelerator._models]
+    weights = [] if _sharded(strategy) or on_engine else [strategy.module_state_dict(forward_module(model))
+                                                          for model in accelerator._models]
     for hook in pre_hooks:
         hook(accelerator._models, weights, partial)
     for index, state in enumerate(weights if main else []):
         write_weights(state, os.path.join(partial, weights_file(index, safe_serialization)))
-    for index, optimizer in enumerate(accelerator._optimizers):
+    for index, optimizer in enumerate([] if on_engine else accelerator._optimizers):
         name = _numbered("optimizer", index, "", always=True) if _sharded(strategy) else _numbered("optimizer", index)
         runtime.save(os.path.join(partial, name), {"optimizer": original_optimizer(optimizer)})
     _on_main(main, partial, "scheduler", [scheduler.state_dict() for scheduler in accelerator._schedulers])
@@ -79,13 +82,17 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike | None, strict: bo
     models = list(accelerator._models)
     for hook in pre_hooks:
         hook(models, source)
+    if _on_engine(accelerator):
+        if models:
+            deepspeed.load_engine(accelerator, source, strict)
+        models = []
     for index, model in enumerate(models):
         sharded = os.path.join(source, _numbered("pytorch_model_fsdp", index, "", always=True))
         if os.path.isdir(sharded):
             runtime.load(sharded, {"model": model}, strict=strict)
         else:
             strategy.load_module_state(forward_module(model), read_weights(source, index), strict=strict)
-    for index, optimizer in enumerate(accelerator._optimizers):
+    for index, optimizer in enumerate([] if _on_engine(accelerator) else accelerator._optimizers):
         path = os.path.join(source, _numbered("optimizer", index, "", always=True))
         runtime.load(path if os.path.isdir(path) else os.path.join(source, _numbered("optimizer", index)),
                      {"optimizer": original_optimizer(optimizer)})
@@ -172,6 +179,10 @@ def _restore(folder: str, stem: str, targets: list[Any], suffix: str = ".bin") -
             raise MisconfigurationError(f"load_state({folder!r}): {name} is missing; the state was saved with fewer "
                                         f"objects of this kind than are prepared (or registered) now.")
         target.load_state_dict(load_checkpoint(path, map_location="cpu"))
+
+
+def _on_engine(accelerator: Any) -> bool:
+    return accelerator.deepspeed_plugin is not None and accelerator._runtime.strategy.engine is not None
 
 
 def _sharded(strategy: Any) -> bool:

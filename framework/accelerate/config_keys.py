@@ -25,18 +25,18 @@ from framework.accelerate.config_values import (
     choice,
     class_names,
     gpu_ids,
+    number,
     reshard,
     sharding_strategy,
     text,
     whole,
 )
 
-DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP")
-GPU_TYPES = ("MULTI_GPU", "FSDP")  # what asks for GPUs unless use_cpu says otherwise
+DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED")
+GPU_TYPES = ("MULTI_GPU", "FSDP", "DEEPSPEED")  # what asks for GPUs unless use_cpu says otherwise
 WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 USE_FSDP = "ACCELERATE_USE_FSDP"  # set to "true" by the launcher for distributed_type FSDP
-
-DEEPSPEED_ZERO = " (DeepSpeed's ZeRO-2/ZeRO-3 are FSDP here: fsdp_reshard_after_forward false/true)"
+USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"  # and this one for distributed_type DEEPSPEED
 _OTHER_DEVICES = " (this launcher starts CPU and CUDA ranks)"
 
 
@@ -58,7 +58,7 @@ _TABLE = (
     Key("compute_environment", choice("LOCAL_MACHINE", refused={
         "AMAZON_SAGEMAKER": " (SageMaker jobs are not launched from here)"})),
     Key("distributed_type", choice(*DISTRIBUTED_TYPES, refused={
-        "DEEPSPEED": DEEPSPEED_ZERO, "MEGATRON_LM": " (Megatron-LM is not run here; tensor parallelism is "
+        "MEGATRON_LM": " (Megatron-LM is not run here; tensor parallelism is "
                                           "framework.strategies.ModelParallelStrategy, on the Trainer)",
         "XLA": _OTHER_DEVICES, "TPU": _OTHER_DEVICES, "MULTI_XPU": _OTHER_DEVICES, "MULTI_NPU": _OTHER_DEVICES,
         "MULTI_MLU": _OTHER_DEVICES, "MULTI_SDAA": _OTHER_DEVICES, "MULTI_MUSA": _OTHER_DEVICES,
@@ -100,6 +100,25 @@ _TABLE = (
     Key("dynamo_use_dynamic", boolean, "dynamo_config", "ACCELERATE_DYNAMO_USE_DYNAMIC", False),
     Key("dynamo_use_regional_compilation", boolean, "dynamo_config", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION",
         False),
+    Key("deepspeed_config_file", text, "deepspeed_config", "ACCELERATE_DEEPSPEED_CONFIG_FILE", sent=False),
+    Key("zero_stage", whole(0, 3), "deepspeed_config", "ACCELERATE_DEEPSPEED_ZERO_STAGE", sent=False),
+    Key("offload_optimizer_device", choice("none", "cpu", "nvme", lower=True), "deepspeed_config",
+        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", sent=False),
+    Key("offload_param_device", choice("none", "cpu", "nvme", lower=True), "deepspeed_config",
+        "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", sent=False),
+    Key("offload_optimizer_nvme_path", text, "deepspeed_config", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH",
+        sent=False),
+    Key("offload_param_nvme_path", text, "deepspeed_config", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH",
+        sent=False),
+    Key("gradient_clipping", number, "deepspeed_config", "ACCELERATE_GRADIENT_CLIPPING", sent=False),
+    Key("zero3_init_flag", boolean, "deepspeed_config", "ACCELERATE_DEEPSPEED_ZERO3_INIT", sent=False),
+    Key("zero3_save_16bit_model", boolean, "deepspeed_config", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
+        sent=False),
+    Key("deepspeed_moe_layer_cls_names", text, "deepspeed_config", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
+        sent=False),
+    Key("deepspeed_multinode_launcher", choice("standard", lower=True, refused={
+        name.upper(): " (ranks on several machines are started with torchrun here: 'standard')"
+        for name in ("pdsh", "openmpi", "mvapich", "mpich", "nossh", "slurm")}), "deepspeed_config"),
     Key("gradient_accumulation_steps", whole(1), "launch", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", sent=False),
     Key("num_cpu_threads_per_process", whole(1), "launch", "OMP_NUM_THREADS", sent=False),
 )
@@ -112,6 +131,9 @@ def _section(name: str) -> dict[str, Check]:
 
 TOP_LEVEL = _section("")
 FSDP_KEYS = _section("fsdp_config")
+# A deepspeed_config section names its keys without a prefix, and may give the accumulation steps too.
+DEEPSPEED_KEYS = {**_section("deepspeed_config"),
+                  "gradient_accumulation_steps": KEYS["gradient_accumulation_steps"].check}
 DYNAMO_KEYS = _section("dynamo_config")
 CHECKS = {key.name: key.check for key in _TABLE}
 

@@ -94,6 +94,17 @@ def boolean(value: Any) -> bool:
     raise Refused(f"{value!r} is not accepted; accepted: true, false.")
 
 
+def number(value: Any) -> float:
+    """A number not below 0 (``1``, ``"1.0"``, ``0.5``)."""
+    try:
+        converted = float(value)
+    except (TypeError, ValueError):
+        converted = -1.0
+    if isinstance(value, bool) or not converted >= 0:
+        raise Refused(f"{value!r} is not a number of 0 or more.")
+    return converted
+
+
 def text(value: Any) -> str:
     """A non-empty string (an address, a name)."""
     if isinstance(value, str) and value.strip():

@@ -8,9 +8,11 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from framework.accelerate import settings
+from framework.accelerate import deepspeed, settings
 from framework.accelerate.data import PreparedDataLoader, prepared_loader
 from framework.accelerate.prepared import AcceleratedOptimizer, AcceleratedScheduler
+from framework.accelerate.utils.deepspeed import DummyOptim, DummyScheduler
+from framework.errors import MisconfigurationError
 from framework.runtime.runtime import use_set_up_parameters
 from framework.runtime.wrappers import RuntimeModule, forward_module, original_optimizer
 
@@ -29,11 +31,41 @@ class PrepareMethods:
         placements = device_placement or [None] * len(args)
         prepared = list(args)
         kinds = [_kind(obj) for obj in args]
+        if self.deepspeed_plugin is not None:
+            deepspeed.fill_auto_values(self, args)
         for wanted in ("model", "optimizer", "scheduler", "dataloader"):  # models first: FSDP swaps the parameters
+            if wanted == "optimizer" and self.deepspeed_plugin is not None and "optimizer" in kinds:
+                self._prepare_deepspeed_pair(args, kinds, prepared)  # the engine takes both at once
+                continue
             for index, (obj, kind) in enumerate(zip(args, kinds, strict=False)):
-                if kind == wanted:
+                if kind == wanted and prepared[index] is obj:
                     prepared[index] = self._prepare_one(kind, obj, placements[index])
         return prepared[0] if len(prepared) == 1 else tuple(prepared)
+
+    def _prepare_deepspeed_pair(self, args: tuple[Any, ...], kinds: list[str | None], prepared: list[Any]) -> None:
+        """DeepSpeed's engine over the prepared model, the optimizer and the scheduler among ``args``."""
+        optimizers = [index for index, kind in enumerate(kinds) if kind == "optimizer"]
+        schedulers = [index for index, kind in enumerate(kinds) if kind == "scheduler"]
+        if len(optimizers) > 1 or len(schedulers) > 1:
+            raise MisconfigurationError("Under DeepSpeed, prepare one model with one optimizer (and at most one "
+                                        "scheduler): the engine steps them together.")
+        scheduler = args[schedulers[0]] if schedulers else None
+        optimizer, wrapped = self._prepare_deepspeed_optimizer(args[optimizers[0]], scheduler)
+        prepared[optimizers[0]] = optimizer
+        if schedulers:
+            prepared[schedulers[0]] = wrapped
+
+    def _prepare_deepspeed_optimizer(self, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
+        if not self._models:
+            raise MisconfigurationError("Under DeepSpeed, prepare the model with (or before) its optimizer: "
+                                        "accelerator.prepare(model, optimizer, dataloader).")
+        if self._runtime.strategy.engine is not None and self._optimizers:
+            raise MisconfigurationError("Under DeepSpeed one optimizer is prepared: the engine has one already.")
+        optimizer, wrapped = deepspeed.start_engine(self, optimizer, scheduler)
+        self._optimizers.append(optimizer)
+        if wrapped is not None:
+            self._schedulers.append(wrapped)
+        return optimizer, wrapped
 
     def _prepare_one(self, kind: str, obj: Any, placement: bool | None) -> Any:
         if kind == "model":
@@ -73,6 +105,9 @@ class PrepareMethods:
         """
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        if self.deepspeed_plugin is not None:
+            deepspeed.fill_auto_values(self, (optimizer,))
+            return self._prepare_deepspeed_optimizer(optimizer, None)[0]
         strategy = self._runtime.strategy
         for model, names in zip(self._models, self._parameter_names, strict=False):
             use_set_up_parameters((optimizer,), names, strategy.unwrap(forward_module(model)), strategy.name)
@@ -88,6 +123,10 @@ class PrepareMethods:
         """
         if isinstance(scheduler, AcceleratedScheduler):
             return scheduler
+        if self.deepspeed_plugin is not None:
+            prepared = deepspeed.later_scheduler(self, scheduler)
+            self._schedulers.append(prepared)
+            return prepared
         own = [opt for opt in self._optimizers if original_optimizer(opt) is getattr(scheduler, "optimizer", None)]
         prepared = AcceleratedScheduler(scheduler, own or list(self._optimizers), self.step_scheduler_with_optimizer,
                                         gradient_state=self.gradient_state, num_processes=self.num_processes)
@@ -116,9 +155,10 @@ class PrepareMethods:
 def _kind(obj: Any) -> str | None:
     if isinstance(obj, nn.Module):
         return "model"
-    if isinstance(obj, Optimizer):
+    if isinstance(obj, (Optimizer, DummyOptim)):
         return "optimizer"
-    if isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)):
+    if isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau,
+                        DummyScheduler)):
         return "scheduler"
     if isinstance(obj, DataLoader):
         return "dataloader"

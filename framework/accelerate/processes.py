@@ -64,9 +64,10 @@ class ProcessControl:
 
     @property
     def distributed_type(self) -> DistributedType:
-        """``NO`` for one process, ``FSDP`` when sharding, else ``MULTI_GPU`` or ``MULTI_CPU``."""
-        if self._runtime.strategy.name == "fsdp":
-            return DistributedType.FSDP
+        """``DEEPSPEED`` on DeepSpeed's engine, ``FSDP`` when sharding with FSDP, ``NO`` for one process, else
+        ``MULTI_GPU`` or ``MULTI_CPU``."""
+        if self._runtime.strategy.name in ("fsdp", "deepspeed"):
+            return DistributedType(self._runtime.strategy.name.upper())
         if self.num_processes == 1:
             return DistributedType.NO
         return DistributedType.MULTI_GPU if self.device.type == "cuda" else DistributedType.MULTI_CPU

@@ -160,13 +160,30 @@ def _refuse_unsupported_fields(plugin: FullyShardedDataParallelPlugin) -> None:
 
 
 def refuse_plugins(**plugins: Any) -> None:
-    """Refuse the plugins of engines the framework does not run (DeepSpeed, Megatron-LM ...)."""
+    """Refuse the plugins of engines the framework does not run (Megatron-LM, tensor-parallel plugins)."""
     given = [name for name, value in plugins.items() if value is not None]
     if given:
         raise MisconfigurationError(
-            f"Accelerator({given[0]}=...) is not supported: the framework runs DDP and FSDP2 (fsdp_plugin=, or "
-            "`framework launch --use_fsdp`), not DeepSpeed, Megatron-LM or tensor-parallel plugins."
+            f"Accelerator({given[0]}=...) is not supported: the framework runs DDP, FSDP2 (fsdp_plugin=, or "
+            "`framework launch --use_fsdp`) and DeepSpeed (deepspeed_plugin=), not Megatron-LM or tensor-parallel "
+            "plugins."
         )
+
+
+def one_deepspeed_plugin(plugin: Any, plugins: Any) -> Any:
+    """The one DeepSpeed plugin given as ``deepspeed_plugin`` or ``deepspeed_plugins`` (a plugin or a dict of
+    one); several (one per model) are refused."""
+    if plugins is None:
+        return plugin
+    if plugin is not None:
+        raise MisconfigurationError("Accelerator: give deepspeed_plugin or deepspeed_plugins, not both.")
+    if isinstance(plugins, dict):
+        if len(plugins) != 1:
+            raise MisconfigurationError(
+                f"Accelerator(deepspeed_plugins={{{', '.join(map(repr, plugins))}}}): one DeepSpeed engine per "
+                "Accelerator is supported here; give one plugin.")
+        return next(iter(plugins.values()))
+    return plugins
 
 
 _HANDLERS = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs)

@@ -67,8 +67,8 @@ class PartialState(ProcessControl):
 
 class AcceleratorState(PartialState):
     """``PartialState`` and the settings of this process's ``Accelerator``: ``mixed_precision``,
-    ``distributed_type``, ``fsdp_plugin``, ``dynamo_plugin``; ``deepspeed_plugin`` and ``megatron_lm_plugin`` are
-    None (the framework runs neither). ``accelerator.state`` is one.
+    ``distributed_type``, ``fsdp_plugin``, ``dynamo_plugin``, ``deepspeed_plugin``; ``megatron_lm_plugin`` is
+    None (the framework does not run Megatron-LM). ``accelerator.state`` is one.
 
     Example::
 
@@ -99,21 +99,34 @@ class AcceleratorState(PartialState):
         """The compile settings the Accelerator was given, or None."""
         return self.accelerator.dynamo_plugin
 
-    deepspeed_plugin = None
-    deepspeed_plugins = None
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """The Accelerator's ``DeepSpeedPlugin``, or None."""
+        return self.accelerator.deepspeed_plugin
+
+    @property
+    def deepspeed_plugins(self) -> dict[str, Any] | None:
+        """``{"default": the plugin}`` under DeepSpeed (one plugin per Accelerator here), else None."""
+        plugin = self.accelerator.deepspeed_plugin
+        return None if plugin is None else {"default": plugin}
+
     megatron_lm_plugin = None
     torch_tp_plugin = None
     parallelism_config = None
     use_ipex = False
 
     def get_deepspeed_plugin(self, name: str) -> Any:
-        """Refused: the framework does not run DeepSpeed."""
-        raise MisconfigurationError(f"AcceleratorState.get_deepspeed_plugin({name!r}): the framework does not run "
-                                    "DeepSpeed; its sharded training is FSDP2 (fsdp_plugin=).")
+        """The DeepSpeed plugin named ``name`` (the one plugin is ``"default"``)."""
+        plugins = self.deepspeed_plugins or {}
+        if name not in plugins:
+            raise MisconfigurationError(f"AcceleratorState.get_deepspeed_plugin({name!r}): "
+                                        + ("the one plugin here is 'default'." if plugins else
+                                           "the Accelerator has no DeepSpeed plugin (deepspeed_plugin=...)."))
+        return plugins[name]
 
     def select_deepspeed_plugin(self, name: str | None = None) -> None:
-        """Refused: the framework does not run DeepSpeed."""
-        self.get_deepspeed_plugin(name or "")
+        """Select the plugin ``name``: the one plugin (``"default"``) is always selected."""
+        self.get_deepspeed_plugin(name or "default")
 
 
 class GradientState(_GradientState):

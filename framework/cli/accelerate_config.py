@@ -19,7 +19,7 @@ from typing import Any
 
 from framework.accelerate.config_keys import (
     CHECKS,
-    DEEPSPEED_ZERO,
+    DEEPSPEED_KEYS,
     DISTRIBUTED_TYPES,
     DYNAMO_KEYS,
     FSDP_KEYS,
@@ -32,15 +32,15 @@ from framework.cli.errors import ConfigError
 IGNORED = ("debug", "downcast_bf16", "enable_cpu_affinity", "main_training_function", "same_network", "tpu_name",
            "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "tpu_vm", "tpu_env", "command_file", "commands")
 _EMPTY_SECTIONS = {  # sections `accelerate config` leaves empty unless a feature we lack is chosen
-    "deepspeed_config": "DeepSpeed is not used here" + DEEPSPEED_ZERO,
     "megatron_lm_config": "Megatron-LM is not used here",
     "fp8_config": "FP8 training is not supported",
     "mpirun_config": "CPU ranks are started with torchrun here, not mpirun",
     "parallelism_config": "its tensor/context-parallel sizes are not read here (HSDP: fsdp_sharding_strategy "
                           "HYBRID_SHARD; tensor parallelism: the Trainer's ModelParallelStrategy)",
 }
-_SECTIONS = {"fsdp_config": FSDP_KEYS, "dynamo_config": DYNAMO_KEYS}
+_SECTIONS = {"fsdp_config": FSDP_KEYS, "dynamo_config": DYNAMO_KEYS, "deepspeed_config": DEEPSPEED_KEYS}
 _KNOWN = (*TOP_LEVEL, *_SECTIONS, *_EMPTY_SECTIONS, *IGNORED)
+_SECTION_RUNS = {"fsdp_config": "FSDP", "deepspeed_config": "DEEPSPEED"}  # written only for that kind of run
 _ALIASES = {"fsdp_backward_prefetch_policy": "fsdp_backward_prefetch"}  # older Accelerate versions' name
 
 
@@ -105,9 +105,10 @@ def read_config(path: str | os.PathLike) -> Settings:
 
 def _read_section(settings: Settings, section: str, values: Any, place: str, lines: dict, label: str) -> None:
     if not isinstance(values, dict):
-        raise ConfigError(f"{place}: {section}: a mapping of {section.split('_')[0]}_* keys, got {values!r}.")
+        raise ConfigError(f"{place}: {section}: a mapping of its keys ({', '.join(_SECTIONS[section])}), got "
+                          f"{values!r}.")
     known = _SECTIONS[section]
-    prefix = section.split("_")[0] + "_"
+    prefix = "" if section == "deepspeed_config" else section.split("_")[0] + "_"  # its keys have none
     for name, value in values.items():
         here = f"{label}:{lines[(section, name)].rsplit(':', 1)[1]}: {section}.{name}"
         key = _ALIASES.get(name, name if name.startswith(prefix) else prefix + name)  # Accelerate adds the prefix
@@ -177,7 +178,7 @@ def file_layout(settings: Settings) -> dict[str, Any]:
             layout[key] = settings.get(key)
     for section, keys in _SECTIONS.items():
         values = {key: settings.get(key) for key in keys if settings.get(key) is not None}
-        if values and (section != "fsdp_config" or distributed == "FSDP"):
+        if values and _SECTION_RUNS.get(section, distributed) == distributed:
             layout[section] = values
     return layout
 

@@ -14,7 +14,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from framework.accelerate.config_keys import CHECKS, FSDP_KEYS
+from framework.accelerate.config_keys import CHECKS, DEEPSPEED_KEYS, FSDP_KEYS
 from framework.accelerate.config_values import SHARDING, choices
 from framework.accelerate.utils.environment import default_config_path
 from framework.cli.accelerate_config import Settings, accelerate_default_config_path, read_config
@@ -64,6 +64,20 @@ OPTIONS = {
         ("fsdp_activation_checkpointing", _BOOL, None),
         ("fsdp_activation_checkpointing_offload", _BOOL, None),
     ),
+    "DeepSpeed (its engine: the deepspeed extra)": (
+        ("use_deepspeed", None, "train on DeepSpeed's engine, set by the options below or a DeepSpeed config"),
+        ("deepspeed_config_file", "FILE", "a DeepSpeed JSON config (its \"auto\" values filled as Accelerate does)"),
+        ("zero_stage", "{0,1,2,3}", "the ZeRO stage (default 2)"),
+        ("offload_optimizer_device", "{none,cpu,nvme}", "where the optimizer state lives (default none)"),
+        ("offload_param_device", "{none,cpu,nvme}", "where the parameters live, stage 3 (default none)"),
+        ("offload_optimizer_nvme_path", "DIR", "the NVMe directory for the optimizer state"),
+        ("offload_param_nvme_path", "DIR", "the NVMe directory for the parameters"),
+        ("gradient_clipping", "NORM", "the gradient norm to clip to (default: 1.0, as Accelerate's \"auto\")"),
+        ("zero3_init_flag", _BOOL, "accepted; the model is partitioned when prepared"),
+        ("zero3_save_16bit_model", _BOOL, "stage3_gather_16bit_weights_on_model_save"),
+        ("deepspeed_moe_layer_cls_names", "CLASSES", "accepted; not used"),
+        ("deepspeed_multinode_launcher", "{standard}", "torchrun starts the ranks on every machine"),
+    ),
     "how the script runs": (
         ("module", None, "run it as a module, as python -m does"),
         ("no_python", None, "run it as a program, not with python"),
@@ -76,7 +90,8 @@ OPTIONS = {
 }
 PASSED_ON = ("max_restarts", "monitor_interval", "log_dir", "tee", "role")  # torchrun's, taken by Accelerate too
 _SWITCH_SETTINGS = {"cpu": ("use_cpu", True), "multi_gpu": ("distributed_type", "MULTI_GPU"),
-                    "use_fsdp": ("distributed_type", "FSDP")}
+                    "use_fsdp": ("distributed_type", "FSDP"), "use_deepspeed": ("distributed_type", "DEEPSPEED")}
+_KINDS = ("multi_gpu", "use_fsdp", "use_deepspeed")  # switches that each name the kind of run
 
 
 @dataclass
@@ -208,10 +223,12 @@ def settings_from_flags(options: argparse.Namespace) -> Settings:
     """The settings the command line gives, checked as a config file's values are."""
     given = vars(options)
     settings = Settings()
-    if given.get("cpu") and given.get("multi_gpu") or given.get("multi_gpu") and given.get("use_fsdp"):
-        first, second = ("--cpu", "--multi_gpu") if given.get("cpu") else ("--multi_gpu", "--use_fsdp")
-        raise ConfigError(f"{first} and {second} exclude each other: give one (--cpu --use_fsdp runs FSDP on CPU "
-                          f"ranks).")
+    kinds = [f"--{name}" for name in _KINDS if given.get(name)]
+    if given.get("cpu") and given.get("multi_gpu"):
+        kinds = ["--cpu", "--multi_gpu"]
+    if len(kinds) > 1:
+        raise ConfigError(f"{kinds[0]} and {kinds[1]} exclude each other: give one (--cpu --use_fsdp runs FSDP on "
+                          f"CPU ranks).")
     for name, value in given.items():
         if name in _SWITCH_SETTINGS:
             settings.set(*_SWITCH_SETTINGS[name], f"--{name}")
@@ -221,11 +238,13 @@ def settings_from_flags(options: argparse.Namespace) -> Settings:
 
 
 def check_fsdp_flags(settings: Settings, flags: Settings) -> None:
-    """Refuse ``--fsdp_*`` flags where FSDP is not in use (Accelerate ignores them there)."""
-    given = [key for key in flags.values if key in FSDP_KEYS]
-    if given and settings.get("distributed_type") != "FSDP":
-        raise ConfigError(f"--{given[0]}: FSDP is not in use (distributed_type {settings.get('distributed_type')}); "
-                          f"add --use_fsdp.")
+    """Refuse ``--fsdp_*`` flags where FSDP is not in use, and DeepSpeed's where DeepSpeed is not (Accelerate
+    ignores them there)."""
+    for keys, kind, switch in ((FSDP_KEYS, "FSDP", "--use_fsdp"), (DEEPSPEED_KEYS, "DEEPSPEED", "--use_deepspeed")):
+        given = [key for key in flags.values if key in keys and key != "gradient_accumulation_steps"]
+        if given and settings.get("distributed_type") != kind:
+            raise ConfigError(f"--{given[0]}: {kind} is not in use (distributed_type "
+                              f"{settings.get('distributed_type')}); add {switch}.")
 
 
 def found_default_config() -> str | None:

@@ -10,7 +10,10 @@ same environment under either launcher:
 - when given: ``ACCELERATE_GRADIENT_ACCUMULATION_STEPS``, ``CUDA_VISIBLE_DEVICES`` (``gpu_ids`` on GPUs),
   ``OMP_NUM_THREADS`` (``--num_cpu_threads_per_process``);
 - with FSDP: ``ACCELERATE_USE_FSDP=true`` and the ``FSDP_*`` variable of every ``fsdp_*`` key, Accelerate's
-  default where the settings give none (booleans ``true``/``false``).
+  default where the settings give none (booleans ``true``/``false``);
+- with DeepSpeed: ``ACCELERATE_USE_DEEPSPEED=true`` and the ``ACCELERATE_DEEPSPEED_*`` (and
+  ``ACCELERATE_GRADIENT_CLIPPING``) variable of each key of ``deepspeed_config`` given; the config file's path
+  made absolute, so that ranks started elsewhere find it.
 
 Each key's variable and default are in :mod:`framework.accelerate.config_keys`, through which the ranks'
 ``Accelerator()`` reads them back.
@@ -18,9 +21,18 @@ Each key's variable and default are in :mod:`framework.accelerate.config_keys`, 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from framework.accelerate.config_keys import DYNAMO_KEYS, FSDP_KEYS, GPU_TYPES, KEYS, USE_FSDP
+from framework.accelerate.config_keys import (
+    DEEPSPEED_KEYS,
+    DYNAMO_KEYS,
+    FSDP_KEYS,
+    GPU_TYPES,
+    KEYS,
+    USE_DEEPSPEED,
+    USE_FSDP,
+)
 from framework.cli.accelerate_config import Settings, check_fsdp
 from framework.cli.errors import ConfigError
 
@@ -86,6 +98,9 @@ def accelerate_environment(settings: Settings, on_cpu: bool) -> dict[str, str]:
         check_fsdp(settings)
         environment[USE_FSDP] = "true"
         environment.update(_fsdp_environment(settings))
+    if settings.get("distributed_type") == "DEEPSPEED":
+        environment[USE_DEEPSPEED] = "true"
+        environment.update(_deepspeed_environment(settings))
     if settings.get("num_cpu_threads_per_process") is not None:
         environment[KEYS["num_cpu_threads_per_process"].variable] = str(settings.get("num_cpu_threads_per_process"))
     return environment
@@ -106,6 +121,21 @@ def _fsdp_environment(settings: Settings) -> dict[str, str]:
         environment[KEYS["fsdp_reshard_after_forward"].variable] = resharding.lower()
         if settings.get("fsdp_sharding_strategy") is None:
             environment[KEYS["fsdp_sharding_strategy"].variable] = resharding
+    return environment
+
+
+def _deepspeed_environment(settings: Settings) -> dict[str, str]:
+    environment = {}
+    for name in DEEPSPEED_KEYS:
+        key, value = KEYS[name], settings.get(name)
+        if value is not None and key.variable is not None:
+            environment[key.variable] = str(value).lower() if isinstance(value, bool) else str(value)
+    config_file = settings.get("deepspeed_config_file")
+    if config_file is not None:
+        if not os.path.isfile(config_file):
+            raise settings.error("deepspeed_config_file", f"{config_file!r}: there is no such DeepSpeed config file "
+                                                          f"(looked in {os.getcwd()}).")
+        environment[KEYS["deepspeed_config_file"].variable] = os.path.abspath(config_file)
     return environment
 
 

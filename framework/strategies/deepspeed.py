@@ -221,7 +221,7 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """``module`` on the device, inside the router DeepSpeed's engine will wrap once the optimizer comes."""
-        self._router = StepRouter(module.to(self.device))
+        self._router = EngineRouter(module.to(self.device))
         self.engine, self._trains = None, False
         return self._router
 
@@ -230,7 +230,7 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
         if self._trains:
             raise MisconfigurationError("DeepSpeed trains one optimizer per model; configure_optimizers returned more "
                                         "than one. Put the parameter groups in one optimizer.")
-        self._start_engine(optimizer)
+        self.start_engine(optimizer)
         return self.engine.optimizer
 
     def unwrap(self, module: nn.Module) -> nn.Module:
@@ -239,7 +239,11 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
             module = module.module
         return module
 
-    def _start_engine(self, optimizer: Optimizer | None) -> Any:
+    def start_engine(self, optimizer: Optimizer | None = None, model_parameters: Any = None,
+                     lr_scheduler: Any = None) -> Any:
+        """Make DeepSpeed's engine around the set-up module: with ``optimizer``, or with ``model_parameters`` for
+        the optimizer the config's ``optimizer`` block names (DeepSpeed builds it), or neither (evaluation only).
+        ``lr_scheduler`` (a scheduler, or a callable taking the optimizer) is stepped by the engine's step."""
         import deepspeed
 
         router = self._router
@@ -248,13 +252,16 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
         settings = dataclasses.replace(self.run_settings, world_size=self.world_size, precision=self.precision.name,
                                        loss_scale=self.loss_scale_options)
         config = completed_config(self.config, settings)
-        if optimizer is None:  # evaluation only: no optimizer state, the rest as training would have it
+        trains = optimizer is not None or model_parameters is not None
+        if not trains:  # evaluation only: no optimizer state, the rest as training would have it
             config = {key: value for key, value in config.items() if key not in ("optimizer", "scheduler")}
         self.precision.use(dtype_name(config))
+        parameters = model_parameters if model_parameters is not None else None if optimizer is not None else []
         engine, *_ = deepspeed.initialize(model=router, optimizer=optimizer, config=config, dist_init_required=False,
-                                          model_parameters=None if optimizer is not None else [])
+                                          model_parameters=parameters, lr_scheduler=lr_scheduler)
         engine.set_gradient_accumulation_boundary(True)  # the loop says which micro-batches end a window
-        self.engine, self._trains = engine, optimizer is not None
+        self.engine, self._trains = engine, trains
+        router.__dict__["engine"] = engine
         if self._pending is not None:
             self._load_pending()
         return engine
@@ -269,12 +276,13 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
         beside = name == "training_step" and synced is False
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            engine = self.engine if self.engine is not None else self._start_engine(None)
+            if self.engine is None:
+                self.start_engine(None)
             if beside or self._gathered_for_evaluation:
                 return step(*args, **kwargs)
             router.__dict__["method"] = step
             try:
-                return engine(*args, **kwargs)
+                return router(*args, **kwargs)
             finally:
                 router.__dict__["method"] = router.module
 
@@ -343,6 +351,22 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
 
     def __repr__(self) -> str:
         return f"DeepSpeedStrategy(device={self.device}, world_size={self.world_size}, stage={self.zero_stage})"
+
+
+class EngineRouter(StepRouter):
+    """The router DeepSpeed's engine wraps. Called from outside (a Runtime's or an Accelerator's model, a step
+    method), it calls the engine, whose forward (ZeRO's bookkeeping, its backward hooks) calls it back; from
+    inside, it runs the user's method. Before the engine exists it runs the method directly."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        engine = self.__dict__.get("engine")
+        if engine is None or self.__dict__.get("entered"):
+            return self.__dict__["method"](*args, **kwargs)
+        self.__dict__["entered"] = True
+        try:
+            return engine(*args, **kwargs)
+        finally:
+            self.__dict__["entered"] = False
 
 
 @contextlib.contextmanager

@@ -18,12 +18,15 @@ def data(count: int = 64, seed: int = 0) -> TensorDataset:
     return TensorDataset(x, x.sum(dim=1, keepdim=True).sin())
 
 
-def model_and_optimizer(seed: int = 0, dropout: float = 0.1) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """A small MLP with momentum SGD, so any difference in the gradients shows in the weights; dropout, so the
-    random state matters too."""
+def model_and_optimizer(seed: int = 0, dropout: float = 0.1, adamw: bool = False
+                        ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A small MLP with momentum SGD (or AdamW, which DeepSpeed's ZeRO takes without being told to), so any
+    difference in the gradients shows in the weights; dropout, so the random state matters too."""
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Dropout(dropout),
                                 torch.nn.Linear(8, 1))
+    if adamw:
+        return model, torch.optim.AdamW(model.parameters(), lr=0.01)
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
@@ -72,11 +75,11 @@ def runtime_loop(accumulate: int = 2, epochs: int = 2, shuffle: bool = True, cou
 
 
 def plain_loop_in_accelerates_order(accumulate: int = 2, epochs: int = 2, count: int = 64, batch_size: int = 4,
-                                    world_size: int = 2) -> dict:
+                                    world_size: int = 2, adamw: bool = False) -> dict:
     """What ``world_size`` ranks of ``accelerate_loop`` (without dropout) compute, as one plain process: Accelerate
     shuffles from a generator the ranks share, seeded when the loader is prepared, and deals batch ``i`` of a pass
     to rank ``i mod world_size``, so each step averages the gradients of ``world_size`` consecutive batches."""
-    model, optimizer = model_and_optimizer(dropout=0.0)
+    model, optimizer = model_and_optimizer(dropout=0.0, adamw=adamw)
     generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
     x, y = data(count).tensors
     for _ in range(epochs):

@@ -147,7 +147,7 @@ def test_the_launchers_settings_apply_where_the_arguments_are_left_out(monkeypat
     ({"mixed_precision": "fp8"}, r"mixed_precision='fp8' \(type str\) is not supported; accepted 'no', 'fp16'"),
     ({"mixed_precision": "half"}, "mixed_precision='half'"),
     ({"gradient_accumulation_steps": 0}, r"gradient_accumulation_steps=0 \(type int\) must be a positive int"),
-    ({"deepspeed_plugin": object()}, r"deepspeed_plugin=...\) is not supported"),
+    ({"deepspeed_plugin": object()}, r"deepspeed_plugin=object\(...\)\): accepted a DeepSpeedPlugin"),
     ({"split_batches": True}, "split_batches=True"),
     ({"log_with": "aim"}, r"log_with='aim'\) \(Accelerate has it"),
     ({"kwargs_handlers": [object()]}, "accepted DistributedDataParallelKwargs"),

@@ -37,8 +37,8 @@ def _environment(gpus_seen: bool = False) -> dict[str, str]:
     return environment
 
 
-def _run(command: list[str], gpus_seen: bool = False) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=_environment(gpus_seen), timeout=300)
+def _run(command: list[str], gpus_seen: bool = False, cwd: Path = ROOT) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=_environment(gpus_seen), timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

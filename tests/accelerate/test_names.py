@@ -99,8 +99,6 @@ def _model() -> torch.nn.Module:
 
 
 @pytest.mark.parametrize(("module", "call"), [
-    ("utils", lambda u: u.DeepSpeedPlugin(zero_stage=2)),
-    ("utils", lambda u: u.DummyOptim(_model().parameters())),
     ("utils", lambda u: u.MegatronLMPlugin()),
     ("utils", lambda u: u.BnbQuantizationConfig(load_in_8bit=True)),
     ("utils", lambda u: u.infer_auto_device_map(_model())),

@@ -265,8 +265,8 @@ def test_torchruns_form_stays_torchruns_and_the_default_config_is_used_when_no_o
     assert translate(["--mixed_precision", "bf16", "train.py"]).torchrun_argv[2] == "3"  # options lay over it
     assert translate(["--cpu", "train.py"]).torchrun_argv[2] == "1"  # as Accelerate: --cpu skips the default file
     assert translate(["--nproc-per-node", "2", "train.py"]) is None
-    ours.write_text(ACCELERATE_MULTI_CPU.replace("MULTI_CPU", "DEEPSPEED"))
-    with pytest.raises(ConfigError, match=r"'DEEPSPEED' is not supported .* is the default config, used when no "
+    ours.write_text(ACCELERATE_MULTI_CPU.replace("MULTI_CPU", "MEGATRON_LM"))
+    with pytest.raises(ConfigError, match=r"'MEGATRON_LM' is not supported .* is the default config, used when no "
                                           r"launcher option is given: --config_file FILE picks another"):
         translate(["train.py"])
 
@@ -277,6 +277,11 @@ def test_torchruns_form_stays_torchruns_and_the_default_config_is_used_when_no_o
     (["--num_processes", "2"], "no script given"),
     (["--cpu", "--multi_gpu", "t.py"], "--cpu and --multi_gpu exclude each other"),
     (["--num_processes", "2", "--fsdp_offload_params", "true", "t.py"], "--fsdp_offload_params: FSDP is not in use"),
+    (["--num_processes", "2", "--zero_stage", "3", "t.py"], "--zero_stage: DEEPSPEED is not in use (distributed_type "
+                                                            "None); add --use_deepspeed."),
+    (["--use_fsdp", "--use_deepspeed", "t.py"], "--use_fsdp and --use_deepspeed exclude each other"),
+    (["--use_deepspeed", "--cpu", "--num_processes", "2", "--deepspeed_config_file", "missing.json", "t.py"],
+     "'missing.json': there is no such DeepSpeed config file"),
     (["--num_processes", "0", "t.py"], "--num_processes: '0' is not accepted; accepted: a whole number of at least 1"),
     (["--mixed_precision", "fp8", "t.py"], "--mixed_precision: 'fp8' is not supported (no FP8 training here); "
                                            "accepted: no, fp16, bf16."),
@@ -294,9 +299,9 @@ def test_options_that_cannot_be_honoured_are_refused_by_name(argv, message, caps
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (("distributed_type: FSDP", "distributed_type: DEEPSPEED"),
-     r"accel\.yaml:3: distributed_type: 'DEEPSPEED' is not supported \(.*\); accepted: NO, MULTI_CPU, MULTI_GPU, "
-     r"FSDP\."),
+    (("distributed_type: FSDP", "distributed_type: MEGATRON_LM"),
+     r"accel\.yaml:3: distributed_type: 'MEGATRON_LM' is not supported \(.*\); accepted: NO, MULTI_CPU, MULTI_GPU, "
+     r"FSDP, DEEPSPEED\."),
     (("use_cpu: false", "use_cpu: false\nuse_gpu: true"), r"accel\.yaml:26: 'use_gpu' is not a key of Accelerate's "
                                                           r"config file \(did you mean 'use_cpu'\?\); keys read: "),
     (("fsdp_version: 2", "fsdp_version: 2\n  fsdp_wrap_everything: true"),
@@ -310,7 +315,10 @@ def test_options_that_cannot_be_honoured_are_refused_by_name(argv, message, caps
                                                         r"here\); accepted: no, fp16, bf16\."),
     (("num_processes: 2", "num_processes: 0"), r"accel\.yaml:19: num_processes: 0 is not accepted; accepted: a whole "
                                                r"number of at least 1\."),
-    (("tpu_env: []", "deepspeed_config:\n  zero_stage: 2\ntpu_env: []"), r"deepspeed_config: DeepSpeed is not used "),
+    (("tpu_env: []", "deepspeed_config:\n  zero_stage: 4\ntpu_env: []"),
+     r"deepspeed_config\.zero_stage: 4 is not accepted; accepted: a whole number from 0 to 3"),
+    (("tpu_env: []", "deepspeed_config:\n  deepspeed_multinode_launcher: pdsh\ntpu_env: []"),
+     r"'pdsh' is not supported \(ranks on several machines are started with torchrun here: 'standard'\)"),
     (("compute_environment: LOCAL_MACHINE", "compute_environment: AMAZON_SAGEMAKER"),
      r"compute_environment: 'AMAZON_SAGEMAKER' is not supported \(SageMaker"),
 ])

@@ -27,6 +27,13 @@ from framework.accelerate.utils.constants import (
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
 )
+from framework.accelerate.utils.deepspeed import (
+    DeepSpeedPlugin,
+    DummyOptim,
+    DummyScheduler,
+    HfDeepSpeedConfig,
+    get_active_deepspeed_plugin,
+)
 from framework.accelerate.utils.enums import (
     ComputeEnvironment,
     DDPCommunicationHookType,
@@ -170,12 +177,6 @@ from framework.accelerate.utils.unsupported import (
     AbstractTrainStep,
     BertTrainStep,
     BnbQuantizationConfig,
-    DeepSpeedEngineWrapper,
-    DeepSpeedOptimizerWrapper,
-    DeepSpeedPlugin,
-    DeepSpeedSchedulerWrapper,
-    DummyOptim,
-    DummyScheduler,
     GPTTrainStep,
     MegatronLMDummyDataLoader,
     MegatronLMDummyScheduler,
@@ -185,7 +186,6 @@ from framework.accelerate.utils.unsupported import (
     avg_losses_across_data_parallel_group,
     contextual_fp8_autocast,
     convert_model,
-    get_active_deepspeed_plugin,
     get_balanced_memory,
     has_transformer_engine_layers,
     infer_auto_device_map,
@@ -202,7 +202,8 @@ __all__ = [
     "compare_versions", "compute_module_sizes", "ComputeEnvironment", "concatenate", "contextual_fp8_autocast",
     "convert_model", "convert_outputs_to_fp32", "convert_to_fp32", "DataLoaderConfiguration",
     "DDPCommunicationHookType", "DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "DeepSpeedPlugin",
-    "DeepSpeedSchedulerWrapper", "disable_fsdp_ram_efficient_loading", "DistributedDataParallelKwargs",
+    "DeepSpeedSchedulerWrapper", "HfDeepSpeedConfig", "disable_fsdp_ram_efficient_loading",
+    "DistributedDataParallelKwargs",
     "DistributedType", "DummyOptim", "DummyScheduler", "DynamoBackend", "enable_fsdp_ram_efficient_loading",
     "extract_model_from_parallel", "find_executable_batch_size", "FP8RecipeKwargs", "fsdp2_load_full_state_dict",
     "fsdp2_prepare_model", "fsdp2_switch_optimizer_parameters", "FullyShardedDataParallelPlugin", "gather",
@@ -235,3 +236,15 @@ __all__ = [
     "synchronize_rng_state", "synchronize_rng_states", "T5TrainStep", "TorchDynamoPlugin", "wait_for_everyone",
     "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME", "write_basic_config",
 ]
+
+
+_ENGINE_WRAPPERS = ("DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "DeepSpeedSchedulerWrapper")
+
+
+def __getattr__(name: str) -> object:
+    # The DeepSpeed wrappers build on the prepared optimizer and scheduler, a layer above utils: imported on use.
+    if name in _ENGINE_WRAPPERS:
+        from framework.accelerate import deepspeed
+
+        return getattr(deepspeed, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Names Accelerate exports for engines the framework does not run (DeepSpeed, Megatron-LM, fp8 engines,
+"""Names Accelerate exports for engines the framework does not run (Megatron-LM, fp8 engines,
 bitsandbytes quantization, XLA, big-model dispatch): importing them works, so a script that only mentions them
 runs; using one raises a ``MisconfigurationError`` that says what to use instead."""
 
@@ -9,8 +9,6 @@ from typing import Any, NoReturn
 
 from framework.errors import MisconfigurationError
 
-_DEEPSPEED = ("the framework does not run DeepSpeed; its ZeRO stages are FSDP2 (fsdp_plugin=, or `framework "
-              "launch --use_fsdp`)")
 _MEGATRON = ("the framework does not run Megatron-LM; for tensor parallelism use "
              "framework.strategies.ModelParallelStrategy")
 _FP8 = "the framework does not train in fp8 (Transformer Engine, MS-AMP, torchao); use mixed_precision='bf16'"
@@ -45,14 +43,6 @@ def refused_class(name: str, reason: str) -> type:
     return type(name, (), {"__init__": __init__, "__doc__": f"Refused when created: {reason}.",
                            "__module__": __name__})
 
-
-DeepSpeedPlugin = refused_class("DeepSpeedPlugin", _DEEPSPEED)
-DummyOptim = refused_class("DummyOptim", _DEEPSPEED)
-DummyScheduler = refused_class("DummyScheduler", _DEEPSPEED)
-DeepSpeedEngineWrapper = refused_class("DeepSpeedEngineWrapper", _DEEPSPEED)
-DeepSpeedOptimizerWrapper = refused_class("DeepSpeedOptimizerWrapper", _DEEPSPEED)
-DeepSpeedSchedulerWrapper = refused_class("DeepSpeedSchedulerWrapper", _DEEPSPEED)
-get_active_deepspeed_plugin = refused_function("get_active_deepspeed_plugin", _DEEPSPEED)
 
 MegatronLMPlugin = refused_class("MegatronLMPlugin", _MEGATRON)
 MegatronLMDummyScheduler = refused_class("MegatronLMDummyScheduler", _MEGATRON)
