@@ -135,7 +135,7 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
         self.fsdp_plugin, self.dynamo_plugin = fsdp_plugin, dynamo_plugin
         plugin = self.deepspeed_plugin
         if plugin is not None:
-            mixed_precision = deepspeed.mixed_precision(plugin, mixed_precision, None)
+            mixed_precision = deepspeed.mixed_precision(plugin, mixed_precision)
         self._mixed_precision = settings.mixed_precision(mixed_precision)
         accumulation = settings.accumulation_settings(gradient_accumulation_plugin, gradient_accumulation_steps)
         if plugin is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from typing import Any
 
 import torch
@@ -20,8 +19,11 @@ from framework.accelerate.prepared import AcceleratedOptimizer, AcceleratedSched
 from framework.accelerate.utils.deepspeed import DeepSpeedPlugin, DummyOptim, DummyScheduler
 from framework.accelerate.utils.environment import parse_flag_from_env
 from framework.errors import MisconfigurationError
+from framework.utilities.rank_zero import rank_zero_warn
 
 USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
+_HIDDEN_SIZED = ("zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
+                 "zero_optimization.stage3_param_persistence_threshold")
 MODEL_TAG = "pytorch_model"  # the folder DeepSpeed's files go in, inside a save_state folder (Accelerate's name)
 
 
@@ -45,11 +47,10 @@ def strategy(plugin: DeepSpeedPlugin, pg_kwargs: dict[str, Any]) -> Any:
     return DeepSpeedStrategy(config=plugin.deepspeed_config, **pg_kwargs)
 
 
-def mixed_precision(plugin: DeepSpeedPlugin, given: str | None, launcher: str | None) -> str | None:
-    """The precision asked for: the argument, else the config's enabled fp16/bf16 block, else the launcher's."""
-    if given is not None:
-        return given
-    return plugin.config_mixed_precision() or launcher
+def mixed_precision(plugin: DeepSpeedPlugin, given: str | None) -> str | None:
+    """The precision asked for: the argument, else the config's enabled fp16/bf16 block, else None (the
+    launcher's, then "no")."""
+    return given if given is not None else plugin.config_mixed_precision()
 
 
 def accumulation_steps(plugin: DeepSpeedPlugin, steps: int) -> int:
@@ -77,11 +78,17 @@ def fill_auto_values(accelerator: Any, args: tuple[Any, ...]) -> None:
         steps = plugin.deepspeed_config["gradient_accumulation_steps"]
         values["train_micro_batch_size_per_gpu"] = batch_size
         values["train_batch_size"] = batch_size * steps * accelerator.num_processes
-    hidden = _hidden_size(next((obj for obj in args if isinstance(obj, nn.Module)), None))
+    model = next((obj for obj in args if isinstance(obj, nn.Module)), None)
+    hidden = _hidden_size(model)
     if hidden is not None:
         values.update({"zero_optimization.reduce_bucket_size": hidden * hidden,
                        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
                        "zero_optimization.stage3_param_persistence_threshold": 10 * hidden})
+    elif model is not None and any(plugin.is_auto(key) for key in _HIDDEN_SIZED):
+        unfilled = [key for key in _HIDDEN_SIZED if plugin.is_auto(key)]
+        raise MisconfigurationError(
+            f"The DeepSpeed config leaves {', '.join(unfilled)} as \"auto\", which is filled from a Transformers "
+            f"model's config.hidden_size; {type(model).__name__} has none. Give integers for them.")
     optimizer = next((obj for obj in args if isinstance(obj, DummyOptim)), None)
     if optimizer is not None:
         values.update({"optimizer.params.lr": optimizer.lr, "optimizer.params.weight_decay": optimizer.weight_decay})
@@ -197,10 +204,10 @@ def clipped_norm(accelerator: Any, max_norm: float, norm_type: float) -> torch.T
     configured = float(engine.gradient_clipping() or 0.0)
     if (float(max_norm) != configured or norm_type != 2.0) and not _told.get("clipping"):
         _told["clipping"] = True
-        warnings.warn(f"accelerator.clip_grad_norm_(max_norm={max_norm}, norm_type={norm_type}) under DeepSpeed: its "
-                      f"engine clips inside its step, by the 2-norm, to the config's gradient_clipping "
-                      f"({configured}). Set gradient_clipping (DeepSpeedPlugin, or the config) to clip otherwise.",
-                      stacklevel=3)
+        rank_zero_warn(f"accelerator.clip_grad_norm_(max_norm={max_norm}, norm_type={norm_type}) under DeepSpeed: its "
+                       f"engine clips inside its step, by the 2-norm, to the config's gradient_clipping "
+                       f"({configured}). Set gradient_clipping (DeepSpeedPlugin, or the config) to clip otherwise.",
+                       stacklevel=3)
     norm = engine.get_global_grad_norm()
     return None if norm is None else torch.as_tensor(float(norm))
 
@@ -241,13 +248,14 @@ class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
     """
 
     def __init__(self, optimizer: Any, engine: Any = None, accelerator: Any = None) -> None:
-        super().__init__(optimizer, runtime=accelerator._runtime, gradient_state=accelerator.gradient_state)
-        self.engine = engine
+        super().__init__(optimizer, runtime=getattr(accelerator, "_runtime", None),
+                         gradient_state=getattr(accelerator, "gradient_state", None))
+        self.engine = engine if engine is not None else self._runtime.strategy.engine
 
     @property
     def step_was_skipped(self) -> bool:
         """Whether the engine's last step was skipped (fp16 overflow)."""
-        return not self.engine.was_step_applied()
+        return self.engine is not None and not self.engine.was_step_applied()
 
     def step(self, closure: Any = None, **kwargs: Any) -> None:
         """Nothing: ``accelerator.backward`` steps the engine."""
@@ -265,8 +273,9 @@ class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
     :param accelerator: the Accelerator.
     """
 
-    def __init__(self, scheduler: Any, optimizers: list[Any], accelerator: Any = None) -> None:
-        super().__init__(scheduler, optimizers, gradient_state=accelerator.gradient_state, num_processes=1)
+    def __init__(self, scheduler: Any, optimizers: Any, accelerator: Any = None) -> None:
+        super().__init__(scheduler, optimizers, gradient_state=getattr(accelerator, "gradient_state", None),
+                         num_processes=1)
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Nothing: the engine steps the scheduler."""

@@ -148,3 +148,38 @@ def test_a_config_file_fills_its_auto_values_from_the_plugin_and_conflicts_are_e
 def test_bad_plugin_settings_are_errors_naming_them(arguments, message):
     with pytest.raises(MisconfigurationError, match=message):
         DeepSpeedPlugin(**arguments)
+
+
+def _plugin(**zero: object) -> DeepSpeedPlugin:
+    plugin = DeepSpeedPlugin(hf_ds_config={**DS_CONFIG, "zero_optimization": {"stage": 3, **zero}})
+    plugin.deepspeed_config["gradient_accumulation_steps"] = 2  # what the Accelerator fills when it is made
+    return plugin
+
+
+def test_prepare_fills_the_auto_values_as_accelerate_does_and_names_those_it_cannot_fill():
+    from types import SimpleNamespace
+
+    from torch.utils.data import DataLoader
+
+    from framework.accelerate.deepspeed import fill_auto_values
+    from framework.accelerate.utils import DummyOptim, DummyScheduler
+
+    plugin = _plugin(reduce_bucket_size="auto")
+    accelerator = SimpleNamespace(deepspeed_plugin=plugin, num_processes=2)
+    model = torch.nn.Linear(2, 2)
+    model.config = SimpleNamespace(hidden_size=8)  # as a Transformers model carries it
+    optimizer = DummyOptim(model.parameters(), lr=0.1)
+    scheduler = DummyScheduler(optimizer, total_num_steps=11, warmup_num_steps=3)
+    fill_auto_values(accelerator, (model, optimizer, DataLoader(range(10), batch_size=5), scheduler))
+    config = plugin.deepspeed_config
+    assert config["train_micro_batch_size_per_gpu"] == 5 and config["train_batch_size"] == 5 * 2 * 2
+    assert config["zero_optimization"]["reduce_bucket_size"] == 64 and config["gradient_clipping"] == 1.0
+    assert config["optimizer"]["params"]["lr"] == 0.1 and config["scheduler"]["params"]["total_num_steps"] == 6
+    with pytest.raises(MisconfigurationError, match=r"reduce_bucket_size as \"auto\", which is filled from a "
+                                                    r"Transformers model's config\.hidden_size; Linear has none"):
+        fill_auto_values(SimpleNamespace(deepspeed_plugin=_plugin(reduce_bucket_size="auto"), num_processes=2),
+                         (torch.nn.Linear(2, 2),))
+    with pytest.raises(MisconfigurationError, match=r"names an optimizer .* pass DummyOptim\(\.\.\.\) instead"):
+        linear = torch.nn.Linear(2, 2)
+        fill_auto_values(SimpleNamespace(deepspeed_plugin=_plugin(), num_processes=2),
+                         (linear, torch.optim.SGD(linear.parameters(), lr=0.1)))

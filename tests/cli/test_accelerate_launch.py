@@ -392,3 +392,23 @@ def test_import_framework_leaves_the_launchers_modules_alone():
             "'framework.cli.launch', 'framework.cli.config_command'))])\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "[]"
+
+
+def test_deepspeed_flags_and_a_deepspeed_config_section_give_accelerates_variables(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    flags = translate(["--use_deepspeed", "--cpu", "--num_processes", "2", "--zero_stage", "3",
+                       "--offload_optimizer_device", "CPU", "--gradient_clipping", "1", "--zero3_save_16bit_model",
+                       "true", "--gradient_accumulation_steps", "4", "t.py"])
+    assert flags.torchrun_argv == ["--standalone", "--nproc-per-node", "2", "t.py"]
+    assert {key: value for key, value in flags.environment.items() if "DEEPSPEED" in key or "GRADIENT" in key} == {
+        "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu", "ACCELERATE_GRADIENT_CLIPPING": "1.0",
+        "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4"}
+    (tmp_path / "ds.json").write_text("{}")
+    path = _file(tmp_path, ACCELERATE_MULTI_CPU.replace("MULTI_CPU", "DEEPSPEED").replace(
+        "machine_rank: 0", "deepspeed_config:\n  deepspeed_config_file: ds.json\n  gradient_accumulation_steps: 2\n"
+                           "  zero3_init_flag: false\nmachine_rank: 0"))
+    plan = launch_plan(read_config(path), gpus=0)
+    assert plan.environment["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == str(tmp_path / "ds.json")
+    assert plan.environment["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] == "2"
+    assert plan.environment["ACCELERATE_DEEPSPEED_ZERO3_INIT"] == "false"
