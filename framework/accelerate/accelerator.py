@@ -133,14 +133,11 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
         self.scaler_handler, self.autocast_handler = handlers.get(GradScalerKwargs), handlers.get(AutocastKwargs)
         self.profile_handler = handlers.get(ProfileKwargs)
         self.fsdp_plugin, self.dynamo_plugin = fsdp_plugin, dynamo_plugin
-        plugin = self.deepspeed_plugin
-        if plugin is not None:
-            mixed_precision = deepspeed.mixed_precision(plugin, mixed_precision)
         self._mixed_precision = settings.mixed_precision(mixed_precision)
         accumulation = settings.accumulation_settings(gradient_accumulation_plugin, gradient_accumulation_steps)
-        if plugin is not None:
-            plugin.set_mixed_precision(self._mixed_precision)
-            accumulation["num_steps"] = deepspeed.accumulation_steps(plugin, accumulation["num_steps"])
+        if self.deepspeed_plugin is not None:
+            self._mixed_precision, accumulation["num_steps"] = deepspeed.settle(
+                self.deepspeed_plugin, self._mixed_precision, accumulation["num_steps"])
         self.gradient_state = GradientState(**accumulation)
         self._runtime = self._make_runtime(cpu, dynamo_backend)
         self.device_placement = device_placement
@@ -189,8 +186,9 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
     @property
     def native_amp(self) -> bool:
-        """Whether forward passes run under torch's autocast."""
-        return self._mixed_precision != "no"
+        """Whether forward passes run under torch's autocast (not under DeepSpeed, whose engine keeps 16-bit
+        weights)."""
+        return self._mixed_precision != "no" and self.deepspeed_plugin is None
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
@@ -285,10 +283,11 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
         for item in chosen:
             self._runtime.precision.unscale(original_optimizer(item))
 
-    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor | float | None:
         """Clip the gradients of ``parameters`` to total norm ``max_norm`` (over every process's shard under FSDP);
         returns the norm they had. Under DeepSpeed the engine clips inside its step, to the config's
-        ``gradient_clipping``: this returns the norm its last step saw (a ``max_norm`` that differs is said once).
+        ``gradient_clipping``: this returns the norm its last step saw, a float, or None before its first step (a
+        ``max_norm`` that differs is said once).
 
         :param parameters: a tensor or an iterable of them (``model.parameters()``).
         :param max_norm: the total norm to clip to.

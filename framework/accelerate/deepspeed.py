@@ -47,10 +47,13 @@ def strategy(plugin: DeepSpeedPlugin, pg_kwargs: dict[str, Any]) -> Any:
     return DeepSpeedStrategy(config=plugin.deepspeed_config, **pg_kwargs)
 
 
-def mixed_precision(plugin: DeepSpeedPlugin, given: str | None) -> str | None:
-    """The precision asked for: the argument, else the config's enabled fp16/bf16 block, else None (the
-    launcher's, then "no")."""
-    return given if given is not None else plugin.config_mixed_precision()
+def settle(plugin: DeepSpeedPlugin, asked: str, steps: int) -> tuple[str, int]:
+    """The Accelerator's mixed precision and accumulation steps under ``plugin``, the config's ``"auto"`` values
+    filled with them. Where ``"no"`` was asked (Accelerate's default, which the launcher sends), the
+    ``fp16``/``bf16`` block the config enables decides, as in Accelerate; another precision must agree with it."""
+    precision = asked if asked != "no" else plugin.config_mixed_precision() or "no"
+    plugin.set_mixed_precision(precision)
+    return precision, accumulation_steps(plugin, steps)
 
 
 def accumulation_steps(plugin: DeepSpeedPlugin, steps: int) -> int:
@@ -73,7 +76,7 @@ def fill_auto_values(accelerator: Any, args: tuple[Any, ...]) -> None:
     plugin: DeepSpeedPlugin = accelerator.deepspeed_plugin
     values: dict[str, Any] = {"gradient_clipping": 1.0,
                               "zero_optimization.stage3_gather_16bit_weights_on_model_save": False}
-    batch_size = _batch_size(args)
+    batch_size = _batch_size(args, plugin.is_train_batch_min)
     if batch_size is not None:
         steps = plugin.deepspeed_config["gradient_accumulation_steps"]
         values["train_micro_batch_size_per_gpu"] = batch_size
@@ -104,8 +107,9 @@ def fill_auto_values(accelerator: Any, args: tuple[Any, ...]) -> None:
 
 
 def start_engine(accelerator: Any, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
-    """Start the engine over the prepared model and ``optimizer`` (a torch optimizer or a ``DummyOptim``), with
-    ``scheduler``; returns the prepared optimizer and scheduler (None where none was given)."""
+    """Start the engine over the prepared model and ``optimizer`` (a torch optimizer or a ``DummyOptim``);
+    returns the prepared optimizer, and the schedule the engine steps where ``scheduler`` is a
+    ``DummyScheduler`` (else None: a torch scheduler is prepared as usual, and steps as Accelerate's do)."""
     plugin: DeepSpeedPlugin = accelerator.deepspeed_plugin
     unfilled = [key for key in ("train_micro_batch_size_per_gpu", "train_batch_size") if plugin.is_auto(key)]
     if unfilled:
@@ -115,37 +119,31 @@ def start_engine(accelerator: Any, optimizer: Any, scheduler: Any) -> tuple[Any,
             "train_micro_batch_size_per_gpu in the DeepSpeed config.")
     strategy = accelerator._runtime.strategy
     strategy.config = plugin.deepspeed_config
+    dummy = scheduler if isinstance(scheduler, DummyScheduler) else None
+    schedule = dummy.lr_scheduler_callable if dummy is not None else None
     if isinstance(optimizer, DummyOptim):
-        schedule = scheduler.lr_scheduler_callable if isinstance(scheduler, DummyScheduler) else scheduler
         engine = strategy.start_engine(model_parameters=optimizer.params, lr_scheduler=schedule)
     else:
-        schedule = scheduler.lr_scheduler_callable if isinstance(scheduler, DummyScheduler) else scheduler
         engine = strategy.start_engine(optimizer, lr_scheduler=schedule)
     prepared_optimizer = DeepSpeedOptimizerWrapper(engine.optimizer, engine, accelerator)
     prepared_scheduler = None
-    if scheduler is not None and engine.lr_scheduler is not None:
+    if dummy is not None and engine.lr_scheduler is not None:
         prepared_scheduler = DeepSpeedSchedulerWrapper(engine.lr_scheduler, [prepared_optimizer], accelerator)
     return prepared_optimizer, prepared_scheduler
 
 
-def later_scheduler(accelerator: Any, scheduler: Any) -> DeepSpeedSchedulerWrapper:
-    """A scheduler prepared after the engine started: the engine steps it from now on."""
-    engine = accelerator._runtime.strategy.engine
-    if engine is None or isinstance(scheduler, DummyScheduler):
-        raise MisconfigurationError("Under DeepSpeed, prepare the scheduler with the model and optimizer: "
-                                    "accelerator.prepare(model, optimizer, dataloader, scheduler).")
-    engine.lr_scheduler = scheduler
-    return DeepSpeedSchedulerWrapper(scheduler, list(accelerator._optimizers), accelerator)
-
-
-def _batch_size(args: tuple[Any, ...]) -> int | None:
+def _batch_size(args: tuple[Any, ...], smallest: bool) -> int | None:
+    """The dataloaders' batch size: the smallest (``is_train_batch_min``) or the largest."""
+    sizes = []
     for obj in args:
+        if isinstance(obj, nn.Module) or not hasattr(obj, "__iter__"):
+            continue
         size = getattr(obj, "batch_size", None)
         if size is None:
             size = getattr(getattr(obj, "batch_sampler", None), "batch_size", None)
-        if isinstance(size, int) and hasattr(obj, "__iter__") and not isinstance(obj, nn.Module):
-            return size
-    return None
+        if isinstance(size, int):
+            sizes.append(size)
+    return (min if smallest else max)(sizes) if sizes else None
 
 
 def _hidden_size(model: nn.Module | None) -> int | None:
@@ -197,7 +195,7 @@ def backward(accelerator: Any, loss: torch.Tensor, **kwargs: Any) -> None:
     engine.set_gradient_accumulation_boundary(True)
 
 
-def clipped_norm(accelerator: Any, max_norm: float, norm_type: float) -> torch.Tensor | None:
+def clipped_norm(accelerator: Any, max_norm: float, norm_type: float) -> float | None:
     """The gradient norm the engine's last step saw (it clips to the config's ``gradient_clipping``); a
     ``max_norm`` other than that one is said once."""
     engine = accelerator._runtime.strategy.engine
@@ -209,7 +207,7 @@ def clipped_norm(accelerator: Any, max_norm: float, norm_type: float) -> torch.T
                        f"({configured}). Set gradient_clipping (DeepSpeedPlugin, or the config) to clip otherwise.",
                        stacklevel=3)
     norm = engine.get_global_grad_norm()
-    return None if norm is None else torch.as_tensor(float(norm))
+    return None if norm is None else float(norm)
 
 
 _told: dict[str, bool] = {}

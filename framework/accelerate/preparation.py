@@ -52,7 +52,7 @@ class PrepareMethods:
         scheduler = args[schedulers[0]] if schedulers else None
         optimizer, wrapped = self._prepare_deepspeed_optimizer(args[optimizers[0]], scheduler)
         prepared[optimizers[0]] = optimizer
-        if schedulers:
+        if wrapped is not None:  # the engine steps it; a torch scheduler is prepared after, as usual
             prepared[schedulers[0]] = wrapped
 
     def _prepare_deepspeed_optimizer(self, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
@@ -123,10 +123,9 @@ class PrepareMethods:
         """
         if isinstance(scheduler, AcceleratedScheduler):
             return scheduler
-        if self.deepspeed_plugin is not None:
-            prepared = deepspeed.later_scheduler(self, scheduler)
-            self._schedulers.append(prepared)
-            return prepared
+        if isinstance(scheduler, DummyScheduler):
+            raise MisconfigurationError("Under DeepSpeed, prepare a DummyScheduler with the model and its "
+                                        "DummyOptim: accelerator.prepare(model, optimizer, dataloader, scheduler).")
         own = [opt for opt in self._optimizers if original_optimizer(opt) is getattr(scheduler, "optimizer", None)]
         prepared = AcceleratedScheduler(scheduler, own or list(self._optimizers), self.step_scheduler_with_optimizer,
                                         gradient_state=self.gradient_state, num_processes=self.num_processes)

@@ -44,9 +44,9 @@ def main(out: Path, mode: str) -> None:
     model, torch_optimizer = model_and_optimizer(dropout=0.0, adamw=True)
     accelerator = Accelerator(cpu=True)
     loader = DataLoader(data(64), batch_size=4, shuffle=True)
-    if mode == "torch":
-        model, optimizer, loader = accelerator.prepare(model, torch_optimizer, loader)
-        scheduler = None
+    if mode == "torch":  # a torch scheduler that keeps the rate, to count its steps
+        constant = torch.optim.lr_scheduler.LambdaLR(torch_optimizer, lambda step: 1.0)
+        model, optimizer, loader, scheduler = accelerator.prepare(model, torch_optimizer, loader, constant)
     else:
         optimizer = DummyOptim(model.parameters(), lr=0.02, weight_decay=0.01)
         scheduler = DummyScheduler(optimizer, total_num_steps=16, warmup_num_steps=2)
@@ -64,7 +64,9 @@ def main(out: Path, mode: str) -> None:
                                   accelerator.get_state_dict(model).items()},
               "distributed_type": accelerator.distributed_type.value, "config": plugin.deepspeed_config,
               "mixed_precision": accelerator.mixed_precision, "accumulation": accelerator.gradient_accumulation_steps,
-              "unwrapped": type(accelerator.unwrap_model(model)).__name__}
+              "unwrapped": type(accelerator.unwrap_model(model)).__name__,
+              "scheduler": [type(scheduler).__name__, scheduler.state_dict().get(
+                  "last_epoch", scheduler.state_dict().get("last_batch_iteration"))]}
     torch.save(result, out / f"{mode}_rank{os.environ.get('RANK', '0')}.pt")
 
 

@@ -82,6 +82,8 @@ def test_launched_with_deepspeed_flags_the_ranks_train_as_the_plain_loop(tmp_pat
         assert ran["config"]["zero_optimization"]["stage"] == stage and "gradient_clipping" not in ran["config"]
         assert ran["config"]["train_batch_size"] == 4 * 2 * 2  # micro batch x accumulation x ranks
         assert ran["norms"][0] is None and ran["norms"][1] > 0  # the norm the engine's last step saw
+        # a torch scheduler steps as Accelerate's prepared ones: num_processes times per optimizer step
+        assert ran["scheduler"] == ["AcceleratedScheduler", 2 * 8]  # 8 optimizer steps
         for name, value in reference.items():  # fp32 master weights stepped as torch's AdamW steps them
             torch.testing.assert_close(ran["weights"][name], value, rtol=1e-5, atol=1e-6, msg=name)
 
@@ -102,6 +104,7 @@ def test_a_deepspeed_json_config_runs_its_optimizer_and_schedule_and_resumes_bit
     assert filled["gradient_clipping"] == 1.0 and filled["train_micro_batch_size_per_gpu"] == 4
     assert filled["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is False
     assert whole[0]["lrs"][:3] == [0.0, 0.02, 0.02] and whole[0]["lrs"][7] == pytest.approx(0.02 / 6)
+    assert whole[0]["scheduler"] == ["DeepSpeedSchedulerWrapper", 16 - 1]  # once a step, counted from -1
     assert (tmp_path / "state" / "pytorch_model").is_dir()  # DeepSpeed's files, inside Accelerate's folder
     for rank in (0, 1):
         assert resumed[rank]["losses"] == whole[rank]["losses"][8:]
