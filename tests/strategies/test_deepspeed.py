@@ -49,6 +49,26 @@ def test_each_stage_trains_as_ddp_with_clipping_accumulation_a_scheduler_and_une
         torch.testing.assert_close(metrics[name], ddp_result[1][name], **TOLERANCE)
 
 
+def _runtime_loop(runtime: framework.Runtime) -> dict[str, torch.Tensor] | None:
+    """Lightning Fabric's way: the model called directly (through the engine), backward, step."""
+    torch.manual_seed(0)
+    model = Regressor()
+    model, optimizer = runtime.setup(model, torch.optim.AdamW(model.parameters(), lr=0.05))
+    for x, y in runtime.setup_dataloaders(DataLoader(regression_data(), batch_size=4)):
+        runtime.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+    weights = runtime.strategy.full_module_state_dict(model)
+    return weights if runtime.global_rank == 0 else None
+
+
+def test_the_runtime_trains_on_deepspeeds_engine_as_on_ddp():
+    ran = framework.Runtime(accelerator="cpu", devices=2, strategy="deepspeed_stage_3").launch(_runtime_loop)
+    reference = framework.Runtime(accelerator="cpu", devices=2, strategy="ddp").launch(_runtime_loop)
+    for name, value in reference.items():
+        torch.testing.assert_close(ran[name], value, **TOLERANCE, msg=name)
+
+
 def _checkpointing(directory: str, max_steps: int) -> framework.Trainer:
     return quiet_trainer(devices=2, strategy="deepspeed_stage_3", precision="bf16-mixed", max_steps=max_steps,
                          enable_checkpointing=True, callbacks=[ModelCheckpoint(
