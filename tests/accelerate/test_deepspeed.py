@@ -135,6 +135,7 @@ def test_a_config_file_fills_its_auto_values_from_the_plugin_and_conflicts_are_e
     plugin = DeepSpeedPlugin(hf_ds_config=str(path), gradient_accumulation_steps=2)
     assert plugin.deepspeed_config["gradient_accumulation_steps"] == 2
     assert plugin.get_value("zero_optimization.stage") == 3 and plugin.is_auto("train_batch_size")
+    assert plugin.zero_stage == 3  # the fields say what the file holds, as scripts read them
     with pytest.raises(MisconfigurationError, match=r"ds zero_optimization\.stage=3 vs the plugin's or run's 2"):
         DeepSpeedPlugin(hf_ds_config=str(path), zero_stage=2)
     with pytest.raises(MisconfigurationError, match="enabled; change one"):

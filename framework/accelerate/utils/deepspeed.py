@@ -178,6 +178,10 @@ class DeepSpeedPlugin:
         self.deepspeed_config_process(must_match=True, **given)
         self.deepspeed_config_process(must_match=False, **{path: getattr(self, name) for name, path in
                                                            FIELD_PATHS.items() if getattr(self, name) is not None})
+        for name, path in FIELD_PATHS.items():  # the fields say what the config holds (zero_stage ...)
+            value = self.get_value(path)
+            if value is not None and value != "auto":
+                setattr(self, name, value)
         if self.zero3_init_flag is None:
             self.zero3_init_flag = self.hf_ds_config.is_zero3()
         if self.zero3_init_flag and not self.hf_ds_config.is_zero3():
