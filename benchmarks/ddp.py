@@ -10,6 +10,13 @@ Rows:
 - Lightning (when ``lightning`` is importable: run with an interpreter that has it and
   ``framework`` on PYTHONPATH): ``lightning.Trainer(accelerator="cpu", devices=N, strategy="ddp")``,
   which starts its other ranks by running the script again.
+- framework with a sharding strategy on 2 ranks, started as ``"auto"`` starts them (``fork`` on a
+  machine without GPUs): ``strategy="zero2"`` and ``"zero3"`` (FSDP2), and DeepSpeed's own engine,
+  ``"deepspeed_stage_2"`` and ``"deepspeed_stage_3"`` (only where DeepSpeed is installed: without it
+  those names would run FSDP2 instead, so the rows are skipped and the table says so). On this small
+  MLP the step time is their per-step overhead over DDP (gathering, reduce-scattering, and for
+  DeepSpeed its engine's bookkeeping); their first step includes importing DeepSpeed in each rank and
+  building its engine.
 - plain DDP: a hand-written ``torch.nn.parallel.DistributedDataParallel`` loop (the same model,
   data and optimizer) started by ``torchrun``; its launch time is torchrun's, so it is not shown.
 
@@ -41,6 +48,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import framework
 import framework.callbacks
 import framework.strategies
+from framework.strategies.deepspeed import EXTRA_HINT, deepspeed_available
 
 WIDTH, BATCH = 256, 64
 HERE = Path(__file__).resolve()
@@ -98,7 +106,8 @@ class FrameworkClock(StepClock, framework.callbacks.Callback):
     pass
 
 
-def run_trainer(kind: str, devices: int, steps: int, out: str, start_method: str, fits: int) -> None:
+def run_trainer(kind: str, devices: int, steps: int, out: str, start_method: str, fits: int,
+                strategy_name: str = "ddp") -> None:
     if kind == "framework":
         library, Model, Clock = framework, FrameworkModel, FrameworkClock
     else:
@@ -118,7 +127,8 @@ def run_trainer(kind: str, devices: int, steps: int, out: str, start_method: str
 
     strategy = "ddp" if devices > 1 else "auto"
     if kind == "framework" and devices > 1:
-        strategy = framework.strategies.DDPStrategy(start_method=start_method)
+        strategy = (framework.strategies.DDPStrategy(start_method=start_method) if strategy_name == "ddp"
+                    else strategy_name)  # the sharding strategies start their ranks as "auto" does
     for _ in range(fits):  # the last fit is measured
         clock = Clock(out)
         trainer = library.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_steps=steps,
@@ -159,20 +169,37 @@ def run_plain(steps: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-# (kind, devices, start method, fits in the process): each a row; the last fit of each run is measured.
-CONFIGS = [("framework", 1, "auto", 1), ("lightning", 1, "auto", 1), ("plain", 1, "auto", 1),
-           ("framework", 2, "fork", 1), ("framework", 2, "popen", 1), ("framework", 2, "forkserver", 1),
-           ("framework", 2, "forkserver", 2), ("framework", 2, "spawn", 1), ("lightning", 2, "auto", 1),
-           ("plain", 2, "auto", 1)]
+# (kind, devices, start method, fits in the process, strategy): each a row; the last fit of each run is measured.
+CONFIGS = [("framework", 1, "auto", 1, "ddp"), ("lightning", 1, "auto", 1, "ddp"), ("plain", 1, "auto", 1, "ddp"),
+           ("framework", 2, "fork", 1, "ddp"), ("framework", 2, "popen", 1, "ddp"),
+           ("framework", 2, "forkserver", 1, "ddp"), ("framework", 2, "forkserver", 2, "ddp"),
+           ("framework", 2, "spawn", 1, "ddp"), ("framework", 2, "auto", 1, "zero2"),
+           ("framework", 2, "auto", 1, "deepspeed_stage_2"), ("framework", 2, "auto", 1, "zero3"),
+           ("framework", 2, "auto", 1, "deepspeed_stage_3"), ("lightning", 2, "auto", 1, "ddp"),
+           ("plain", 2, "auto", 1, "ddp")]
+DEEPSPEED = ("deepspeed_stage_2", "deepspeed_stage_3")
 
 
-def measure(kind: str, devices: int, start_method: str, fits: int, steps: int,
+def configs_to_run() -> tuple[list[tuple], list[str]]:
+    """The rows this machine can run, and a line for each kind of row left out, saying why."""
+    configs, skipped = CONFIGS, []
+    try:
+        import lightning  # noqa: F401
+    except ImportError:
+        configs = [config for config in configs if config[0] != "lightning"]
+    if not deepspeed_available():
+        configs = [config for config in configs if config[4] not in DEEPSPEED]
+        skipped.append(f"{', '.join(DEEPSPEED)}: DeepSpeed is not installed ({EXTRA_HINT})")
+    return configs, skipped
+
+
+def measure(kind: str, devices: int, start_method: str, fits: int, strategy: str, steps: int,
             warmup: int) -> tuple[float | None, float]:
     """(launch-to-first-step seconds or None, mean step milliseconds) of one run in a fresh process."""
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "times.json")
         script = [str(HERE), "--one", kind, "--devices", str(devices), "--steps", str(steps), "--out", out,
-                  "--start-method", start_method, "--fits", str(fits)]
+                  "--start-method", start_method, "--fits", str(fits), "--strategy", strategy]
         if kind == "plain":
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                        str(devices), *script]
@@ -202,17 +229,15 @@ def main() -> None:
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--start-method", default="auto", help=argparse.SUPPRESS)
     parser.add_argument("--fits", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--strategy", default="ddp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one == "plain":
         return run_plain(args.steps, args.out)
     if args.one is not None:
-        return run_trainer(args.one, args.devices, args.steps, args.out, args.start_method, args.fits)
+        return run_trainer(args.one, args.devices, args.steps, args.out, args.start_method, args.fits,
+                           args.strategy)
 
-    try:
-        import lightning  # noqa: F401
-        configs = CONFIGS
-    except ImportError:
-        configs = [config for config in CONFIGS if config[0] != "lightning"]
+    configs, skipped = configs_to_run()
     results: dict[tuple, list[tuple[float | None, float]]] = {config: [] for config in configs}
     for _ in range(args.runs):
         for config in configs:
@@ -223,23 +248,27 @@ def main() -> None:
     print(f"| ranks | {'run':<30} | fit() to first step (s) | step time per rank (ms) | vs plain DDP |")
     print(f"|------:|:{'-' * 30}-|------------------------:|------------------------:|-------------:|")
     for config in configs:
-        kind, devices, start_method, fits = config
+        devices = config[1]
         runs = results[config]
         firsts = [first for first, _ in runs if first is not None]
         step = statistics.median(step for _, step in runs)
-        plain = statistics.median(step for _, step in results[("plain", devices, "auto", 1)])
+        plain = statistics.median(step for _, step in results[("plain", devices, "auto", 1, "ddp")])
         first_text = f"{statistics.median(firsts):.2f}" if firsts else "—"
         print(f"| {devices} | {_row_name(config):<30} | {first_text:>23} | {step:>23.3f} | {step / plain:>11.2f}x |")
+    for line in skipped:
+        print(f"Skipped: {line}.")
 
 
 def _row_name(config: tuple) -> str:
-    kind, devices, start_method, fits = config
+    kind, devices, start_method, fits, strategy = config
     if kind == "plain":
         return "plain DDP (torchrun)"
     if kind == "lightning":
         return "Lightning"
     if devices == 1:
         return "framework"
+    if strategy != "ddp":
+        return f"framework, {strategy}"
     return f"framework, {start_method}" + (f", fit no. {fits}" if fits > 1 else "")
 
 

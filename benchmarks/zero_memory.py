@@ -1,5 +1,5 @@
 """ZeRO on CPU: the training state and activations each rank holds, and the step time, for ddp, zero1, zero2,
-zero3, zero3 with activation checkpointing, and zero3_offload.
+zero3, zero3 with activation checkpointing, zero3_offload, and DeepSpeed's own ZeRO stages 2 and 3.
 
 The model is a stack of 6 feed-forward blocks (``Block``: Linear from width w to 4w, GELU, Linear
 back to w; 12 linear layers) whose width is picked to give ``--params`` million parameters, trained
@@ -9,14 +9,32 @@ with fp32 AdamW on random data, on 2 ranks (gloo). Each strategy runs in its own
 Per rank, the bytes of state (``framework.testing.state_bytes``: a sharded tensor counts its
 local part) are read on the first batch where ZeRO's arithmetic speaks of them: parameters
 after the forward pass (``on_before_backward``), gradients after backward (``on_after_backward``),
-optimizer state after the step (``on_before_zero_grad``). The largest rank's value is shown
-beside the theory for Ψ parameters on N ranks:
+optimizer state after the step (``on_train_batch_end``; the Trainer zeroes gradients before the next
+backward, as Lightning does). The largest rank's value is shown beside the theory for Ψ parameters
+on N ranks:
 
-    ddp            4Ψ     4Ψ     8Ψ
-    zero1          4Ψ     4Ψ     8Ψ/N
-    zero2          4Ψ     4Ψ/N   8Ψ/N    (parameters gathered from forward to backward)
-    zero3          4Ψ/N   4Ψ/N   8Ψ/N
-    zero3_offload  as zero3, kept in CPU memory (on a CPU-only machine that is where everything is)
+    ddp                4Ψ     4Ψ     8Ψ
+    zero1              4Ψ     4Ψ     8Ψ/N
+    zero2              4Ψ     4Ψ/N   8Ψ/N    (parameters gathered from forward to backward)
+    zero3              4Ψ/N   4Ψ/N   8Ψ/N
+    zero3_offload      as zero3, kept in CPU memory (on a CPU-only machine that is where everything is)
+    deepspeed_stage_2  4Ψ     4Ψ/N   12Ψ/N   (optimizer: an fp32 master partition beside AdamW's moments)
+    deepspeed_stage_3  4Ψ/N   4Ψ/N   12Ψ/N
+
+The DeepSpeed rows (``Trainer(strategy="deepspeed_stage_2" / "deepspeed_stage_3")``, DeepSpeed's defaults
+as Lightning sets them; run only where DeepSpeed is installed) are counted in DeepSpeed's own buffers by
+``deepspeed_state.deepspeed_state_bytes``, since ``state_bytes`` sees only ``param.data`` and
+``param.grad``, which DeepSpeed empties: parameters are ``param.data`` (stage 2: the whole flat model) plus
+``param.ds_tensor`` (stage 3: this rank's partition; from the second step on, parameters under
+``stage3_param_persistence_threshold``, 10⁵ elements, here the biases, also stay gathered: 0.1 MB at
+50M, not yet on the first batch, where it is read); gradients are the reduced partition
+DeepSpeed keeps for the step (``averaged_gradients``; stage 3's ``grad_partitions_flat_buffer``);
+optimizer is AdamW's state plus the fp32 master partition the ZeRO optimizer steps, which DeepSpeed keeps
+as a copy even in fp32 training (so 12Ψ/N, not 8Ψ/N; ``deepspeed_state.py`` says where). Not in the
+columns: the gradient reduction buckets, ``reduce_bucket_size`` (2·10⁸) elements each, allocated empty
+(stage 2: two, with ``overlap_comm``, during backward; stage 3: one for the whole run), into which backward
+writes each parameter's unreduced gradient until a bucket is full, so here all 4Ψ of them; a line under
+the table gives the bytes allocated, and the peak RSS column holds the part written.
 
 "activations" is the peak of the bytes held for backward over the first batch
 (``framework.testing.SavedActivations``: tensors saved for backward, or recomputed in it, until
@@ -39,7 +57,10 @@ which is never timed. The
 spawned ranks, with the same threads per rank: ``DistributedDataParallel``, and FSDP2's
 ``fully_shard`` on each block and then the whole, which is what the framework's zero2/zero3 do.
 
+The DeepSpeed rows import DeepSpeed before their RSS baseline, as every row has torch imported.
+
     python benchmarks/zero_memory.py [--params 50] [--steps 8] [--warmup 2] [--batch-size 16] [--runs 1]
+                                     [--rows plain_ddp deepspeed_stage_2 ...]
 """
 
 from __future__ import annotations
@@ -49,19 +70,24 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from deepspeed_state import deepspeed_state_bytes, gradient_bucket_bytes
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import framework as L
 from framework.callbacks import Callback
 from framework.strategies import FSDPStrategy
+from framework.strategies.deepspeed import EXTRA_HINT, deepspeed_available
 from framework.testing import SavedActivations, spawn, state_bytes
 
 BLOCKS, RANKS = 6, 2
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "zero3_checkpointed", "zero3_offload")
+DEEPSPEED = ("deepspeed_stage_2", "deepspeed_stage_3")
+REDUCE_BUCKET_ELEMENTS = 200_000_000  # DeepSpeedStrategy's reduce_bucket_size (Lightning's default)
 # Multiples of Ψ bytes per rank (fp32 parameters and gradients, AdamW's two moments), N = RANKS.
 THEORY = {
     "plain_ddp": (4, 4, 8),
@@ -73,10 +99,13 @@ THEORY = {
     "zero3": (4 / RANKS, 4 / RANKS, 8 / RANKS),
     "zero3_checkpointed": (4 / RANKS, 4 / RANKS, 8 / RANKS),
     "zero3_offload": (4 / RANKS, 4 / RANKS, 8 / RANKS),
+    "deepspeed_stage_2": (4, 4 / RANKS, 12 / RANKS),
+    "deepspeed_stage_3": (4 / RANKS, 4 / RANKS, 12 / RANKS),
 }
 PLAIN = ("plain_ddp", "plain_zero2", "plain_zero3")
 NAMES = {"plain_ddp": "plain DDP", "plain_zero2": "plain FSDP2 ZeRO-2", "plain_zero3": "plain FSDP2 ZeRO-3",
-         "zero3_checkpointed": "zero3 + checkpointing", **{name: name for name in STRATEGIES[:4] + STRATEGIES[5:]}}
+         "zero3_checkpointed": "zero3 + checkpointing",
+         **{name: name for name in STRATEGIES[:4] + STRATEGIES[5:] + DEEPSPEED}}
 
 
 class Block(nn.Module):
@@ -137,10 +166,11 @@ class Stack(L.Module):
 class Readings:
     """State bytes at the three points of the first batch, the activations' peak in it, and when each batch ended."""
 
-    def __init__(self) -> None:
-        self.bytes = {"parameters": -1, "gradients": -1, "optimizer": -1, "activations": -1}
+    def __init__(self, count: Callable[[nn.Module, Any], dict[str, int]] = state_bytes) -> None:
+        self.bytes = {"parameters": -1, "gradients": -1, "optimizer": -1, "activations": -1, "gradient_bucket": 0}
         self.ends: list[float] = []
         self.saved = SavedActivations()
+        self.count = count  # state_bytes, or deepspeed_state_bytes for DeepSpeed's engine
 
     def batch_started(self) -> None:
         if not self.ends:  # the first batch only: counting slows a step, and this one is not timed
@@ -154,33 +184,45 @@ class Readings:
 
     def take(self, kind: str, module: nn.Module, optimizer: Any = None) -> None:
         if self.bytes[kind] < 0:
-            self.bytes[kind] = state_bytes(module, optimizer)[kind]
+            self.bytes[kind] = self.count(module, optimizer)[kind]
 
 
 class Measure(Callback):
-    def __init__(self) -> None:
+    """Readings of a Trainer's run; under DeepSpeed, in its ZeRO optimizer's buffers, with its gradient bucket
+    read while backward runs (the first parameter's gradient is among the last made)."""
+
+    def __init__(self, deepspeed: bool = False) -> None:
         super().__init__()
-        self.readings = Readings()
+        self.deepspeed = deepspeed
+        self.readings = Readings(deepspeed_state_bytes if deepspeed else state_bytes)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self.readings.batch_started()
+        if self.deepspeed and not self.readings.ends:
+            optimizer = trainer.optimizers[0]  # DeepSpeed's ZeRO optimizer
+            handle = next(module.parameters()).register_hook(lambda grad: self._read_bucket(optimizer, handle))
 
     def on_before_backward(self, trainer, module, loss):
-        self.readings.take("parameters", module)
+        self.readings.take("parameters", module, trainer.optimizers[0])
 
     def on_after_backward(self, trainer, module):
-        self.readings.take("gradients", module)
-
-    def on_before_zero_grad(self, trainer, module, optimizer):
-        self.readings.take("optimizer", module, optimizer)
+        self.readings.take("gradients", module, trainer.optimizers[0])
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.readings.take("optimizer", module, trainer.optimizers[0])  # after the step
         self.readings.batch_ended()
+
+    def _read_bucket(self, optimizer: Any, handle: Any) -> None:
+        self.readings.bytes["gradient_bucket"] = gradient_bucket_bytes(optimizer)
+        handle.remove()
 
 
 def run_framework(rank: int, kind: str, width: int, steps: int, batch_size: int) -> dict[str, Any]:
+    if kind in DEEPSPEED:  # imported before the RSS baseline, as torch and the framework are
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        import deepspeed  # noqa: F401
     start_rss = _rss_kib()
-    measure = Measure()
+    measure = Measure(deepspeed=kind in DEEPSPEED)
     trainer = L.Trainer(accelerator="cpu", devices=RANKS, strategy=strategy_for(kind), max_steps=steps, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[measure])
@@ -244,14 +286,21 @@ def measure(kind: str, width: int, steps: int, batch_size: int, warmup: int) -> 
     else:
         ranks = spawn(RANKS, run_framework, kind, width, steps, batch_size, timeout=600.0)
     row = {key: max(rank[key] for rank in ranks)
-           for key in ("parameters", "gradients", "optimizer", "activations", "rss_growth")}
+           for key in ("parameters", "gradients", "optimizer", "activations", "gradient_bucket", "rss_growth")}
     ends = ranks[0]["ends"]
     row["step_ms"] = (ends[-1] - ends[warmup]) / (len(ends) - 1 - warmup) * 1000
     return row
 
 
-KINDS = ("plain_ddp", "ddp", "zero1", "plain_zero2", "zero2", "plain_zero3", "zero3", "zero3_checkpointed",
-         "zero3_offload")
+KINDS = ("plain_ddp", "ddp", "zero1", "plain_zero2", "zero2", "deepspeed_stage_2", "plain_zero3", "zero3",
+         "deepspeed_stage_3", "zero3_checkpointed", "zero3_offload")
+
+
+def kinds_to_run() -> tuple[tuple[str, ...], str | None]:
+    """The rows this machine can run, and why the DeepSpeed rows are left out (None when they run)."""
+    if deepspeed_available():
+        return KINDS, None
+    return tuple(kind for kind in KINDS if kind not in DEEPSPEED), f"DeepSpeed is not installed ({EXTRA_HINT})"
 
 
 def main() -> None:
@@ -261,32 +310,37 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="steps left out of the step time")
     parser.add_argument("--batch-size", type=int, default=16, help="samples per rank and step")
     parser.add_argument("--runs", type=int, default=1, help="runs of every row, in turn; medians are shown")
+    parser.add_argument("--rows", nargs="+", choices=KINDS, default=KINDS, help="run only these rows")
     args = parser.parse_args()
     if args.steps < args.warmup + 2:
         parser.error(f"--steps must be at least --warmup + 2 ({args.warmup + 2}) to time a step")
 
     width = width_for(args.params)
-    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    kinds, skipped = kinds_to_run()
+    kinds = tuple(kind for kind in kinds if kind in args.rows)
+    skipped = skipped if set(DEEPSPEED) & set(args.rows) else None
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for _ in range(args.runs):
-        for kind in KINDS:
+        for kind in kinds:
             runs[kind].append(measure(kind, width, args.steps, args.batch_size, args.warmup))
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, {RANKS} ranks (gloo), {BLOCKS} blocks of width "
           f"{width} (hidden {4 * width}): Ψ = {parameter_count(width) / 1e6:.1f}M fp32 parameters, AdamW, batch "
           f"{args.batch_size} per rank, {args.steps} steps ({args.warmup} warm-up), median of {args.runs} run(s)")
-    print_table(runs, width, args.batch_size)
+    print_table(runs, width, args.batch_size, skipped)
 
 
-def print_table(runs: dict[str, list[dict[str, float]]], width: int, batch_size: int) -> None:
-    """One row per kind of run: medians of its runs, beside the theory; then what recomputation cost."""
+def print_table(runs: dict[str, list[dict[str, float]]], width: int, batch_size: int, skipped: str | None) -> None:
+    """One row per kind of run: medians of its runs, beside the theory; then DeepSpeed's gradient buckets (or why
+    its rows were skipped) and what recomputation cost."""
     mb, psi = 1e6, parameter_count(width)
-    rows = {kind: {key: statistics.median(run[key] for run in runs[kind]) for key in runs[kind][0]} for kind in KINDS}
+    rows = {kind: {key: statistics.median(run[key] for run in runs[kind]) for key in runs[kind][0]} for kind in runs}
     print("MB per rank (largest rank), measured | theory")
     print("| run                   | params | theory | grads | theory | optimizer | theory |  total | theory | "
           "activations | theory | peak RSS +MB | ms/step | runs' range | × plain DDP |")
     print("|:----------------------|-------:|-------:|------:|-------:|----------:|-------:|-------:|-------:|"
           "------------:|-------:|-------------:|--------:|------------:|------------:|")
-    plain_ms = rows["plain_ddp"]["step_ms"]
-    for kind in KINDS:
+    plain_ms = rows["plain_ddp"]["step_ms"] if "plain_ddp" in rows else float("nan")
+    for kind in rows:
         row = rows[kind]
         params, grads, optimizer = (row[key] / mb for key in ("parameters", "gradients", "optimizer"))
         params_theory, grads_theory, optimizer_theory = (share * psi / mb for share in THEORY[kind])
@@ -298,6 +352,15 @@ def print_table(runs: dict[str, list[dict[str, float]]], width: int, batch_size:
               f"{optimizer:>9.1f} | {optimizer_theory:>6.1f} | {total:>6.1f} | {total_theory:>6.1f} | "
               f"{activations:>11.2f} | {activations_theory:>6.2f} | {row['rss_growth'] / mb:>12.0f} | "
               f"{row['step_ms']:>7.0f} | {spread:>11} | {row['step_ms'] / plain_ms:>10.2f}x |")
+    if skipped is not None:
+        print(f"Skipped: {', '.join(DEEPSPEED)}: {skipped}.")
+    elif set(DEEPSPEED) & set(rows):
+        buckets = ", ".join(f"{kind} {rows[kind]['gradient_bucket'] / mb:.0f} MB" for kind in DEEPSPEED if kind in rows)
+        print(f"Not in the grads column: DeepSpeed's gradient reduction buckets, allocated per rank while backward "
+              f"runs ({buckets}); backward writes each unreduced gradient into them until one is full, "
+              f"{min(psi, REDUCE_BUCKET_ELEMENTS) * 4 / mb:.1f} MB here, which only the peak RSS column holds.")
+    if "zero3" not in rows or "zero3_checkpointed" not in rows:
+        return
     zero3, checkpointed = rows["zero3"], rows["zero3_checkpointed"]
     print(f"Activation checkpointing on zero3: activations {zero3['activations'] / mb:.2f} -> "
           f"{checkpointed['activations'] / mb:.2f} MB per rank "

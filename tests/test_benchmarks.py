@@ -1,13 +1,19 @@
 """The GPU benchmark at its CPU size: every row runs, and the framework's rows read no more on the host and
 compile no more during the timed steps than the plain loop's. The checkpoint benchmark's training and safety tables
-at a small size: every row runs."""
+at a small size: every row runs. The ZeRO memory benchmark's DeepSpeed rows at a small size: DeepSpeed holds the
+bytes its ZeRO stages should (skipped without DeepSpeed)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from framework.strategies.deepspeed import deepspeed_available
 
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu.py"
 
@@ -79,3 +85,23 @@ def test_the_recovery_benchmark_runs_at_its_smallest_size(tmp_path):
         parts = dict(part.rsplit(" ", 1) for part in row[4].strip().split(", "))
         assert all(float(value) >= -0.1 for value in parts.values()), row  # a part may span two processes' stamps
     assert os.listdir(tmp_path) == []  # the runs' directories and checkpoints are removed
+
+
+ZERO_MEMORY_BENCHMARK = BENCHMARK.parent / "zero_memory.py"
+
+
+def test_the_zero_memory_benchmarks_deepspeed_rows_hold_what_zeros_arithmetic_says():
+    if not deepspeed_available() or shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("DeepSpeed (and the C++ compiler it builds its op with) is not installed")
+    command = [sys.executable, str(ZERO_MEMORY_BENCHMARK), "--params", "2", "--steps", "3", "--warmup", "1",
+               "--rows", "deepspeed_stage_2", "deepspeed_stage_3"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {cells[0]: cells[1:] for line in completed.stdout.splitlines() if line.startswith("| deepspeed")
+            for cells in [[cell.strip() for cell in line.split("|")[1:-1]]]}
+    assert set(rows) == {"deepspeed_stage_2", "deepspeed_stage_3"}
+    for name, cells in rows.items():
+        # params, grads, optimizer, total and activations, each measured beside its theory (MB, rounded alike)
+        assert cells[0:10:2] == cells[1:11:2], (name, cells)
+    assert float(rows["deepspeed_stage_3"][0]) < float(rows["deepspeed_stage_2"][0])  # stage 3 shards parameters
+    assert "DeepSpeed's gradient reduction buckets" in completed.stdout
