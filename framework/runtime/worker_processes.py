@@ -279,7 +279,13 @@ def _forget_inherited_process_group() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() == 1:
+        # Kept, never destroyed here: a fork copies gloo's condition variables with their waiters but not the
+        # threads waiting, so the group's destructor would wait for them forever.
+        _INHERITED_GROUPS.extend(dist.distributed_c10d._world.pg_map)
         dist.destroy_process_group()  # no peers: nothing is sent, the parent's group is untouched
+
+
+_INHERITED_GROUPS: list[Any] = []
 
 
 def _in_new_thread(function: Callable[..., Any], args: tuple) -> Any:

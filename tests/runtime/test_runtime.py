@@ -372,3 +372,27 @@ def test_the_set_up_optimizer_sees_the_state_and_groups_a_load_brings(tmp_path):
     fresh_optimizer.step()
     scheduler.step()
     assert fresh_optimizer.optimizer.param_groups[0]["lr"] == pytest.approx(0.05)  # the loaded 0.5, then scheduled
+
+
+_FORKS_AFTER_A_ONE_PROCESS_GROUP = """
+import torch, torch.distributed as dist
+import framework.testing
+
+def total(rank):
+    value = torch.tensor([rank + 1.0])
+    dist.all_reduce(value)
+    return value.item()
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # as a one-device zero3 fit
+    dist.all_reduce(torch.ones(1))  # leaves gloo's threads waiting
+    print(framework.testing.spawn(2, total))
+"""
+
+
+def test_ranks_forked_from_a_process_holding_a_used_one_process_group_join_their_own():
+    # the parent's group, destroyed in a fork, would wait forever for gloo threads the fork does not have
+    done = subprocess.run([sys.executable, "-c", _FORKS_AFTER_A_ONE_PROCESS_GROUP], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[3.0, 3.0]"
