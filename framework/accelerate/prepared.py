@@ -7,7 +7,7 @@ from typing import Any
 from torch.optim import Optimizer
 
 from framework.accelerate.gradient_state import GradientState
-from framework.accelerate.utils.shared_state import current_accelerator
+from framework.accelerate.newest_accelerator import current_accelerator
 from framework.errors import MisconfigurationError
 from framework.runtime.wrappers import RuntimeOptimizer
 

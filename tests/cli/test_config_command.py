@@ -105,7 +105,7 @@ def test_a_wrong_answer_is_asked_again_and_where_stdin_ends_the_defaults_are_tak
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
-    (["--distributed_type", "DEEPSPEED"], "--distributed_type: 'DEEPSPEED' is not supported"),
+    (["--distributed_type", "MEGATRON_LM"], "--distributed_type: 'MEGATRON_LM' is not supported"),
     (["--mixed_precision", "fp8"], "--mixed_precision: 'fp8' is not supported"),
     (["--fsdp_sharding_strategy", "ZERO_SHARD"], "--fsdp_sharding_strategy: 'ZERO_SHARD' is not supported"),
     (["--num_processes", "0"], "--num_processes: '0' is not accepted"),

@@ -3,10 +3,15 @@
 
 The configuration objects and keyword handlers the ``Accelerator`` takes, Accelerate's enumerations,
 the ``is_*_available`` probes, seeding, the free collectives on nested data, ``find_executable_batch_size``,
-model and FSDP helpers. Names of engines the framework does not run (DeepSpeed, Megatron-LM, fp8,
-bitsandbytes, XLA) import as well and refuse when used, saying what to use instead.
+model and FSDP helpers, DeepSpeed's plugin and placeholders. Names of engines the framework does not run
+(Megatron-LM, fp8, bitsandbytes, XLA) import as well and refuse when used, saying what to use instead.
 """
 
+from framework.accelerate.deepspeed_wrappers import (
+    DeepSpeedEngineWrapper,
+    DeepSpeedOptimizerWrapper,
+    DeepSpeedSchedulerWrapper,
+)
 from framework.accelerate.utils.configuration import (
     DataLoaderConfiguration,
     FullyShardedDataParallelPlugin,
@@ -236,15 +241,3 @@ __all__ = [
     "synchronize_rng_state", "synchronize_rng_states", "T5TrainStep", "TorchDynamoPlugin", "wait_for_everyone",
     "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME", "write_basic_config",
 ]
-
-
-_ENGINE_WRAPPERS = ("DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "DeepSpeedSchedulerWrapper")
-
-
-def __getattr__(name: str) -> object:
-    # The DeepSpeed wrappers build on the prepared optimizer and scheduler, a layer above utils: imported on use.
-    if name in _ENGINE_WRAPPERS:
-        from framework.accelerate import deepspeed
-
-        return getattr(deepspeed, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,26 +8,14 @@ Accelerate's ``PartialState()`` does.
 
 from __future__ import annotations
 
-import weakref
-from typing import Any
-
 from framework.accelerate.config_keys import KEYS
+from framework.accelerate.newest_accelerator import current_accelerator, register_accelerator
 from framework.accelerate.utils.environment import parse_flag_from_env
 from framework.runtime import Runtime
 
-_newest: weakref.ref | None = None
+__all__ = ["current_accelerator", "current_runtime", "register_accelerator"]
+
 _own_runtime: Runtime | None = None
-
-
-def register_accelerator(accelerator: Any) -> None:
-    """Make ``accelerator`` the one the state objects and free functions use (every new Accelerator calls this)."""
-    global _newest
-    _newest = weakref.ref(accelerator)
-
-
-def current_accelerator() -> Any:
-    """This process's newest Accelerator still alive, or None."""
-    return _newest() if _newest is not None else None
 
 
 def current_runtime(cpu: bool = False) -> Runtime:
