@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -514,7 +515,10 @@ def test_runtime_launch_without_a_function_runs_the_rest_of_the_script_on_every_
     failing = subprocess.run([sys.executable, str(script), str(tmp_path), "fail"], capture_output=True, text=True,
                              timeout=120, env=environment)
     assert failing.returncode != 0 and time.monotonic() - started < 60
-    assert "rank 1 fails" in failing.stderr and "Rank 1 of 2 exited with code 1" in failing.stderr
+    # A rank that ends with an exception leaves its gloo group open (its peers may be inside a collective), and gloo
+    # tearing down at the interpreter's exit sometimes aborts it: code 1, or -6 (SIGABRT) on a loaded machine.
+    assert "rank 1 fails" in failing.stderr, failing.stderr
+    assert re.search(r"Rank 1 of 2 exited with code (1|-6) \(its error is above\)", failing.stderr), failing.stderr
 
 
 def test_runtime_launch_runs_a_function_on_every_rank():
