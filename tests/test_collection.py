@@ -22,6 +22,7 @@ def test_test_ids_are_the_same_in_every_process_and_xdist_workers_agree():
                    if "::" in line] for seed in ("1", "2"))
     assert len(ids) > 800 and ids == again
     assert not [test_id for test_id in ids if re.search(r"0x[0-9a-f]{6,}", test_id)]  # an address differs by process
-    # every worker collects the whole suite, xdist compares the lists, and -k then deselects every test
+    # -n 2 starts, and each worker collects the whole suite without an error (-k deselects every test before xdist
+    # compares the workers' lists, so the comparison of whole lists is the one across hash seeds above)
     shared = _pytest("-n", "2", "-q", "-k", "no_test_is_named_like_this", "tests")
     assert shared.returncode == 5, shared.stdout + shared.stderr  # 5: collected the same, ran none
