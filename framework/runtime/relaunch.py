@@ -17,7 +17,8 @@ from typing import Any
 
 from framework.errors import MisconfigurationError
 from framework.runtime.environment import SCRIPT_RANKS_VARIABLE
-from framework.runtime.worker_processes import TERMINATE_GRACE_S, die_with_parent, free_port, rank_variables
+from framework.runtime.worker_processes import TERMINATE_GRACE_S, free_port, rank_variables
+from framework.strategies.forked_children import die_with_parent
 
 # How long rank 0, at its end, waits for the ranks it started to end too.
 _FINISH_GRACE_S = 120.0

@@ -24,6 +24,7 @@ from typing import Any
 from framework.errors import MisconfigurationError
 from framework.runtime.spawn_pickling import pickled_for_spawn
 from framework.runtime.start_method import warn_if_fork_is_unsafe
+from framework.strategies.forked_children import die_with_parent
 
 # How long stopped workers get to exit on SIGTERM before they are killed.
 TERMINATE_GRACE_S = 5.0
@@ -347,17 +348,6 @@ def rank_variables(rank: int, world_size: int, port: int) -> dict[str, str]:
     """torchrun's environment variables for rank ``rank`` of ranks on this machine meeting at ``port``."""
     return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
             "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "NODE_RANK": "0"}
-
-
-def die_with_parent() -> None:
-    """Make the kernel kill this process when the one that started it dies (Linux), so none is orphaned."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def _die_with_parent(parent_pid: int | None) -> None:

@@ -17,6 +17,7 @@ from framework.errors import MisconfigurationError, describe
 from framework.io import pickling
 from framework.io.checkpoint_io import CheckpointIO
 from framework.strategies.base import Strategy
+from framework.strategies.forked_children import end_forked_children_with_this_process
 from framework.strategies.group_exit import all_ranks_leaving, group_started
 
 # How the ranks no launcher started may be started (framework.runtime.start_method holds the rule for "auto").
@@ -38,6 +39,8 @@ def start_process_group(backend: str, **options: Any) -> None:
 
     dist.init_process_group(backend, **options)
     group_started()
+    if options.get("world_size", 1) > 1:
+        end_forked_children_with_this_process()  # a killed rank's peers learn it at once, not from its workers
 
 
 class StepRouter(nn.Module):
