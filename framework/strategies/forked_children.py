@@ -33,7 +33,7 @@ def end_forked_children_with_this_process() -> None:
     if not sys.platform.startswith("linux"):
         return
     if _rank_thread is None:
-        os.register_at_fork(before=_note_forking_thread, after_in_child=_die_with_parent)
+        os.register_at_fork(before=_note_forking_thread, after_in_child=_in_child_after_fork)
     _rank_thread = threading.current_thread()
 
 
@@ -47,7 +47,7 @@ def _note_forking_thread() -> None:
     _forked_from_rank_thread = threading.current_thread() is _rank_thread
 
 
-def _die_with_parent() -> None:
+def _in_child_after_fork() -> None:
     if _forked_from_rank_thread:
         die_with_parent()
 
