@@ -8,13 +8,15 @@ closes the copies at once.
 
 Only children forked from the thread that started the process group are asked (the main thread, or the thread a
 forked rank runs its work in): the signal follows the thread that forked, and a child forked from a short-lived
-thread would die with that thread. Elsewhere than Linux nothing changes.
+thread would die with that thread. Workers a DataLoader starts from a forkserver or by spawn are not the rank's
+children and keep torch's own check. Elsewhere than Linux nothing changes.
 
 Example::
 
     end_forked_children_with_this_process()   # once this process is a rank of a group of several
 
-``die_with_parent()`` asks the same for the calling process itself (a rank started by a launcher here).
+``die_with_parent()`` asks the same for the calling process itself: the ranks framework forks or starts as new
+runs of the script call it, so that none outlives the process that started it.
 """
 
 from __future__ import annotations
