@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -215,25 +216,29 @@ if hasattr(os, "register_at_fork"):
     atexit.register(_kill_deaf_children)
 
 
-def slurm_requeue(environ: os._Environ[str] | dict[str, str] | None = None) -> str:
-    """Ask SLURM to requeue this job (``scontrol requeue``; for an array task, that task). Returns what happened,
-    to be printed; never raises, since the checkpoint is saved and the exit status still says "requeue me"."""
+def slurm_requeue(say: Callable[[str], None], environ: os._Environ[str] | dict[str, str] | None = None) -> None:
+    """Ask SLURM to requeue this job (``scontrol requeue``; for an array task, that task), telling ``say`` what
+    happens. The line that says the job is requeued comes first: ``scontrol requeue`` kills every process of the job
+    within milliseconds, and a line written after it returns may never reach the job's output. Never raises, since
+    the checkpoint is saved and the exit status still says "requeue me"."""
     environ = os.environ if environ is None else environ
     job = slurm_job_id(environ)
     if job is None:
-        return ""
+        return
     scontrol = shutil.which("scontrol")
     if scontrol is None:
-        return (f"SLURM job {job}: scontrol is not on PATH here (a container?), so the job was not requeued; the "
-                f"exit status {REQUEUE_EXIT_CODE} says it should be.")
+        say(f"SLURM job {job}: scontrol is not on PATH here (a container?), so the job was not requeued; the "
+            f"exit status {REQUEUE_EXIT_CODE} says it should be.")
+        return
+    say(f"Requeueing SLURM job {job}; it resumes from the checkpoint when it starts again.")
     try:
         done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return f"SLURM job {job}: `scontrol requeue {job}` failed ({error})."
+        say(f"SLURM job {job}: `scontrol requeue {job}` failed ({error}); it was not requeued.")
+        return
     if done.returncode != 0:
-        return (f"SLURM job {job}: `scontrol requeue {job}` failed: {done.stderr.strip() or done.stdout.strip()} "
-                "(was the job submitted with --requeue, and does the cluster allow JobRequeue?)")
-    return f"SLURM job {job} requeued; it resumes from the checkpoint when it starts again."
+        say(f"SLURM job {job}: `scontrol requeue {job}` failed: {done.stderr.strip() or done.stdout.strip()}; it was "
+            "not requeued (was the job submitted with --requeue, and does the cluster allow JobRequeue?)")
 
 
 def slurm_job_id(environ: os._Environ[str] | dict[str, str]) -> str | None:

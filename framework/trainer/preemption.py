@@ -80,6 +80,4 @@ def requeue_when_done(run: Run) -> None:
     is here, rank 0 asks SLURM to requeue the job, which kills every process of the job at once."""
     run.runtime.barrier("preempted run done")
     if run.is_global_zero and getattr(run.runtime.cluster_environment, "auto_requeue", True):
-        requeued = slurm_requeue()
-        if requeued:
-            console.info(requeued)
+        slurm_requeue(say=console.info)

@@ -168,7 +168,7 @@ def _assert_resumed_as_uninterrupted(run: Run, reference: Run | None, signal: st
     assert run.info["Restarts"] == "1"
     saved = run.work / "hpc_ckpt_1.ckpt"
     assert f"SIG{signal} received at global step {WAIT_STEP}: saved {saved}." in run.output
-    assert f"SLURM job {run.target} requeued; it resumes from the checkpoint when it starts again." in run.output
+    assert f"Requeueing SLURM job {run.target}; it resumes from the checkpoint when it starts again." in run.output
     assert re.search(rf"Resuming from {re.escape(str(saved))}\b.*: restart 1 of this job\b", run.output), run.output
     assert run.starts() == ["0 -", "0 1", "1 -", "1 1"]  # both ranks, started by SLURM twice
     assert not saved.exists()  # done with once the resumed fit ended
