@@ -12,11 +12,13 @@ the inventory, so ``framework.trainer.Trainer`` resolves too.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
 import os
 import pkgutil
+import re
 from pathlib import Path
 
 import framework
@@ -82,14 +84,34 @@ def _members(cls: type) -> list[str]:
     of torch and the standard library, nor plumbing marked ``:meta private:`` in its docstring."""
     public = public_ids()
     names: list[str] = []
+    in_parameter_list = _fields_documented_as_parameters(cls)
     for klass in cls.__mro__:
         if klass is not cls and (id(klass) in public or not klass.__module__.startswith("framework")):
             continue
         for name, member in vars(klass).items():
             private = ":meta private:" in (inspect.getdoc(member) or "")
-            if not name.startswith("_") and name not in names and not private:
+            if (not name.startswith("_") and name not in names and not private and name not in in_parameter_list
+                    and not _sets_a_documented_attribute(cls, name, member)):
                 names.append(name)
     return names
+
+
+def _sets_a_documented_attribute(cls: type, name: str, member: object) -> bool:
+    """A class attribute that only gives another value to one a public base documents (a strategy's ``name``):
+    the base's entry describes it."""
+    if callable(member) or isinstance(member, (property, classmethod, staticmethod)):
+        return False
+    public = public_ids()
+    return any(name in vars(base) for base in cls.__mro__[1:] if id(base) in public)
+
+
+def _fields_documented_as_parameters(cls: type) -> set[str]:
+    """A dataclass's fields that its docstring documents with ``:param NAME:``: the class's parameter list
+    describes them, so they get no entry of their own (which would repeat the name with no text)."""
+    if not dataclasses.is_dataclass(cls):
+        return set()
+    documented = set(re.findall(r":param\s+(?:[^:\s]+\s+)?(\w+)\s*:", vars(cls).get("__doc__") or ""))
+    return {field.name for field in dataclasses.fields(cls) if field.name in documented}
 
 
 @functools.cache

@@ -6,12 +6,16 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from framework.hook_docs import document_hooks
+from framework.hooks import Owner
 from framework.hparams import HyperparametersMixin, build_from_hparams, read_hparams_file
 from framework.loader_hooks import LoaderHooks
+from framework.module_hook_defaults import ModuleHooks
 from framework.nested import move_to_device
 from framework.protocols import TrainerLike
 
 
+@document_hooks(Owner.DATAMODULE, written_on=ModuleHooks)
 class DataModule(LoaderHooks, HyperparametersMixin):
     """Groups data preparation and the loaders for fit, validate, test and predict.
 
@@ -43,15 +47,12 @@ class DataModule(LoaderHooks, HyperparametersMixin):
     def teardown(self, stage: str) -> None: ...
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change ``batch`` before it moves to the device; overriding it here replaces the Module's hook."""
         return batch
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
-        """Move ``batch`` to ``device`` (tensors in any nesting); overriding it here replaces the Module's hook."""
         return move_to_device(batch, device)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change ``batch`` once it is on the device; overriding it here replaces the Module's hook."""
         return batch
 
     def state_dict(self) -> dict[str, Any]:
@@ -59,7 +60,8 @@ class DataModule(LoaderHooks, HyperparametersMixin):
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned, when ``fit`` resumes from a checkpoint."""
+        """Restore what ``state_dict`` returned, when a run loads a checkpoint (``ckpt_path=``, a resumed fit),
+        after the Module's weights."""
 
     @classmethod
     def from_datasets(cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None,

@@ -1,24 +1,27 @@
 """``Module``: the user's model, its step functions and its hooks."""
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
-from torch.optim import Optimizer
 
 from framework import export
-from framework.errors import MisconfigurationError
+from framework.hook_docs import document_hooks
+from framework.hooks import Owner
 from framework.hparams import HyperparametersMixin, build_from_hparams, read_hparams_file
 from framework.loader_hooks import LoaderHooks
 from framework.module_hook_defaults import ModuleHooks
 from framework.module_logging import LoggingMethods
 from framework.module_optimization import OptimizationMethods
+from framework.module_steps import StepMethods
 from framework.protocols import TrainerLike
 
 
-class Module(ModuleHooks, LoggingMethods, LoaderHooks, HyperparametersMixin, OptimizationMethods, nn.Module):
+@document_hooks(Owner.MODULE)
+class Module(StepMethods, ModuleHooks, LoggingMethods, LoaderHooks, HyperparametersMixin, OptimizationMethods,
+             nn.Module):
     """A ``torch.nn.Module`` that also says how to train, validate, test and predict.
 
     Example::
@@ -53,9 +56,14 @@ class Module(ModuleHooks, LoggingMethods, LoaderHooks, HyperparametersMixin, Opt
         self._logging_refused_in: str | None = None  # the running hook, where it is one that may not log
         self._forget_hyperparameters()
         self._jit_is_scripting = False
+        #: True (the default): the Trainer runs backward on what ``training_step`` returns and steps the optimizers.
+        #: False (manual optimization, for GANs or several optimizers): ``training_step`` calls
+        #: ``self.optimizers()``, ``self.manual_backward(loss)``, ``optimizer.step()`` and ``optimizer.zero_grad()``
+        #: itself (see ``manual_backward``).
         self.automatic_optimization: bool = True
         #: Whether ``load_from_checkpoint`` and resuming require every key of the module in the checkpoint.
         self.strict_loading: bool = True
+        #: An input batch, for the model summary's sizes and for ``to_onnx`` or tracing without an explicit one.
         self.example_input_array: Any = None
         #: False: ``prepare_data`` runs on global rank 0 only (a filesystem all nodes share), not once per node.
         self.prepare_data_per_node: bool = True
@@ -145,88 +153,6 @@ class Module(ModuleHooks, LoggingMethods, LoaderHooks, HyperparametersMixin, Opt
         """``print`` on global rank 0 only."""
         if self.global_rank == 0:
             print(*args, **kwargs)
-
-    # -- steps ---
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Needed to fit: the batch's loss, a dict with a ``"loss"`` tensor, or None to skip it (warned once a fit)."""
-        raise MisconfigurationError(f"{type(self).__qualname__} must define training_step(batch, batch_idx) to fit.")
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Not overriding it turns validation off."""
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Compute and ``self.log`` the metrics of one test batch (``dataloader_idx`` follows with several loaders)."""
-        raise MisconfigurationError(f"{type(self).__qualname__} must define test_step(batch, batch_idx) to test.")
-
-    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
-        """By default ``self(batch)`` (``predict`` refuses a Module with neither ``forward`` nor ``predict_step``).
-
-        :param batch: the batch, on the device.
-        :param batch_idx: its index in the loader.
-        :param dataloader_idx: the loader's index; passed only where there are several.
-        """
-        return self(batch)
-
-    def configure_optimizers(self) -> Any:
-        """Return an optimizer, a list of them, ``([optimizers], [schedulers])`` or a dict (see the docs)."""
-        return None
-
-    def configure_callbacks(self) -> Any:
-        """Callbacks this module needs; they replace Trainer callbacks of the same type."""
-        return []
-
-    def configure_model(self) -> None:
-        """Create layers here to build them after the strategy is known (e.g. sharded at creation)."""
-
-    def configure_gradient_clipping(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
-                                    gradient_clip_algorithm: str | None = None) -> None:
-        """Clip before each optimizer step; by default with the Trainer's settings.
-
-        :param optimizer: the optimizer about to step.
-        :param gradient_clip_val: the Trainer's ``gradient_clip_val``.
-        :param gradient_clip_algorithm: the Trainer's ``gradient_clip_algorithm``.
-        """
-        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
-                            gradient_clip_algorithm=gradient_clip_algorithm)
-
-    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer,
-                       optimizer_closure: Callable[[], Any] | None = None) -> None:
-        """Override to change how the optimizer steps (e.g. a learning-rate warm-up); call ``optimizer.step``.
-
-        :param epoch: the current epoch.
-        :param batch_idx: the batch's index in the epoch.
-        :param optimizer: the optimizer to step.
-        :param optimizer_closure: runs ``training_step`` through backward and clipping; pass it to ``optimizer.step``.
-        """
-        optimizer.step(closure=optimizer_closure)
-
-    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Optimizer) -> None:
-        """Clear ``optimizer``'s gradients: on the first batch of each accumulation window, after its
-        ``training_step`` and before its backward, as in Lightning.
-
-        :param epoch: the current epoch.
-        :param batch_idx: the batch's index in the epoch.
-        :param optimizer: the optimizer whose gradients to clear.
-        """
-        optimizer.zero_grad()
-
-    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        """Step one LR scheduler; ``metric`` is the monitored value for ReduceLROnPlateau.
-
-        :param scheduler: the scheduler to step.
-        :param metric: the monitored value, or ``None`` for schedulers that monitor nothing.
-        """
-        if metric is None:
-            scheduler.step()
-        else:
-            scheduler.step(metric)
-
-    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """Compute gradients; override to change how (the Trainer's precision scales it where needed).
-
-        :param loss: the loss (other arguments go on to ``backward``).
-        """
-        self.trainer.runtime.backward(loss, *args, model=self.trainer.model, **kwargs)
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather tensors (in any nesting) from every rank, stacked along a new first dimension.

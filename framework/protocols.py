@@ -95,10 +95,18 @@ class TrainerLike(Protocol):
     log_dir: str | None
     ckpt_path: str | None
 
-    def fit(self, model: Any, *args: Any, **kwargs: Any) -> None: ...
-    def validate(self, model: Any = None, *args: Any, **kwargs: Any) -> list[dict[str, float]]: ...
-    def test(self, model: Any = None, *args: Any, **kwargs: Any) -> list[dict[str, float]]: ...
-    def predict(self, model: Any = None, *args: Any, **kwargs: Any) -> list[Any] | None: ...
+    def fit(self, model: Any, *args: Any, **kwargs: Any) -> None:
+        """Train ``model`` (as ``Trainer.fit``; the searches of the tuner run trial fits with it)."""
+
+    def validate(self, model: Any = None, *args: Any, **kwargs: Any) -> list[dict[str, float]]:
+        """Run the validation loop once (as ``Trainer.validate``); returns the metrics of each loader."""
+
+    def test(self, model: Any = None, *args: Any, **kwargs: Any) -> list[dict[str, float]]:
+        """Run the test loop (as ``Trainer.test``); returns the metrics of each loader."""
+
+    def predict(self, model: Any = None, *args: Any, **kwargs: Any) -> list[Any] | None:
+        """Run the predict loop (as ``Trainer.predict``); returns the predictions."""
 
     def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool | None = None,
-                        storage_options: dict[str, Any] | None = None) -> None: ...
+                        storage_options: dict[str, Any] | None = None) -> None:
+        """Write the run's checkpoint to ``filepath`` (as ``Trainer.save_checkpoint``; callbacks save with it)."""

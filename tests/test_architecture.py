@@ -25,14 +25,15 @@ MOST_LINES = 400
 # The layers, bottom first. A module may import from its own group and from any group of a lower layer; groups
 # side by side in one layer do not import each other. A group is a top-level module or subpackage of framework.
 LAYERS: list[list[set[str]]] = [
-    [{"errors", "console", "nested", "duration", "hooks", "loader_hooks", "seed", "version", "checks"}],
+    [{"errors", "console", "nested", "duration", "hooks", "hook_docs", "module_hook_defaults", "loader_hooks", "seed",
+      "version", "checks"}],
     [{"io"}],
     [{"export", "hparams", "utilities", "protocols"}],
     [{"loggers"}, {"profilers"}, {"precision"}, {"callbacks"}],
     [{"strategies"}],
     [{"plugins"}],
     [{"runtime"}],
-    [{"module", "module_hook_defaults", "module_logging", "module_optimization", "datamodule"}],
+    [{"module", "module_steps", "module_logging", "module_optimization", "datamodule"}],
     [{"trainer"}, {"accelerate"}],
     [{"tuner"}],
     [{"as_lightning"}],

@@ -1,10 +1,19 @@
-"""The Callback base: every hook of ``framework.hooks`` as a method that does nothing."""
+"""The Callback base: every hook of ``framework.hooks`` as a method that does nothing.
+
+A hook the Module has too is described once, on the Module (``framework.module_hook_defaults``); the reference shows
+that text here with a callback's arguments.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from framework.hook_docs import document_hooks
+from framework.hooks import Owner
+from framework.module_hook_defaults import ModuleHooks
 
+
+@document_hooks(Owner.CALLBACK, written_on=ModuleHooks)
 class Callback:
     """Subclass and override the hooks you need; the Trainer calls only the overridden ones.
 
@@ -54,8 +63,22 @@ class Callback:
 
     def on_fit_start(self, trainer, pl_module) -> None: ...
     def on_fit_end(self, trainer, pl_module) -> None: ...
-    def on_sanity_check_start(self, trainer, pl_module) -> None: ...
-    def on_sanity_check_end(self, trainer, pl_module) -> None: ...
+
+    def on_sanity_check_start(self, trainer, pl_module) -> None:
+        """Before the sanity check: the ``num_sanity_val_steps`` validation batches ``fit`` runs before training,
+        to find a bug in the validation code before hours of training. ``trainer.sanity_checking`` is True until
+        ``on_sanity_check_end``.
+
+        :param trainer: the Trainer running the hook.
+        :param pl_module: the Module being run.
+        """
+
+    def on_sanity_check_end(self, trainer, pl_module) -> None:
+        """After the sanity check; what it logged is dropped, so no callback acts on it.
+
+        :param trainer: the Trainer running the hook.
+        :param pl_module: the Module being run.
+        """
 
     def on_train_start(self, trainer, pl_module) -> None: ...
     def on_train_end(self, trainer, pl_module) -> None: ...
@@ -101,5 +124,13 @@ class Callback:
     ) -> None: ...
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None: ...
-    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None: ...
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        """When ``fit``, ``validate``, ``test`` or ``predict`` loads a checkpoint (``ckpt_path=``, a resumed run),
+        once the Module's weights are loaded: read what this callback's ``on_save_checkpoint`` added. (Its own
+        ``state_dict`` comes back through ``load_state_dict``.)
+
+        :param trainer: the Trainer running the hook.
+        :param pl_module: the Module being run.
+        :param checkpoint: the loaded checkpoint dict.
+        """
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None: ...

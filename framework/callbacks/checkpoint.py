@@ -40,6 +40,7 @@ class OnExceptionCheckpoint(Checkpoint):
         trainer.fit(model, ckpt_path="checkpoints/on_exception.ckpt")   # ... goes on from step 1234
     """
 
+    #: The suffix of the file written (``on_exception.ckpt``).
     FILE_EXTENSION = ".ckpt"
 
     def __init__(self, dirpath: str | os.PathLike, filename: str = "on_exception") -> None:

@@ -22,10 +22,15 @@ class CheckpointNames:
     ``last_model_path`` and ``_enable_version_counter``.
     """
 
+    #: Between the parts of a name: ``epoch=3-step=400``.
     CHECKPOINT_JOIN_CHAR = "-"
+    #: Between a metric's name and its value: ``val_loss=0.12``.
     CHECKPOINT_EQUALS_CHAR = "="
+    #: The name of the ``save_last`` file (``last.ckpt``).
     CHECKPOINT_NAME_LAST = "last"
+    #: The suffix of every checkpoint file.
     FILE_EXTENSION = ".ckpt"
+    #: The first ``-v<n>`` suffix given to a name that exists already (``last-v1.ckpt``).
     STARTING_VERSION = 1
 
     dirpath: str | None

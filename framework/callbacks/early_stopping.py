@@ -23,10 +23,15 @@ _SIGN = {"min": "<", "max": ">"}
 class EarlyStoppingReason(Enum):
     """Why an ``EarlyStopping`` stopped training (``early_stopping.stopping_reason``)."""
 
+    #: Training was not stopped by this callback.
     NOT_STOPPED = 0
+    #: The monitored value reached ``stopping_threshold``.
     STOPPING_THRESHOLD = 1
+    #: The monitored value went past ``divergence_threshold``.
     DIVERGENCE_THRESHOLD = 2
+    #: ``patience`` checks in a row without improvement.
     PATIENCE_EXHAUSTED = 3
+    #: The monitored value was NaN or infinite (with ``check_finite=True``).
     NON_FINITE_METRIC = 4
 
 

@@ -57,6 +57,8 @@ class ModelPruning(Callback):
         Trainer(callbacks=[ModelPruning("l1_unstructured", amount=lambda epoch: 0.2 if epoch % 2 else 0.0)])
     """
 
+    #: The parameters pruned in every layer that has them when neither ``parameters_to_prune`` nor
+    #: ``parameter_names`` is given.
     PARAMETER_NAMES = ("weight", "bias")
 
     def __init__(self, pruning_fn: Callable | str, parameters_to_prune: Sequence[tuple[nn.Module, str]] = (),

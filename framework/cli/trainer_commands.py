@@ -67,7 +67,16 @@ _LIGHTNING_CLI_ONLY = {
 
 @dataclass
 class CommandRun:
-    """What ``framework.cli.run`` made and what the Trainer method returned."""
+    """What ``framework.cli.run`` made and what the Trainer method returned.
+
+    :param subcommand: the subcommand run (``"fit"``, ``"validate"``, ``"test"``, ``"predict"``).
+    :param config: the configuration the objects were built from, every source merged.
+    :param trainer: the Trainer built from it.
+    :param model: the Module built from it.
+    :param datamodule: the DataModule built from it; None where the configuration names none.
+    :param result: what the Trainer method returned (``validate``'s metrics, ``predict``'s predictions, None
+        for ``fit``).
+    """
 
     subcommand: str
     config: dict

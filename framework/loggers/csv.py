@@ -46,6 +46,7 @@ class CSVLogger(DirectoryLogger):
         # ... logs/digits/version_0/metrics.csv, logs/digits/version_0/hparams.yaml
     """
 
+    #: The file in the run directory the metrics are written to, a row per step.
     NAME_METRICS_FILE = "metrics.csv"
     _REPLACED = ("metrics.csv", "hparams.yaml")  # what a new run writes afresh in a reused folder
 

@@ -24,6 +24,7 @@ class DirectoryLogger(Logger):
     (used as the directory name).
     """
 
+    #: The file in the run directory that ``log_hyperparams`` writes.
     NAME_HPARAMS_FILE = "hparams.yaml"
 
     def __init__(self, save_dir: str | os.PathLike, name: str | None = "lightning_logs",

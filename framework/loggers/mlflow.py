@@ -65,6 +65,7 @@ class MLFlowLogger(CheckpointUploading, Logger):
         logger.experiment.log_artifact(logger.run_id, "confusion.png")
     """
 
+    #: Between the ``prefix`` and a metric's name.
     LOGGER_JOIN_CHAR = "-"
 
     def __init__(self, experiment_name: str = "lightning_logs", run_name: str | None = None,

@@ -55,6 +55,7 @@ class WandbLogger(CheckpointUploading, Logger):
         Trainer(logger=logger).fit(model)
     """
 
+    #: Between the ``prefix`` and a metric's name.
     LOGGER_JOIN_CHAR = "-"
 
     def __init__(self, name: str | None = None, save_dir: str | os.PathLike | None = ".", version: str | None = None,

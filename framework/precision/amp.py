@@ -20,6 +20,7 @@ class MixedPrecision(Precision):
     losses). Subclasses fix the dtype: ``BFloat16Mixed`` and ``Float16Mixed``.
     """
 
+    #: The dtype autocast computes in.
     dtype: torch.dtype = torch.bfloat16
     #: Whether autocast reuses a weight's low-precision copy within one forward context (False under FSDP).
     autocast_cache: bool = True

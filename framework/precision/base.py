@@ -29,6 +29,7 @@ class Precision:
         stepped = precision.optimizer_step(optimizer)   # False if the step was skipped
     """
 
+    #: The precision's name, as ``Trainer(precision=...)`` takes it and ``trainer.precision`` returns it.
     name = "32-true"
     #: The dtype parameters are kept in (FSDP builds its MixedPrecisionPolicy from these two).
     param_dtype: torch.dtype = torch.float32

@@ -20,6 +20,7 @@ class TruePrecision(Precision):
     ``BFloat16True``, ``Float16True``, ``Float64True``.
     """
 
+    #: The dtype the parameters and the inputs are converted to.
     dtype: torch.dtype = torch.float32
 
     def __init__(self) -> None:

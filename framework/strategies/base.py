@@ -44,10 +44,11 @@ class Strategy:
         (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
     """
 
+    #: What messages call the strategy (each subclass sets its own: ``"ddp"``, ``"fsdp"``, ...).
     name = "base"
-    # Whether the strategy runs one process per device (and so may need the ranks started).
+    #: Whether the strategy runs one process per device (and so may need the ranks started).
     multi_process = False
-    # Whether setup_module puts sharded parameters in place of the module's own (FSDP's fully_shard does).
+    #: Whether ``setup_module`` puts sharded parameters in place of the module's own (FSDP's ``fully_shard`` does).
     replaces_parameters = False
 
     def __init__(self, checkpoint_io: CheckpointIO | None = None) -> None:

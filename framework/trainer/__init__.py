@@ -1,7 +1,6 @@
 """The Trainer and its loops."""
 
-from framework.trainer.settings import Settings
 from framework.trainer.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from framework.trainer.trainer import Trainer
 
-__all__ = ["RunningStage", "Settings", "Trainer", "TrainerFn", "TrainerState", "TrainerStatus"]
+__all__ = ["RunningStage", "Trainer", "TrainerFn", "TrainerState", "TrainerStatus"]

@@ -10,48 +10,69 @@ from typing import Any
 class TrainerFn(str, Enum):
     """The entry point the user called."""
 
+    #: ``trainer.fit``.
     FITTING = "fit"
+    #: ``trainer.validate``.
     VALIDATING = "validate"
+    #: ``trainer.test``.
     TESTING = "test"
+    #: ``trainer.predict``.
     PREDICTING = "predict"
 
 
 class RunningStage(str, Enum):
     """The loop that is running now (fit runs sanity checking, training and validation)."""
 
+    #: The training loop of ``fit``.
     TRAINING = "train"
+    #: The few validation batches ``fit`` runs before training (``num_sanity_val_steps``).
     SANITY_CHECKING = "sanity_check"
+    #: A validation: in ``validate``, or inside ``fit``.
     VALIDATING = "validate"
+    #: The loop of ``test``.
     TESTING = "test"
+    #: The loop of ``predict``.
     PREDICTING = "predict"
 
 
 class TrainerStatus(str, Enum):
     """The run's status; a run that failed ends ``INTERRUPTED`` too, as in Lightning."""
 
+    #: No run has started yet.
     INITIALIZING = "initializing"
+    #: A run is going on.
     RUNNING = "running"
+    #: The last run ended normally.
     FINISHED = "finished"
+    #: The last run raised, was interrupted (Ctrl-C) or was preempted.
     INTERRUPTED = "interrupted"
 
 
 @dataclass
 class TrainerState:
-    """What the trainer is doing and how far it has come.
+    """What the trainer is doing and how far it has come (``trainer.state``). The counters are saved in
+    checkpoints (``state_dict``), so a resumed fit goes on from where the saved one was.
 
-    ``global_step`` counts optimizer steps (every ``optimizer.step()`` in manual
-    optimization), ``current_epoch`` counts finished training epochs, ``batch_idx`` is the
-    index of the next training batch inside the current epoch, ``epoch_finished`` says
-    every batch of ``current_epoch`` has run (its epoch-end hooks are running; not for an
-    epoch cut short, which a checkpoint saved then resumes inside), and
-    ``batches_stepped`` counts training batches that ended with an optimizer step (manual
-    optimization: every batch); step-level logs are numbered with it, as in Lightning.
-    ``is_last_batch`` says the running training batch is its epoch's last, ``validated`` that
-    a validation pass (not the sanity check) has run in this ``fit``. ``shuffle_seed`` decides
-    the training data's order in every epoch (-1 until the first shuffled loader needs one).
-    ``order_epoch`` is -1, or the epoch whose data order a resumed fit finishes from
-    ``batch_idx`` before a new epoch: set when an epoch ended before its last batch (``max_steps``,
-    ``max_time``, a stop), so a run extended from a checkpoint saved then trains the rest of it.
+    :param fn: the entry point running (or run last); None before the first.
+    :param stage: the loop running now; None between runs.
+    :param status: the status of the current or last run.
+    :param current_epoch: finished training epochs.
+    :param global_step: optimizer steps taken (every ``optimizer.step()`` in manual optimization).
+    :param batch_idx: the index of the next training batch inside the current epoch.
+    :param total_batch_idx: training batches run in this fit, over every epoch.
+    :param batches_stepped: training batches that ended with an optimizer step (in manual optimization, every
+        batch); step-level logs are numbered with it, as in Lightning.
+    :param epoch_finished: every batch of ``current_epoch`` has run (its epoch-end hooks are running); not for an
+        epoch cut short, which a checkpoint saved then resumes inside.
+    :param should_stop: a stop was asked for (``EarlyStopping``, a callback setting it); the fit ends at the next
+        point where it may.
+    :param is_last_batch: the running training batch is its epoch's last.
+    :param validated: a validation (not the sanity check) has run in this fit.
+    :param shuffle_seed: what decides the training data's order in every epoch; -1 until the first shuffled loader
+        needs one.
+    :param order_epoch: -1, or the epoch whose data order a resumed fit finishes from ``batch_idx`` before a new
+        epoch: set when an epoch ended before its last batch (``max_steps``, ``max_time``, a stop), so that a run
+        extended from a checkpoint saved then trains the rest of it.
     """
 
     fn: TrainerFn | None = None
@@ -84,6 +105,7 @@ class TrainerState:
         """The sanity-check validation at the start of ``fit`` is running."""
         return self.stage == RunningStage.SANITY_CHECKING
 
+    #: The names of the fields ``state_dict`` saves.
     counters: tuple[str, ...] = field(
         default=("current_epoch", "global_step", "batch_idx", "total_batch_idx", "batches_stepped", "epoch_finished",
                  "shuffle_seed", "order_epoch"),
