@@ -2,10 +2,11 @@
 then validates and predicts, and runs a hand-written loop on the Runtime; a backward pass in this process comes
 first. Rank 0 writes what came out to OUT/results.pt.
 
-Usage: every_strategy_run.py OUT [--touch-cuda]. ``tests/runtime/test_start_method.py`` runs it as a script,
-from a function (``python -c``: no script to run again), and under ``framework launch``, with CUDA made to look
-present (``tests/fake_cuda``) and without. ``--touch-cuda`` adds a callback that calls into CUDA because it is
-available, what a CPU run must never do, to show that such a call is caught.
+Usage: every_strategy_run.py OUT [--touch-cuda] [--forked]. ``tests/runtime/test_start_method.py`` runs it as a
+script, from a function (``python -c``: no script to run again), and under ``framework launch``, with CUDA made to
+look present (``tests/fake_cuda``) and without. ``--touch-cuda`` adds a callback that calls into CUDA because it is
+available, what a CPU run must never do, to show that such a call is caught. ``--forked`` (on a machine without
+CUDA, where ``"ddp"`` forks) fits the ``ddp_spawn`` run with ``"ddp"``: every result then comes from forked ranks.
 """
 
 from __future__ import annotations
@@ -81,10 +82,11 @@ def own_loop(runtime: framework.Runtime, out: str) -> dict:
             "is_global_zero": runtime.is_global_zero}
 
 
-def main(out: str, touch_cuda: bool = False) -> None:
+def main(out: str, touch_cuda: bool = False, runs: list[tuple[str, str]] = RUNS, forked: bool = False) -> None:
     torch.nn.Linear(4, 1)(torch.randn(2, 4)).sum().backward()  # where CUDA devices exist, autograd's threads start
-    results = {f"{strategy} {precision}": fit_validate_predict(out, strategy, precision, touch_cuda)
-               for strategy, precision in RUNS}
+    results = {f"{strategy} {precision}": fit_validate_predict(
+        out, "ddp" if forked and strategy == "ddp_spawn" else strategy, precision, touch_cuda)
+        for strategy, precision in runs}
     runtime = framework.Runtime(accelerator="cpu", devices=2, strategy="zero3", precision="bf16-mixed")
     results["own loop, zero3"] = runtime.launch(own_loop, out)
     if all(result["is_global_zero"] for result in results.values()):
@@ -92,4 +94,4 @@ def main(out: str, touch_cuda: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], touch_cuda="--touch-cuda" in sys.argv)
+    main(sys.argv[1], touch_cuda="--touch-cuda" in sys.argv, forked="--forked" in sys.argv)
