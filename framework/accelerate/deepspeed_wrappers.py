@@ -57,6 +57,16 @@ class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
     def step(self, closure: Any = None, **kwargs: Any) -> None:
         """Nothing: ``accelerator.backward`` steps the engine."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """The engine's optimizer's state, as it gives it: under ZeRO, only this process's partition
+        (``accelerator.save_state`` saves the whole state through the engine instead)."""
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what ``state_dict()`` gave into the engine's optimizer (under ZeRO, this process's partition;
+        ``accelerator.load_state`` restores through the engine instead)."""
+        super().load_state_dict(state_dict)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Nothing: the engine's step zeroes the gradients."""
 

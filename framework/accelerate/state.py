@@ -110,9 +110,14 @@ class AcceleratorState(PartialState):
         plugin = self.accelerator.deepspeed_plugin
         return None if plugin is None else {"default": plugin}
 
+    #: Always None: the framework does not run Megatron-LM (the Accelerator refuses a ``megatron_lm_plugin``).
     megatron_lm_plugin = None
+    #: Always None: the Accelerator refuses a tensor-parallel plugin (the Trainer's tensor parallelism is
+    #: ``framework.strategies.ModelParallelStrategy``).
     torch_tp_plugin = None
+    #: Always None: the Accelerator refuses Accelerate's N-D ``parallelism_config``.
     parallelism_config = None
+    #: Always False: Intel Extension for PyTorch is not used.
     use_ipex = False
 
     def get_deepspeed_plugin(self, name: str) -> Any:

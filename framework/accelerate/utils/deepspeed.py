@@ -136,6 +136,8 @@ class DeepSpeedPlugin:
     :param transformer_moe_cls_names: accepted; not used (no mixture-of-experts leaf modules are marked).
     :param enable_msamp: only False: MS-AMP fp8 is not supported.
     :param msamp_opt_level: not used.
+    :param deepspeed_config: not an argument: the plugin sets it to the DeepSpeed config the engine runs, a dict
+        (``hf_ds_config``'s, whose ``"auto"`` values the fields, the Accelerator and ``prepare`` fill in).
     """
 
     hf_ds_config: Any = None

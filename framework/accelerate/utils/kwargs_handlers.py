@@ -31,14 +31,33 @@ class KwargsHandler:
 
 @dataclass
 class DistributedDataParallelKwargs(KwargsHandler):
-    """Options for ``torch.nn.parallel.DistributedDataParallel``, and a gradient communication hook:
-    ``comm_hook`` (``DDPCommunicationHookType.FP16``/``BF16`` compress the gradients, ``POWER_SGD``/
-    ``BATCHED_POWER_SGD`` approximate them, with ``comm_state_option`` for ``PowerSGDState``) and
-    ``comm_wrapper`` (FP16/BF16 compression around a PowerSGD hook).
+    """Options for ``torch.nn.parallel.DistributedDataParallel``, and a gradient communication hook. They apply
+    where the Accelerator wraps models in DDP (several processes, without DeepSpeed, and without FSDP or with its
+    NO_SHARD); a field left at its default is not passed on, so DDP's own default holds.
 
     Example::
 
         Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.FP16)])
+
+    :param dim: DDP's ``dim``, the dimension its ``scatter``/``gather`` helpers use; with one device per
+        process, as here, the batch is not split. Default 0.
+    :param broadcast_buffers: True (the default): rank 0's buffers (BatchNorm's running statistics ...) are
+        copied to every rank at each forward; False: each rank keeps its own.
+    :param bucket_cap_mb: the size in MiB of the buckets DDP all-reduces gradients in; default 25.
+    :param find_unused_parameters: True: DDP looks for parameters the forward did not use, so a model whose
+        forward skips some can train (slower); default False.
+    :param check_reduction: DDP's deprecated argument, which torch ignores; default False.
+    :param gradient_as_bucket_view: True: the gradients are views into DDP's buckets (less memory, no copy);
+        default False.
+    :param static_graph: True: tells DDP the set of used parameters is the same at every step, which lets it
+        optimize (and train some models ``find_unused_parameters`` cannot); default False.
+    :param comm_hook: how gradients are communicated: ``DDPCommunicationHookType.FP16``/``BF16`` compress them
+        for the all-reduce, ``POWER_SGD``/``BATCHED_POWER_SGD`` send a low-rank approximation; ``NO`` (the
+        default): DDP's plain all-reduce.
+    :param comm_wrapper: ``FP16`` or ``BF16``: the hook's communication runs in that dtype (a wrapper around
+        ``comm_hook``, meant for the PowerSGD ones); ``NO`` (the default): no wrapper. Not read without a hook.
+    :param comm_state_option: keyword arguments for PowerSGD's ``PowerSGDState`` (``matrix_approximation_rank``,
+        ``start_powerSGD_iter`` ...), read with a PowerSGD hook only; default empty.
     """
 
     dim: int = 0
@@ -95,7 +114,17 @@ def _hook_name(value: Any, argument: str, accepted: dict[str, Any]) -> str:
 
 @dataclass
 class GradScalerKwargs(KwargsHandler):
-    """Options for the fp16 ``torch.amp.GradScaler``."""
+    """Options for the loss scaler of ``mixed_precision="fp16"`` (``torch.amp.GradScaler``); no effect in other
+    precisions, nor under DeepSpeed, whose engine scales the loss itself.
+
+    :param init_scale: the loss scale to start from; default 65536.0 (2**16).
+    :param growth_factor: what the scale is multiplied by after ``growth_interval`` steps without inf/nan
+        gradients; default 2.0.
+    :param backoff_factor: what the scale is multiplied by when a step finds inf/nan gradients (that step is
+        skipped); default 0.5.
+    :param growth_interval: how many steps in a row without inf/nan gradients before the scale grows; default 2000.
+    :param enabled: False: no loss scaling, and no step is skipped; default True.
+    """
 
     init_scale: float = 65536.0
     growth_factor: float = 2.0
@@ -106,8 +135,15 @@ class GradScalerKwargs(KwargsHandler):
 
 @dataclass
 class InitProcessGroupKwargs(KwargsHandler):
-    """Options for the process group: ``backend`` (left at its default, gloo on CPU and nccl on CUDA),
-    ``init_method`` and ``timeout``."""
+    """Options for the process group the Accelerator's processes join (DDP, FSDP and DeepSpeed alike).
+
+    :param backend: the ``torch.distributed`` backend; ``"nccl"`` (the default) or None: the device's own,
+        nccl on CUDA and gloo on CPU; another name (``"gloo"`` ...) is used as given.
+    :param init_method: only None (the default) is accepted: the processes meet at the address the launcher
+        gives (``MASTER_ADDR``/``MASTER_PORT``).
+    :param timeout: how long a collective may wait before it fails, a ``datetime.timedelta``; None (the
+        default): 30 minutes.
+    """
 
     backend: str | None = "nccl"
     init_method: str | None = None
@@ -116,7 +152,14 @@ class InitProcessGroupKwargs(KwargsHandler):
 
 @dataclass
 class AutocastKwargs(KwargsHandler):
-    """Options for autocast: ``enabled=False`` runs the forward passes in fp32."""
+    """Options for ``accelerator.autocast()``, the mixed-precision context for computation outside the prepared
+    models' forward (which autocasts either way).
+
+    :param enabled: False: ``accelerator.autocast()`` is a context that does nothing, so the computation in it
+        runs in its tensors' own dtypes; True (the default): autocast to the Accelerator's mixed precision.
+    :param cache_enabled: accepted for Accelerate's sake; no effect (the precision's autocast keeps its own
+        weight-cast cache setting).
+    """
 
     enabled: bool = True
     cache_enabled: bool | None = None
@@ -124,16 +167,30 @@ class AutocastKwargs(KwargsHandler):
 
 @dataclass
 class ProfileKwargs(KwargsHandler):
-    """``torch.profiler`` settings for ``accelerator.profile()``: ``activities`` (``"cpu"``, ``"cuda"``),
-    ``schedule_option`` (``wait``/``warmup``/``active``/``repeat``/``skip_first``), ``on_trace_ready``,
-    ``record_shapes``, ``profile_memory``, ``with_stack``, ``with_flops``, ``with_modules``, and
-    ``output_trace_dir``: each process writes its Chrome trace there as ``profile_<process index>.json``.
+    """``torch.profiler`` settings for ``accelerator.profile()``.
 
     Example::
 
         accelerator = Accelerator(kwargs_handlers=[ProfileKwargs(activities=["cpu"], output_trace_dir="traces")])
         with accelerator.profile() as profiler:
             train_step()
+
+    :param activities: what to record: a list of ``"cpu"`` and ``"cuda"`` (or ``ProfilerActivity`` members);
+        None (the default): torch's choice, the CPU and CUDA where it is available.
+    :param schedule_option: ``torch.profiler.schedule``'s arguments (``wait``, ``warmup``, ``active``,
+        ``repeat``, ``skip_first``) for profiling some steps of a loop that calls ``profiler.step()``; None (the
+        default): the whole block is recorded.
+    :param on_trace_ready: called with the profiler whenever a trace is ready: at the end of each scheduled
+        cycle, or of the block without a schedule (``torch.profiler.tensorboard_trace_handler(...)``, say); None
+        (the default): nothing is called.
+    :param record_shapes: True: record the operators' input shapes; default False.
+    :param profile_memory: True: record the tensors' memory allocations; default False.
+    :param with_stack: True: record the source location of each operator; default False.
+    :param with_flops: True: estimate the FLOPs of matrix products and convolutions; default False.
+    :param with_modules: True: record which module each operator ran in; default False.
+    :param output_trace_dir: a folder: when the block ends each process writes its Chrome trace there as
+        ``profile_<process index>.json`` (the folder is created), then waits for the others; None (the
+        default): nothing is written.
     """
 
     activities: list[str] | None = None
@@ -167,7 +224,22 @@ def _activity(name: Any) -> torch.profiler.ProfilerActivity:
 
 @dataclass
 class FP8RecipeKwargs(KwargsHandler):
-    """Accelerate's fp8 recipe. The framework does not train in fp8: an Accelerator given one refuses it."""
+    """Accelerate's fp8 recipe. The framework does not train in fp8: an Accelerator given one in
+    ``kwargs_handlers`` refuses it, so no field has an effect; they are kept so that code building one still
+    runs.
+
+    :param opt_level: MS-AMP's optimization level in Accelerate; not used.
+    :param use_autocast_during_eval: whether evaluation runs in fp8 in Accelerate; not used.
+    :param margin: Transformer Engine's scaling-factor margin in Accelerate; not used.
+    :param interval: Transformer Engine's scaling-factor update interval in Accelerate; not used.
+    :param fp8_format: ``"HYBRID"`` or ``"E4M3"`` in Accelerate; not used.
+    :param amax_history_len: Transformer Engine's amax history length in Accelerate; not used.
+    :param amax_compute_algo: ``"max"`` or ``"most_recent"`` in Accelerate; not used.
+    :param override_linear_precision: which of a linear layer's three products stay in higher precision in
+        Accelerate; not used.
+    :param use_mxfp8_block_scaling: Transformer Engine's MXFP8 block scaling in Accelerate; not used.
+    :param backend: ``"TE"`` or ``"MSAMP"`` in Accelerate; not used.
+    """
 
     opt_level: str | None = None
     use_autocast_during_eval: bool | None = None
