@@ -1,4 +1,5 @@
-"""The docs build without a warning, document every public name, and every internal link in them resolves."""
+"""The docs build without a warning, document every public name with text of its own, and every internal link in
+them resolves."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from sphinx.util.inventory import InventoryFile
 
 import framework
+from tests.docs.api_entries import entries, without_bases
 from tests.docs.conftest import ARTIFACTS, DOCS, ROOT
 
 sys.path.insert(0, str(DOCS))
@@ -122,3 +124,15 @@ def test_the_benchmarks_page_shows_exactly_the_rows_benchmarks_readme_measured()
     assert len(measured) > 50
     assert page == measured, (f"only on docs/benchmarks.md: {sorted(page - measured)}\n"
                               f"only in benchmarks/README.md: {sorted(measured - page)}")
+
+
+def test_every_entry_of_the_reference_has_text_of_its_own(site):
+    # what a reader sees: each entry's description (a class's members are entries of their own), not its signature
+    found = entries(site.html)
+    assert len(found) > 1000
+    for hook in ("framework.Callback.on_train_batch_end", "framework.Module.training_step",
+                 "framework.DataModule.setup", "framework.trainer.TrainerState"):
+        assert hook in found, hook
+    empty = sorted(name for name, text in found.items() if not without_bases(text))
+    assert not empty, (f"{len(empty)} entries of the API reference show no text; give each a docstring (a `#:` "
+                       f"comment above an attribute, a `:param NAME:` field for a dataclass field): {empty}")
