@@ -101,13 +101,37 @@ def test_the_exit_codes_of_the_failed_ranks_decide_what_is_retried():
     assert describe_failure({1: 3}) == "rank 1 exited with status 3"
 
 
-@pytest.mark.parametrize("stuck", ["stop", "loop"])
-def test_a_stuck_rank_ends_the_attempt_at_the_timeout_named_and_the_launcher_starts_every_rank_again(stuck):
+STUCK = ("stop", "loop")
+
+
+@pytest.fixture(scope="module")
+def stuck_launches(tmp_path_factory):
+    """Both launches, started together: each spends most of its time waiting for its 5-s collective timeout, so
+    the two waits overlap instead of adding up. Their output goes to files: a pipe nobody reads while the test of
+    the other launch runs could fill and block a launcher."""
     script = str(ROOT / "tests" / "cli" / "stuck_rank.py")
+    folder = tmp_path_factory.mktemp("stuck")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2", "--max-restarts", "1",
-                           "--shutdown-timeout", "2", script, stuck], cwd=ROOT, capture_output=True, text=True,
-                          timeout=180)
+    launchers = {}
+    for stuck in STUCK:
+        with open(folder / f"{stuck}.out", "w") as stdout, open(folder / f"{stuck}.err", "w") as stderr:
+            launchers[stuck] = subprocess.Popen([sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2",
+                                                 "--max-restarts", "1", "--shutdown-timeout", "2", script, stuck],
+                                                cwd=ROOT, stdout=stdout, stderr=stderr, text=True)
+    yield started, launchers, folder
+    for launcher in launchers.values():
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
+@pytest.mark.parametrize("stuck", STUCK)
+def test_a_stuck_rank_ends_the_attempt_at_the_timeout_named_and_the_launcher_starts_every_rank_again(
+        stuck_launches, stuck):
+    started, launchers, folder = stuck_launches
+    launchers[stuck].wait(timeout=180)
+    done = subprocess.CompletedProcess(launchers[stuck].args, launchers[stuck].returncode,
+                                       (folder / f"{stuck}.out").read_text(), (folder / f"{stuck}.err").read_text())
     assert done.returncode == 0, done.stderr[-3000:]
     assert "done 5" in done.stdout
     if stuck == "stop":  # its beat goes stale
