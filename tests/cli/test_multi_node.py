@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import IO
 
 import pytest
 import torch
@@ -20,21 +21,23 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 TIMEOUT_S = 150
 
 
-def _two_nodes(*script_arguments: str) -> list[subprocess.Popen]:
-    """Node 0 and node 1 of one launch, 2 ranks each, as two `framework launch` processes on this machine."""
-    port = str(free_port())
+def _two_nodes(*script_arguments: str, outputs: list[IO[str]] | None = None, port: int | None = None
+               ) -> list[subprocess.Popen]:
+    """Node 0 and node 1 of one launch, 2 ranks each, as two `framework launch` processes on this machine, their
+    output (standard error too) piped, or written to ``outputs``."""
+    port = str(port or free_port())
     environment = {**_environment(), "OMP_NUM_THREADS": "1"}
     return [
         subprocess.Popen([*RUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2", "--master-addr",
                           "127.0.0.1", "--master-port", port, SCRIPT, *script_arguments], cwd=ROOT, env=environment,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         stdout=outputs[node] if outputs else subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for node in (0, 1)
     ]
 
 
-def _outputs(nodes: list[subprocess.Popen]) -> list[str]:
-    """Each launcher's output, once it has ended; a launcher still running after TIMEOUT_S is killed, and fails
-    the test."""
+def _outputs(nodes: list[subprocess.Popen], files: list[Path] | None = None) -> list[str]:
+    """Each launcher's output (piped, or written to ``files``), once it has ended; a launcher still running after
+    TIMEOUT_S is killed, and fails the test."""
     outputs = []
     for node in nodes:
         try:
@@ -42,8 +45,9 @@ def _outputs(nodes: list[subprocess.Popen]) -> list[str]:
         except subprocess.TimeoutExpired:
             for launcher in nodes:
                 launcher.kill()
-            pytest.fail(f"a launcher still ran after {TIMEOUT_S} s: {[n.communicate()[0] for n in nodes]}")
-    return outputs
+            written = [file.read_text() for file in files] if files else [n.communicate()[0] for n in nodes]
+            pytest.fail(f"a launcher still ran after {TIMEOUT_S} s: {written}")
+    return [file.read_text() for file in files] if files else outputs
 
 
 def _assert_no_rank_outlived_its_launcher(out: Path) -> None:
@@ -69,19 +73,45 @@ def test_two_nodes_of_two_ranks_train_as_one_process_with_the_quadrupled_batch(t
     _assert_no_rank_outlived_its_launcher(tmp_path)
 
 
-@pytest.mark.parametrize(("when", "strategy"), [("2", "ddp"), ("2", "zero3"), ("start", "ddp")],
-                         ids=["in-a-ddp-step", "in-a-zero3-step", "before-the-process-group"])
-def test_a_rank_raising_on_one_node_ends_both_nodes_naming_it(tmp_path, when, strategy):
+FAILURES = {"in-a-ddp-step": ("2", "ddp"), "in-a-zero3-step": ("2", "zero3"),
+            "before-the-process-group": ("start", "ddp")}
+
+
+@pytest.fixture(scope="module")
+def failed_jobs(tmp_path_factory):
+    """The three jobs, started together: much of each is waiting (for gloo to notice the lost peer, for the
+    launchers' grace before they end the other node), and those waits overlap instead of adding up. Each launcher's
+    output goes to a file: a pipe left unread while the test of another job runs could fill and block it."""
+    ports = set()
+    while len(ports) < len(FAILURES):  # free now, each job's own: two jobs at one address would join each other
+        ports.add(free_port())
+    jobs = {}
+    for (name, (when, strategy)), port in zip(FAILURES.items(), sorted(ports), strict=True):
+        folder = tmp_path_factory.mktemp(name)
+        outputs = [open(folder / f"node{node}.out", "w") for node in (0, 1)]
+        jobs[name] = folder, _two_nodes(str(folder), strategy, "3", when, outputs=outputs, port=port)
+        for output in outputs:
+            output.close()
+    yield jobs
+    for _, nodes in jobs.values():
+        for launcher in nodes:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+
+
+@pytest.mark.parametrize("failure", list(FAILURES))
+def test_a_rank_raising_on_one_node_ends_both_nodes_naming_it(failed_jobs, failure):
     # Before the process group, the other node's ranks wait for rank 3 outside any collective: only the launchers'
     # watch ends them. In a step, gloo tells them a peer is gone, and the store which one and why.
-    nodes = _two_nodes(str(tmp_path), strategy, "3", when)
-    outputs = _outputs(nodes)
+    folder, nodes = failed_jobs[failure]
+    outputs = _outputs(nodes, [folder / f"node{node}.out" for node in (0, 1)])
     assert all(node.returncode not in (0, None) for node in nodes), outputs
     first_failure = "Rank 3 of 4 (node 1) failed first, with ValueError: boom on rank 3"
     assert f"[framework launch] {first_failure}. Its traceback:" in outputs[0], outputs[0]
     assert "\n    ValueError: boom on rank 3\n" in outputs[0]  # rank 3's traceback, indented under that line
     assert f"[framework launch] {first_failure}." in outputs[1], outputs[1]
-    _assert_no_rank_outlived_its_launcher(tmp_path)
+    _assert_no_rank_outlived_its_launcher(folder)
 
 
 @pytest.fixture
