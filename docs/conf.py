@@ -42,7 +42,7 @@ html_title = f"framework {release}"
 html_context = {"commit": commit}  # shown under the name on every page (_templates/sidebar/brand.html)
 html_show_copyright = False
 
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "myst_parser"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.viewcode", "myst_parser"]
 # No napoleon: the docstrings are reStructuredText prose with Sphinx field lists (":param name:").
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -56,9 +56,10 @@ nitpicky = True
 myst_heading_anchors = 3  # [text](page.md#a-heading) links are checked like any reference
 
 # --- API pages (docs/api/, written by gen_api.py) ----------------------------------------------------------
-autosummary_generate = False  # the pages list every object in place; no page per object
+autosummary_generate = False  # gen_api.py writes the pages: one per package, one per class
 autodoc_member_order = "bysource"  # hooks in the order they run, as written
-autodoc_typehints = "signature"
+autodoc_typehints = "both"  # in the signature, and in the parameter list beside each description
+autodoc_typehints_description_target = "documented_params"
 autodoc_class_signature = "mixed"
 autodoc_preserve_defaults = True  # show ``precision="32-true"``, not the evaluated object
 
@@ -85,6 +86,8 @@ nitpick_ignore = [
     ("py:class", "LRSchedulerConfig"),  # framework.utilities.types, a Lightning import path, not a package
     ("py:class", "PredictionState"),
     ("py:class", "Optimizer"),  # a string annotation of torch's class, which autodoc cannot qualify
+    ("py:class", "timedelta"),  # the same, of datetime's
+    ("py:class", "_OurMixedPrecision"),  # framework.plugins.precision's name for framework.precision.MixedPrecision
 ]
 
 

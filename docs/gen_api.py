@@ -2,7 +2,8 @@
 
 ``conf.py`` runs this at the start of every build, so the reference cannot drift from ``__all__``: a name added
 to a package's ``__all__`` gets its entry in the next build, and one without a docstring still gets its
-signature. One page per package (not one per object) keeps the build fast.
+signature. Each package has a page (its functions, exceptions and constants, and a table of everything it
+exports), and each class a page of its own.
 
 An object exported by several packages (``framework.Trainer`` is ``framework.trainer.Trainer``) is documented
 once, under its *home*: the top-level ``framework`` when it exports it, else the exporting package that is the
@@ -132,6 +133,12 @@ def _directive(pkg: str, name: str, obj: object) -> list[str]:
     return [f".. autodata:: {name}", ""]
 
 
+def has_own_page(obj: object) -> bool:
+    """A class gets a page of its own (``api/<package>.<Name>.rst``); functions, exceptions and constants are
+    listed on their package's page."""
+    return inspect.isclass(obj) and not issubclass(obj, BaseException)
+
+
 def render(pkg: str, names: dict[str, object], home_of: dict[int, str]) -> str:
     title = f"``{pkg}``"
     lines = [title, "=" * len(title), "",
@@ -139,21 +146,45 @@ def render(pkg: str, names: dict[str, object], home_of: dict[int, str]) -> str:
     own = [n for n, obj in sorted(names.items(), key=lambda item: item[0].lower())
            if _is_constant(obj) or home_of[id(obj)] == pkg]
     shared = [n for n in sorted(names, key=str.lower) if n not in own]
+    paged = [n for n in own if has_own_page(names[n])]
     if own:
         lines += [".. autosummary::", "   :nosignatures:", ""] + [f"   {n}" for n in own] + [""]
+    if paged:
+        lines += [".. toctree::", "   :hidden:", ""] + [f"   {pkg}.{n}" for n in paged] + [""]
     if shared:
         lines += ["Also exported here, documented under another path:", ""]
         lines += [f"- ``{pkg}.{n}`` is :py:obj:`{home_of[id(names[n])]}.{n}`" for n in shared] + [""]
     for name in own:
-        lines += _directive(pkg, name, names[name])
+        if name not in paged:
+            lines += _directive(pkg, name, names[name])
     return "\n".join(lines)
+
+
+def render_class(pkg: str, name: str, obj: object) -> str:
+    """The page of one class: its description, its constructor's parameters, then every member."""
+    title = f"``{name}``"
+    return "\n".join([title, "=" * len(title), "", f"``{pkg}.{name}``", "", f".. currentmodule:: {pkg}", "",
+                      *_directive(pkg, name, obj)])
+
+
+def summary(pkg: str) -> str:
+    """The first sentence of a package's docstring: what it holds."""
+    doc = inspect.getdoc(importlib.import_module(pkg)) or ""
+    first = " ".join(doc.split("\n\n")[0].split())
+    first = re.sub(r":\w+(?::\w+)?:`~?([^`]+)`", r"``\1``", first)  # its roles name things relative to the package
+    return first.split(". ")[0].rstrip(".") + "." if first else ""
 
 
 def index(packages: list[str]) -> str:
     lines = ["API reference", "=============", "",
-             "Every name in the ``__all__`` of ``framework`` and of each of its subpackages, one page per package. "
-             "This reference is generated from the code at each build (``docs/gen_api.py``).", "",
-             ".. toctree::", "   :maxdepth: 1", ""]
+             "Every name in the ``__all__`` of ``framework`` and of each of its subpackages: a page per package, "
+             "and a page per class. This reference is generated from the code at each build "
+             "(``docs/gen_api.py``); each entry's [source] link shows the code it was made from.", "",
+             ".. list-table::", "   :header-rows: 1", "   :widths: 30 70", "",
+             "   * - Package", "     - What it holds"]
+    for pkg in packages:
+        lines += [f"   * - :doc:`{pkg}`", f"     - {summary(pkg)}"]
+    lines += ["", ".. toctree::", "   :hidden:", "   :maxdepth: 1", ""]
     return "\n".join(lines + [f"   {pkg}" for pkg in packages]) + "\n"
 
 
@@ -165,15 +196,21 @@ def _write(path: Path, text: str) -> None:
 
 
 def main() -> None:
-    """Write ``docs/api/index.rst`` and one page per package."""
+    """Write ``docs/api/index.rst``, one page per package and one per class."""
     API.mkdir(exist_ok=True)
     home_of = homes()
     packages = exported()
+    written = {"index"}
     for pkg, names in packages.items():
         _write(API / f"{pkg}.rst", render(pkg, names, home_of))
+        written.add(pkg)
+        for name, obj in names.items():
+            if not _is_constant(obj) and home_of[id(obj)] == pkg and has_own_page(obj):
+                _write(API / f"{pkg}.{name}.rst", render_class(pkg, name, obj))
+                written.add(f"{pkg}.{name}")
     _write(API / "index.rst", index(list(packages)))
     for stale in API.glob("*.rst"):
-        if stale.stem != "index" and stale.stem not in packages:
+        if stale.stem not in written:
             stale.unlink()
 
 

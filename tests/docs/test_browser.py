@@ -23,7 +23,10 @@ from tests.docs.conftest import ARTIFACTS
 
 PAGES = {  # screenshot name: (path, what its rendered DOM must hold)
     "front": ("index.html", "<h1>framework"),
-    "trainer-api": ("api/framework.html#framework.Trainer", 'id="framework.Trainer"'),
+    "trainer-api": ("api/framework.Trainer.html", 'id="framework.Trainer"'),
+    "module-api": ("api/framework.Module.html#framework.Module.training_step", 'id="framework.Module.training_step"'),
+    "callback-api": ("api/framework.Callback.html", 'id="framework.Callback.on_train_batch_end"'),
+    "api-index": ("api/index.html", "What it holds"),
     "tutorial": ("tutorials/01-quickstart.html", 'class="highlight-python'),
 }
 WINDOW = (1280, 900)
