@@ -43,20 +43,14 @@ class TrainerProperties:
     @property
     def settings(self) -> Settings:
         """The checked value arguments, frozen (the last run's, which may have settled ``max_epochs``); each is
-        also an attribute (``trainer.max_epochs``).
-
-        :meta private:
-        """
+        also an attribute (``trainer.max_epochs``). :meta private:"""
         run = self._current_run
         return self._settings if run is None else run.settings
 
     def replace_settings(self, **changes: Any) -> None:
         """Set settings fields (``trainer.max_epochs = 3`` calls this): a new ``Settings`` with ``changes``, which
         a run under way reads from its next use of them. The values are not checked, as with Lightning's
-        attributes.
-
-        :meta private:
-        """
+        attributes. :meta private:"""
         self._settings = dataclasses.replace(self.settings, **changes)
         if self._current_run is not None:
             self._current_run.settings = self._settings

@@ -195,7 +195,7 @@ def test_spawned_ranks_and_ranks_that_run_the_script_again_get_the_switch(tmp_pa
                                  max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                                  enable_model_summary=False)
             trainer.fit(Model(), DataLoader(torch.ones(8, 2), batch_size=2))
-            print("ranks", trainer.world_size, "steps", trainer.global_step)
+            print(f"ranks {{trainer.world_size}} steps {{trainer.global_step}}")  # one write: both ranks print
     """)
     done = run(FRAMEWORK + ["as-lightning", str(path)], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

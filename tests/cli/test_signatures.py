@@ -28,7 +28,7 @@ CONFIGURED_MODULES = [
     "framework.precision.base", "framework.precision.amp", "framework.precision.true",
     "framework.profilers.base", "framework.profilers.simple", "framework.profilers.advanced",
     "framework.profilers.pytorch",
-    "framework.tuner.tuning", "framework.callbacks.lr_finder",
+    "framework.tuner.tuning", "framework.callbacks.lr_finder", "framework.callbacks.lr_finder_result",
     "framework.accelerate.accelerator", "framework.accelerate.state", "framework.accelerate.tracking",
     "framework.accelerate.local_sgd", "framework.accelerate.utils.kwargs_handlers",
     "framework.accelerate.utils.configuration", "framework.accelerate.data_loader", "framework.accelerate.prepared",
