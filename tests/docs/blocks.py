@@ -8,7 +8,9 @@ earlier block of the page defined), in a fresh empty working directory. A commen
 - ``<!-- docs-test: script -->``: written to a file and run with ``python FILE`` (a script whose Trainer starts its
   own ranks, or one that must not share the page's process).
 
-A hidden setup, run in the page's namespace at that point and not shown on the page::
+A hidden setup, run in the page's namespace at that point and not shown on the page (it may check what the blocks
+above did; it may not define a name a block below uses, since a reader copying the page does not see it:
+``names_not_shown``)::
 
     <!-- docs-test: setup
     import torch
@@ -20,6 +22,8 @@ Check one page while writing it: ``python -m tests.docs.blocks docs/guide/checkp
 
 from __future__ import annotations
 
+import ast
+import builtins
 import contextlib
 import os
 import re
@@ -92,6 +96,40 @@ def blocks_of(path: Path) -> list[Block]:
             raise ValueError(f"{path}:{i}: a docs-test marker must stand just before the python block it marks")
         i += 1
     return found
+
+
+def names_not_shown(path: Path) -> list[tuple[Block, list[str]]]:
+    """Each block of a page that uses a name neither it nor an earlier shown block defines (a hidden setup's
+    names do not count: a reader copying the page does not see them); a script block must define all its own."""
+    shown: set[str] = set()
+    missing = []
+    for block in blocks_of(path):
+        if block.how == "setup":
+            continue
+        bound, loaded = _names(block.code)
+        known = bound | set(dir(builtins)) | (set() if block.how == "script" else shown)
+        if loaded - known:
+            missing.append((block, sorted(loaded - known)))
+        if block.how != "script":
+            shown |= bound
+    return missing
+
+
+def _names(code: str) -> tuple[set[str], set[str]]:
+    """The names a block binds anywhere (imports, assignments, definitions, arguments ...) and those it reads."""
+    bound, loaded = set(), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+    return bound, loaded
 
 
 @contextlib.contextmanager
