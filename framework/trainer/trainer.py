@@ -35,10 +35,10 @@ from framework.trainer.state import TrainerFn, TrainerState, TrainerStatus
 class Trainer(TrainerProperties):
     """Runs a ``Module``'s fit, validate, test and predict loops; arguments as in Lightning.
 
-    Two arguments are this framework's own: ``compile`` (compile each step whole, see the README) and
-    ``auto_resume``: a ``fit`` without ``ckpt_path`` resumes by itself from the newest complete checkpoint when
-    the job was started again after a lost rank or a preemption (``framework.trainer.auto_resume``);
-    ``auto_resume=False`` starts every fit afresh unless given a ``ckpt_path``.
+    Two arguments are this framework's own: ``compile`` (compile each step whole: guide "Compile and speed") and
+    ``auto_resume`` (a ``fit`` without ``ckpt_path`` resumes from the newest complete checkpoint when its job was
+    started again after a lost rank or a preemption: guide "Clusters and restarts"). One default differs from
+    Lightning's: ``devices="auto"`` is one process unless a launcher started several.
 
     Every argument is keyword-only. One left out takes its value from the environment where
     ``FRAMEWORK_TRAINER_<NAME>`` (or Lightning's ``PL_TRAINER_<NAME>``) is set, e.g. ``PL_TRAINER_MAX_EPOCHS=3``.
