@@ -5,6 +5,7 @@ one shows of its own: its description, without the entries nested in it (a class
 from __future__ import annotations
 
 import html.parser
+import re
 from pathlib import Path
 
 
@@ -54,7 +55,5 @@ def entries(html_dir: Path) -> dict[str, str]:
 
 
 def without_bases(text: str) -> str:
-    """The text without the "Bases: ..." line a class entry starts with."""
-    if text.startswith("Bases:"):
-        return text.split(" ", 2)[2] if text.count(" ") >= 2 else ""
-    return text
+    """The text without the "Bases: A, B" line a class entry starts with."""
+    return re.sub(r"^Bases:\s+[\w.]+(\s*,\s*[\w.]+)*\s*", "", text)
