@@ -38,6 +38,7 @@ def dump_checkpoint(run: Run, weights_only: bool = False) -> dict[str, Any]:
     }
     if not weights_only:
         checkpoint["loops"]["fit"]["logger_positions"] = [_position(logger) for logger in run.loggers]
+        checkpoint["loops"]["fit"].update(_epoch_end_row(run))
         strategy, context = run.runtime.strategy, run.context
         checkpoint["optimizer_states"] = [strategy.optimizer_state(optimizer) for optimizer in context.optimizers]
         checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in context.lr_scheduler_configs]
@@ -71,12 +72,27 @@ def _position(logger: Any) -> dict[str, Any]:
 
 def resume_logs(run: Run, checkpoint: dict[str, Any]) -> None:
     """Resuming fit: each logger drops what an interrupted run logged after ``checkpoint`` (the resumed run logs it
-    again). Matched by position among the loggers; a logger whose folder changed starts afresh in its own."""
-    positions = checkpoint.get("loops", {}).get("fit", {}).get("logger_positions", [])
-    for logger, position in zip(run.loggers, positions, strict=False):
+    again). Matched by position among the loggers; a logger whose folder changed starts afresh in its own. A
+    checkpoint saved in an epoch's end hooks adds that epoch's row, which the resumed run (going on with the next
+    epoch) would otherwise never write."""
+    saved_loop = checkpoint.get("loops", {}).get("fit", {})
+    for logger, position in zip(run.loggers, saved_loop.get("logger_positions", []), strict=False):
         resume_at = getattr(logger, "resume_at", None)
         if position and callable(resume_at):
             resume_at(position)
+    row = saved_loop.get("epoch_end_row")
+    if row and row["metrics"]:
+        run.metrics.send(row["metrics"], row["step"], row["epoch"])
+
+
+def _epoch_end_row(run: Run) -> dict[str, Any]:
+    """Saved in the end hooks of a whole training epoch (ModelCheckpoint's save at an epoch's end): the row the
+    epoch's end writes to the loggers after those hooks, as it stands now."""
+    state, train_results = run.state, getattr(run, "train_results", None)
+    if not state.epoch_finished or train_results is None or run.metrics.ending is not train_results:
+        return {}
+    return {"epoch_end_row": {"metrics": run.metrics.ending_row(), "step": state.epoch_row_step,
+                              "epoch": state.current_epoch}}
 
 
 def _epoch_so_far(run: Run) -> dict[str, Any]:

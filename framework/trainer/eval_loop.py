@@ -252,7 +252,7 @@ def _finish(run: Run, results: Results, num_loaders: int) -> list[dict[str, floa
         run.metrics.keep_epoch(results)
         return []
     # Inside fit, validation logs at the step of the training batch it followed, as in Lightning.
-    step = max(state.batches_stepped - 1, 0) if state.fn == TrainerFn.FITTING else state.batches_stepped
+    step = state.epoch_row_step if state.fn == TrainerFn.FITTING else state.batches_stepped
     metrics = to_floats(run.metrics.log_epoch(results, step, state.current_epoch))
     return [{key: value for key, value in metrics.items() if _of_loader(results, key, idx)}
             for idx in range(num_loaders)]

@@ -383,7 +383,7 @@ class FitLoop:
         run.metrics.end_epoch_of(run.train_results)
         run.hooks.call_epoch_end(Hook.ON_TRAIN_EPOCH_END, run.metrics.refresh_ending)
         run.metrics.end_epoch_of(None)
-        run.metrics.log_epoch(run.train_results, max(state.batches_stepped - 1, 0), state.current_epoch)
+        run.metrics.log_epoch(run.train_results, state.epoch_row_step, state.current_epoch)
         run.metrics.live = None
         run.train_results.reset()
         if ended_early:

@@ -102,16 +102,23 @@ class MetricStore:
         if self.live is not None:
             view.update(step_views(self.live)[part])
         if self.ending is not None:
-            # Reading must never run a collective (one rank alone may read): with several ranks the
-            # views synced on every rank by refresh_ending; on one process, computed here.
-            views = self._ending_views if self._ending_views is not None else epoch_views(self.ending, _this_rank_only)
-            view.update(views[part])
+            view.update(self._ending_now()[part])
         return view
+
+    def _ending_now(self) -> Views:
+        # Reading must never run a collective (one rank alone may read): with several ranks the views synced on
+        # every rank by refresh_ending; on one process, computed here.
+        return self._ending_views if self._ending_views is not None else epoch_views(self.ending, _this_rank_only)
 
     def end_epoch_of(self, results: Results | None) -> None:
         """``results`` is the one whose epoch-end hooks run now (None: they are over)."""
         self.ending = results
         self._ending_views = None
+
+    def ending_row(self) -> dict[str, float]:
+        """The loggers' part of the epoch whose end hooks run, as floats: the row ``log_epoch`` writes once they
+        are over (a checkpoint saved in them carries it: ``checkpoint_contents``)."""
+        return to_floats(self._ending_now()[0]) if self.ending is not None else {}
 
     def refresh_ending(self) -> None:
         """With several ranks: sync the ending epoch's values now, on every rank, for callbacks to read."""

@@ -101,6 +101,12 @@ class TrainerState:
         return self.status == TrainerStatus.INTERRUPTED
 
     @property
+    def epoch_row_step(self) -> int:
+        """Inside fit, the step an epoch-level row written now is numbered with (a training epoch's, a
+        validation's): the last step-level row's, as in Lightning."""
+        return max(self.batches_stepped - 1, 0)
+
+    @property
     def sanity_checking(self) -> bool:
         """The sanity-check validation at the start of ``fit`` is running."""
         return self.stage == RunningStage.SANITY_CHECKING

@@ -253,3 +253,48 @@ def test_the_first_step_sees_the_random_state_of_a_plain_loop(shuffle):
     assert len(model.epoch_states) == 3
     for epoch, (ours, theirs) in enumerate(zip(model.epoch_states, plain.epoch_states, strict=True)):
         assert torch.equal(ours, theirs), f"epoch {epoch}"
+
+
+class LogsEveryStepAndEpoch(framework.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x), y)
+        self.log("loss", loss, on_step=True, on_epoch=True)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class FailsInTheSecondEpoch(framework.Callback):
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.current_epoch == 1 and batch_idx == 1:
+            raise RuntimeError("interrupted")
+
+
+def _fit_logging(root, fails: bool = False, ckpt_path: str | None = None) -> str:
+    framework.seed_everything(0, verbose=False)
+    callbacks = [ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_last=True)]  # saves at epoch ends
+    trainer = quiet_trainer(max_epochs=3, logger=framework.loggers.CSVLogger(root, version=0), log_every_n_steps=1,
+                            enable_checkpointing=True,
+                            callbacks=callbacks + ([FailsInTheSecondEpoch()] if fails else []))
+    try:
+        trainer.fit(LogsEveryStepAndEpoch(), loaders()[0], ckpt_path=ckpt_path)
+    except RuntimeError:
+        assert fails
+    with open(os.path.join(root, "lightning_logs", "version_0", "metrics.csv")) as rows:
+        return rows.read()
+
+
+def test_a_run_resumed_from_an_epoch_end_checkpoint_writes_that_epochs_row(tmp_path):
+    # Without validation, ModelCheckpoint saves in on_train_epoch_end: before the epoch's row goes to the loggers,
+    # while the checkpoint says the epoch is finished (a run resumed from it goes on with the next epoch).
+    uninterrupted = _fit_logging(tmp_path / "whole")
+    _fit_logging(tmp_path / "cut", fails=True)
+    resumed = _fit_logging(tmp_path / "cut", ckpt_path=str(tmp_path / "cut" / "checkpoints" / "last.ckpt"))
+    assert resumed == uninterrupted
+    assert uninterrupted.count("\n0,") > 1 and len(uninterrupted.splitlines()) == 1 + 3 * (10 + 1)
