@@ -93,9 +93,15 @@ class Logger:
         what it buffered is written first. A run resumed from the checkpoint hands it to ``resume_at``."""
         return {}
 
-    def resume_at(self, position: dict[str, Any]) -> None:
+    def resume_at(self, position: dict[str, Any], epoch_end_row: dict[str, Any] | None = None) -> None:
         """A run resumes from a checkpoint saved at ``position`` (``checkpoint_position``'s): drop what an
-        interrupted run logged after it, which the resumed run logs again, so no row is there twice."""
+        interrupted run logged after it, which the resumed run logs again, so no row is there twice.
+
+        :param position: what ``checkpoint_position`` returned when the checkpoint was saved.
+        :param epoch_end_row: for a checkpoint saved in a training epoch's end hooks, the row that epoch's end
+            writes after them (``{"metrics": {...}, "step": n}``): the resumed run goes on with the next epoch and
+            does not write it, so a logger that dropped it writes it here.
+        """
 
 
 def with_prefix(metrics: dict[str, Any], prefix: str, separator: str = "-") -> dict[str, Any]:

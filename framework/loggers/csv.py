@@ -110,9 +110,10 @@ class CSVLogger(DirectoryLogger):
         self.save()
         return {"log_dir": self.log_dir, "rows": self._rows_written}
 
-    def resume_at(self, position: dict[str, Any]) -> None:
+    def resume_at(self, position: dict[str, Any], epoch_end_row: dict[str, Any] | None = None) -> None:
         """Resuming in the folder an interrupted run wrote: go on from its first ``rows`` rows (those logged up
-        to its checkpoint), which are copied from the file moved aside into this run's ``metrics.csv``."""
+        to its checkpoint), which are copied from the file moved aside into this run's ``metrics.csv``, then
+        ``epoch_end_row`` (see ``Logger.resume_at``), which came after them."""
         if rank_zero_only.rank != 0 or position.get("log_dir") != self.log_dir:  # type: ignore[attr-defined]
             return
         _ = self.experiment  # takes the folder: the interrupted run's metrics.csv is moved aside
@@ -125,6 +126,9 @@ class CSVLogger(DirectoryLogger):
         self._columns = list(reader.fieldnames or [])
         write_bytes_atomic(self.metrics_file, _csv_text(self._columns, rows, header=True).encode("utf-8"))
         self._written, self._rows_written = True, len(rows)
+        if epoch_end_row:
+            self.log_metrics(epoch_end_row["metrics"], epoch_end_row["step"])
+            self.save()
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any) -> None:
         """Add ``params`` (a dict or an ``argparse.Namespace``) to ``hparams.yaml`` and write it now (``{}`` with

@@ -166,9 +166,11 @@ class TensorBoardLogger(DirectoryLogger):
         self.save()
         return {"log_dir": self.log_dir, "step": self._next_step}
 
-    def resume_at(self, position: dict[str, Any]) -> None:
+    def resume_at(self, position: dict[str, Any], epoch_end_row: dict[str, Any] | None = None) -> None:
         """Resuming in the folder an interrupted run wrote: a new event file whose ``purge_step`` makes
-        TensorBoard drop that run's events from the checkpoint's step on, which this run logs again."""
+        TensorBoard drop that run's events from the step after the checkpoint's last one on, which this run logs
+        again. ``epoch_end_row`` is not written: its step is the checkpoint's last, whose events are kept (the
+        interrupted run wrote it there unless it died between the save and the epoch's end)."""
         if rank_zero_only.rank != 0 or position.get("log_dir") != self.log_dir:  # type: ignore[attr-defined]
             return
         from torch.utils.tensorboard import SummaryWriter

@@ -73,16 +73,14 @@ def _position(logger: Any) -> dict[str, Any]:
 def resume_logs(run: Run, checkpoint: dict[str, Any]) -> None:
     """Resuming fit: each logger drops what an interrupted run logged after ``checkpoint`` (the resumed run logs it
     again). Matched by position among the loggers; a logger whose folder changed starts afresh in its own. A
-    checkpoint saved in an epoch's end hooks adds that epoch's row, which the resumed run (going on with the next
-    epoch) would otherwise never write."""
+    checkpoint saved in an epoch's end hooks hands them that epoch's row too, which the resumed run (going on with
+    the next epoch) does not write."""
     saved_loop = checkpoint.get("loops", {}).get("fit", {})
+    row = saved_loop.get("epoch_end_row")
     for logger, position in zip(run.loggers, saved_loop.get("logger_positions", []), strict=False):
         resume_at = getattr(logger, "resume_at", None)
         if position and callable(resume_at):
-            resume_at(position)
-    row = saved_loop.get("epoch_end_row")
-    if row and row["metrics"]:
-        run.metrics.send(row["metrics"], row["step"], row["epoch"])
+            resume_at(position, **({"epoch_end_row": row} if row else {}))
 
 
 def _epoch_end_row(run: Run) -> dict[str, Any]:
@@ -91,8 +89,9 @@ def _epoch_end_row(run: Run) -> dict[str, Any]:
     state, train_results = run.state, getattr(run, "train_results", None)
     if not state.epoch_finished or train_results is None or run.metrics.ending is not train_results:
         return {}
-    return {"epoch_end_row": {"metrics": run.metrics.ending_row(), "step": state.epoch_row_step,
-                              "epoch": state.current_epoch}}
+    metrics = run.metrics.ending_row()
+    return {"epoch_end_row": {"metrics": {**metrics, "epoch": state.current_epoch}, "step": state.epoch_row_step}
+            if metrics else {}}
 
 
 def _epoch_so_far(run: Run) -> dict[str, Any]:
