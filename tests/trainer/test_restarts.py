@@ -113,17 +113,20 @@ def test_a_preemption_signal_to_one_rank_saves_every_rank_at_one_step_and_the_ne
 
 
 def test_a_run_through_a_sequence_of_random_faults_ends_as_the_uninterrupted_run(tmp_path, uninterrupted):
-    """Five faults (SIGKILL, SIGTERM, SIGUSR1 to one rank; in a batch, a validation, a save, an epoch's end), drawn
+    """Four faults (SIGKILL, SIGTERM, SIGUSR1 to one rank; in a batch, a validation, a save, an epoch's end), drawn
     with a fixed seed so CI runs the same sequence. The test's loop plays the scheduler: it starts the job again
-    when it exits with the requeue status, as SLURM's requeue would; nothing else steps in."""
+    when it exits with the requeue status, as SLURM's requeue would; nothing else steps in. This seed's sequence
+    kills a rank in epoch 0's end and then in the next batch: the start after the second kill resumes from the
+    last.ckpt the one before rewrote at that epoch's end, whose epoch row only the checkpoint carries (it once
+    went missing)."""
     draw = random.Random(35)
     # every place and every kind at least once, at distinct steps; a signal (not a kill) in the validation and in the
-    # save. Validations and epoch ends come at steps 3 and 6 (three optimizer steps an epoch).
+    # save. Validations and epoch ends come at steps 3 and 6 (three optimizer steps an epoch). One fault in a batch:
+    # a kill and a signal in a batch are each tested on their own above.
     val_step = draw.choice((3, 6))
-    save, first_batch, second_batch = draw.sample([1, 2, 4, 5, 7, 8], 3)
-    batch_kinds = draw.sample(["kill", "SIGUSR1"], 2)
+    save, batch = draw.sample([1, 2, 4, 5, 7, 8], 2)
     places = [("SIGTERM", val_step, "val"), ("kill", 9 - val_step, "epochend"), ("SIGUSR1", save, "save"),
-              (batch_kinds[0], first_batch, "batch"), (batch_kinds[1], second_batch, "batch")]
+              (draw.choice(["kill", "SIGUSR1"]), batch, "batch")]
     faults = ",".join(f"{kind}:{draw.randrange(2)}:{step}:{where}"
                       for kind, step, where in sorted(places, key=lambda place: place[1]))
     statuses = []
@@ -133,7 +136,8 @@ def test_a_run_through_a_sequence_of_random_faults_ends_as_the_uninterrupted_run
         statuses.append(done.returncode)
     assert statuses[-1] == 0, (faults, statuses, done.stderr[-3000:])
     fired = sorted(name for name in os.listdir(tmp_path) if name.startswith("fault-done"))
-    assert len(fired) == 5, (faults, fired)  # every fault happened
+    assert faults == "SIGUSR1:1:2:save,kill:1:3:epochend,kill:1:4:batch,SIGTERM:0:6:val"  # the sequence meant
+    assert len(fired) == 4, (faults, fired)  # every fault happened
     _assert_same_run(_outcome(tmp_path), uninterrupted)
 
 
