@@ -15,21 +15,17 @@ class _Entries(html.parser.HTMLParser):
         self.found: dict[str, str] = {}
         self._open: list[list] = []  # per <dl class="py ...">: [entry id, texts, depth of its <dd> or None]
         self._depth = 0  # of <dl>
-        self._skipping = 0  # inside a "Bases:" paragraph
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
-        found = dict(attrs)
-        classes = (found.get("class") or "").split()
+        classes = (dict(attrs).get("class") or "").split()
         if tag == "dl":
             self._depth += 1
             if "py" in classes:
                 self._open.append([None, [], None, self._depth])
         elif tag == "dt" and self._open and self._open[-1][3] == self._depth and self._open[-1][0] is None:
-            self._open[-1][0] = found.get("id")
+            self._open[-1][0] = dict(attrs).get("id")
         elif tag == "dd" and self._open and self._open[-1][3] == self._depth:
             self._open[-1][2] = self._depth
-        elif tag == "p" and self._skipping:
-            self._skipping += 1
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "dl":

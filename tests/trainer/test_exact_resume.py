@@ -18,7 +18,7 @@ import framework
 from framework.callbacks import ModelCheckpoint
 from framework.trainer.checkpoint_contents import rng_state_of_rank
 from framework.trainer.sampler import ResumableSampler, with_resumable_sampler
-from tests.helpers import quiet_trainer
+from tests.helpers import Regressor, quiet_trainer
 
 
 class Noisy(framework.Module):
@@ -255,19 +255,11 @@ def test_the_first_step_sees_the_random_state_of_a_plain_loop(shuffle):
         assert torch.equal(ours, theirs), f"epoch {epoch}"
 
 
-class LogsEveryStepAndEpoch(framework.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = nn.Linear(4, 1)
-
+class LogsEveryStepAndEpoch(Regressor):
     def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = nn.functional.mse_loss(self.net(x), y)
+        loss = self.loss(batch)
         self.log("loss", loss, on_step=True, on_epoch=True)
         return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 class FailsInTheSecondEpoch(framework.Callback):
