@@ -17,6 +17,9 @@ from framework.io.checkpoint_io import CheckpointIO
 from framework.plugins.environments import ClusterEnvironment
 from framework.precision.base import Precision
 
+#: One of the plugins ``plugins=`` takes (the Trainer's and the Runtime's).
+Plugin = CheckpointIO | Precision | ClusterEnvironment
+
 _KINDS: tuple[tuple[str, type], ...] = (
     ("checkpoint_io", CheckpointIO), ("precision", Precision), ("environment", ClusterEnvironment),
 )

@@ -22,7 +22,7 @@ from framework.runtime.compile import StepCompiler, compile_options
 from framework.runtime.data_split import shard_loader
 from framework.runtime.devices import device_for, pinned, resolve_accelerator, resolve_devices
 from framework.runtime.environment import check_matches_launcher, environment_for
-from framework.runtime.plugins import checked_checkpoint_io, sort_plugins
+from framework.runtime.plugins import Plugin, checked_checkpoint_io, sort_plugins
 from framework.runtime.rank_start import LaunchMethods, attached_ranks, share_cores
 from framework.runtime.reporting import LoggerMethods, agree_on_runs, as_list
 from framework.runtime.saving import FileMethods
@@ -82,7 +82,7 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
         devices: int | str | list[int] = "auto",
         num_nodes: int = 1,
         precision: str | int | Precision | None = None,
-        plugins: Any = None,
+        plugins: Plugin | list[Plugin] | None = None,
         callbacks: Any = None,
         loggers: Any = None,
         compile: bool | dict[str, Any] = False,

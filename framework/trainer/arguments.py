@@ -7,12 +7,13 @@ import ast
 import functools
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from framework import checks, console
 from framework.datamodule import DataModule
 from framework.errors import MisconfigurationError, describe
+from framework.module import Module
 
 OWNER = "Trainer"
 check_bool = functools.partial(checks.check_bool, OWNER)
@@ -173,6 +174,10 @@ def with_environment_defaults(init: Callable[..., None]) -> Callable[..., None]:
     return from_environment
 
 
+#: What ``validate``, ``test`` and ``predict`` take as ``dataloaders``.
+Loaders = Iterable | list[Iterable] | DataModule | None
+
+
 def datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any, *more_loaders: Any) -> tuple[Any, Any]:
     """A DataModule passed as ``dataloaders`` counts as ``datamodule``; a DataModule and loaders at once (in
     ``dataloaders`` or ``more_loaders``, such as fit's validation loaders) is an error."""
@@ -183,3 +188,17 @@ def datamodule_or_loaders(entry: str, datamodule: Any, dataloaders: Any, *more_l
             f"trainer.{entry} got dataloaders and a datamodule: pass dataloaders= or datamodule=, not both."
         )
     return datamodule, dataloaders
+
+
+def model_to_run(entry: str, model: Any, last_model: Module | None, datamodule: Any) -> Module:
+    """The Module a ``fit``/``validate``/``test``/``predict`` call runs: ``model``, else the last run's; a model or
+    a datamodule of the wrong type is an error naming the call."""
+    if model is None:
+        if last_model is None:
+            raise TypeError(f"trainer.{entry}() needs a model: pass one, or call trainer.fit(model) first.")
+        model = last_model
+    if not isinstance(model, Module):
+        raise TypeError(f"trainer.{entry}(model={describe(model)}): the model must subclass framework.Module.")
+    if datamodule is not None and not isinstance(datamodule, DataModule):
+        raise TypeError(f"trainer.{entry}(datamodule={describe(datamodule)}): it must subclass framework.DataModule.")
+    return model

@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from framework.callbacks import EarlyStopping, ProgressBar, Timer
 from framework.callbacks.base import Callback
+from framework.io.checkpoint_io import CheckpointIO
 from framework.loggers.base import Logger
 from framework.loggers.directory import log_dir_of
 from framework.module import Module
+from framework.precision import Precision
+from framework.strategies import Strategy
 from framework.trainer.data import INFINITE, load_train_data
 from framework.trainer.settings import SETTING_NAMES, Settings, SettingView
 from framework.trainer.state import RunningStage, TrainerFn, TrainerStatus
@@ -134,12 +137,12 @@ class TrainerProperties:
         return self.metrics.progress_bar_view()
 
     @property
-    def strategy(self) -> Any:
+    def strategy(self) -> Strategy:
         """The ``Strategy`` in use (``trainer.runtime.strategy``)."""
         return self.runtime.strategy
 
     @property
-    def checkpoint_io(self) -> Any:
+    def checkpoint_io(self) -> CheckpointIO:
         """The ``CheckpointIO`` every checkpoint save, load and removal goes through (``plugins=``; default
         ``TorchCheckpointIO``)."""
         return self.runtime.strategy.checkpoint_io
@@ -150,7 +153,7 @@ class TrainerProperties:
         return self.runtime.precision.name
 
     @property
-    def precision_plugin(self) -> Any:
+    def precision_plugin(self) -> Precision:
         """The ``Precision`` object in use (``trainer.runtime.precision``), under Lightning's name."""
         return self.runtime.precision
 

@@ -4,18 +4,22 @@
 import contextlib
 import copy
 import os
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from framework.callbacks.base import Callback
 from framework.datamodule import DataModule
-from framework.errors import MisconfigurationError, describe
+from framework.errors import MisconfigurationError
 from framework.loggers.base import Logger
 from framework.module import Module
-from framework.profilers import resolve_profiler
+from framework.precision import Precision
+from framework.profilers import Profiler, resolve_profiler
 from framework.runtime import Runtime
+from framework.runtime.plugins import Plugin
+from framework.strategies import Strategy
 from framework.trainer import arguments as check
-from framework.trainer.arguments import datamodule_or_loaders
+from framework.trainer.arguments import Loaders, datamodule_or_loaders, model_to_run
 from framework.trainer.checkpoint_contents import save_checkpoint
 from framework.trainer.checkpoint_paths import evaluation_ckpt_path
 from framework.trainer.compiled import unwrap_compiled
@@ -135,12 +139,12 @@ class Trainer(TrainerProperties):
         self,
         *,
         accelerator: str = "auto",
-        strategy: Any = "auto",
-        devices: Any = "auto",
+        strategy: str | Strategy = "auto",
+        devices: int | str | list[int] = "auto",
         num_nodes: int = 1,
-        precision: Any = None,
-        logger: Any = None,
-        callbacks: Any = None,
+        precision: str | int | Precision | None = None,
+        logger: Logger | Iterable[Logger] | bool | None = None,
+        callbacks: Callback | list[Callback] | None = None,
         fast_dev_run: int | bool = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
@@ -166,10 +170,10 @@ class Trainer(TrainerProperties):
         benchmark: bool | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
-        profiler: Any = None,
+        profiler: str | Profiler | None = None,
         detect_anomaly: bool = False,
         barebones: bool = False,
-        plugins: Any = None,
+        plugins: Plugin | list[Plugin] | None = None,
         sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0,
         default_root_dir: str | os.PathLike | None = None,
@@ -202,7 +206,8 @@ class Trainer(TrainerProperties):
         self.run_context = RunContext()  # what the runs share: the set-up model, optimizers, loaders ...
 
     # -- entry points ---
-    def fit(self, model: Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
+    def fit(self, model: Module, train_dataloaders: Iterable | DataModule | None = None,
+            val_dataloaders: Iterable | list[Iterable] | None = None,
             datamodule: DataModule | None = None, ckpt_path: str | os.PathLike | None = None,
             weights_only: bool | None = None) -> None:
         """Train ``model``; validation runs when due if there is validation data and a ``validation_step``.
@@ -229,7 +234,7 @@ class Trainer(TrainerProperties):
         self._run(TrainerFn.FITTING, model, datamodule, {"train": train_dataloaders, "val": val_dataloaders},
                   ckpt_path, weights_only)
 
-    def validate(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
+    def validate(self, model: Module | None = None, dataloaders: Loaders = None, ckpt_path: str | None = None,
                  verbose: bool = True, datamodule: DataModule | None = None,
                  weights_only: bool | None = None) -> list[dict[str, float]]:
         """Run one validation epoch; returns one dict of metrics per dataloader.
@@ -244,7 +249,7 @@ class Trainer(TrainerProperties):
         """
         return self._evaluate(TrainerFn.VALIDATING, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
-    def test(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
+    def test(self, model: Module | None = None, dataloaders: Loaders = None, ckpt_path: str | None = None,
              verbose: bool = True, datamodule: DataModule | None = None,
              weights_only: bool | None = None) -> list[dict[str, float]]:
         """Run one test epoch; returns one dict of metrics per dataloader.
@@ -258,7 +263,7 @@ class Trainer(TrainerProperties):
         """
         return self._evaluate(TrainerFn.TESTING, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
-    def predict(self, model: Module | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
+    def predict(self, model: Module | None = None, dataloaders: Loaders = None, datamodule: DataModule | None = None,
                 return_predictions: bool | None = None, ckpt_path: str | None = None,
                 weights_only: bool | None = None) -> list[Any] | None:
         """Run ``predict_step`` over the data; returns the predictions, moved to the CPU, in order (a list
@@ -345,16 +350,7 @@ class Trainer(TrainerProperties):
     def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
         """Make ``model`` (else the last run's Module) and ``datamodule`` this Trainer's; a new Module drops the
         optimizers and set-up model of the last."""
-        if model is None:
-            if self.module is None:
-                raise TypeError(f"trainer.{fn.value}() needs a model: pass one, or call trainer.fit(model) first.")
-            model = self.module
-        if not isinstance(model, Module):
-            raise TypeError(f"trainer.{fn.value}(model={describe(model)}): the model must subclass framework.Module.")
-        if datamodule is not None and not isinstance(datamodule, DataModule):
-            raise TypeError(
-                f"trainer.{fn.value}(datamodule={describe(datamodule)}): it must subclass framework.DataModule."
-            )
+        model = model_to_run(fn.value, model, self.module, datamodule)
         if model is not self.module:
             context = self.run_context
             context.module_setup = False
