@@ -42,7 +42,8 @@ html_title = f"framework {release}"
 html_context = {"commit": commit}  # shown under the name on every page (_templates/sidebar/brand.html)
 html_show_copyright = False
 
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.viewcode", "myst_parser"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.viewcode", "myst_parser",
+              "continued_blocks"]  # docs/continued_blocks.py: "Continues the blocks above" where a block needs them
 # No napoleon: the docstrings are reStructuredText prose with Sphinx field lists (":param name:").
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}

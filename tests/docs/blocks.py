@@ -22,7 +22,6 @@ Check one page while writing it: ``python -m tests.docs.blocks docs/guide/checkp
 
 from __future__ import annotations
 
-import ast
 import builtins
 import contextlib
 import os
@@ -33,6 +32,9 @@ import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs"))
+from continued_blocks import names_of  # noqa: E402  (docs/: the Sphinx extension shows what a block needs)
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<kind>skip|script|setup)\b:?\s*(?P<rest>.*?)\s*(-->)?\s*$")
@@ -106,30 +108,13 @@ def names_not_shown(path: Path) -> list[tuple[Block, list[str]]]:
     for block in blocks_of(path):
         if block.how == "setup":
             continue
-        bound, loaded = _names(block.code)
+        bound, loaded = names_of(block.code)
         known = bound | set(dir(builtins)) | (set() if block.how == "script" else shown)
         if loaded - known:
             missing.append((block, sorted(loaded - known)))
         if block.how != "script":
             shown |= bound
     return missing
-
-
-def _names(code: str) -> tuple[set[str], set[str]]:
-    """The names a block binds anywhere (imports, assignments, definitions, arguments ...) and those it reads."""
-    bound, loaded = set(), set()
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.Name):
-            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
-            bound.add(node.name)
-    return bound, loaded
 
 
 @contextlib.contextmanager

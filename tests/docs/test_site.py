@@ -15,10 +15,12 @@ from sphinx.util.inventory import InventoryFile
 
 import framework
 from tests.docs.api_entries import entries, without_bases
+from tests.docs.blocks import blocks_of
 from tests.docs.conftest import ARTIFACTS, DOCS, ROOT
 
 sys.path.insert(0, str(DOCS))
 import gen_api  # noqa: E402
+from continued_blocks import names_from_above  # noqa: E402
 
 
 def test_the_site_builds_with_warnings_as_errors_and_nitpicky_references(site):
@@ -136,3 +138,18 @@ def test_every_entry_of_the_reference_has_text_of_its_own(site):
     empty = sorted(name for name, text in found.items() if not without_bases(text))
     assert not empty, (f"{len(empty)} entries of the API reference show no text; give each a docstring (a `#:` "
                        f"comment above an attribute, a `:param NAME:` field for a dataclass field): {empty}")
+
+
+def test_a_block_that_needs_earlier_blocks_says_so_above_it_and_names_what_it_uses(site):
+    # docs/continued_blocks.py writes the line; here every Markdown page's shown blocks are counted from the source
+    pages = [page for page in sorted(DOCS.rglob("*.md")) if "_build" not in page.parts]
+    said = re.compile(r'<p class="continues-above">Continues the blocks above: uses (.*?)</p>', re.S)
+    checked = 0
+    for page in pages:
+        shown = [block.code for block in blocks_of(page) if block.how != "setup"]
+        expected = [names for names in names_from_above(shown) if names]
+        built = (site.html / page.relative_to(DOCS).with_suffix(".html")).read_text()
+        lines = [re.findall(r'<span class="pre">([^<]+)</span>', line) for line in said.findall(built)]
+        assert lines == expected, f"{page.relative_to(ROOT)}: the lines above its blocks name {lines}, not {expected}"
+        checked += len(expected)
+    assert checked > 30, checked  # the guides' examples build on a first block: many blocks continue one
