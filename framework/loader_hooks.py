@@ -18,17 +18,29 @@ class LoaderHooks:
     an undefined one says so."""
 
     def train_dataloader(self) -> Any:
-        """The training loader(s) ``fit`` uses when none are passed to it."""
+        """The training loader(s) ``fit`` uses when none are passed to it.
+
+        :raises MisconfigurationError: where a subclass does not define it (nor set it as an attribute).
+        """
         raise _not_defined("train_dataloader")
 
     def val_dataloader(self) -> Any:
-        """The validation loader(s) for ``fit`` and ``validate``."""
+        """The validation loader(s) for ``fit`` and ``validate``.
+
+        :raises MisconfigurationError: where a subclass does not define it (nor set it as an attribute).
+        """
         raise _not_defined("val_dataloader")
 
     def test_dataloader(self) -> Any:
-        """The test loader(s) for ``test``."""
+        """The test loader(s) for ``test``.
+
+        :raises MisconfigurationError: where a subclass does not define it (nor set it as an attribute).
+        """
         raise _not_defined("test_dataloader")
 
     def predict_dataloader(self) -> Any:
-        """The loader(s) for ``predict``."""
+        """The loader(s) for ``predict``.
+
+        :raises MisconfigurationError: where a subclass does not define it (nor set it as an attribute).
+        """
         raise _not_defined("predict_dataloader")

@@ -76,7 +76,10 @@ class Module(StepMethods, ModuleHooks, LoggingMethods, LoaderHooks, Hyperparamet
     # -- what the trainer tells the module ---
     @property
     def trainer(self) -> Any:
-        """The Trainer this module is attached to; raises ``RuntimeError`` when there is none."""
+        """The Trainer this module is attached to.
+
+        :raises RuntimeError: where it is attached to none (before a Trainer runs it).
+        """
         if self._trainer is None and not self._jit_is_scripting:
             raise RuntimeError(
                 f"{type(self).__qualname__} is not attached to a Trainer; call trainer.fit(model) first."

@@ -45,6 +45,9 @@ class LoggingMethods:
         :param batch_size: this value's weight in the epoch's mean; ``None`` (the default): found in the batch.
         :param metric_attribute: accepted for Lightning's sake; no effect.
         :param rank_zero_only: accepted for Lightning's sake; no effect.
+        :raises MisconfigurationError: where ``on_step`` and ``on_epoch`` are both ``False``; where called in
+            ``predict_step``, in a hook that may not log, or outside the loops of the Trainer the Module is attached
+            to; without a Trainer, where ``value`` is ``None`` or a mapping.
         """
         if on_step is False and on_epoch is False:
             raise MisconfigurationError(f"self.log({name!r}, ..., on_step=False, on_epoch=False) is not useful: "
@@ -110,6 +113,7 @@ class LoggingMethods:
         :param add_dataloader_idx: as in ``log``.
         :param batch_size: as in ``log``.
         :param rank_zero_only: as in ``log`` (no effect).
+        :raises MisconfigurationError: where ``dictionary`` is neither a mapping nor a ``MetricCollection``.
         """
         items = dictionary.items() if isinstance(dictionary, Mapping) else _collection_items(dictionary)
         if items is None:

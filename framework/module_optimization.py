@@ -183,6 +183,8 @@ class OptimizationMethods:
         :param optimizer: the optimizer whose parameters' gradients are clipped.
         :param gradient_clip_val: the largest total norm or value; ``None`` (the default) or ``0``: no clipping.
         :param gradient_clip_algorithm: ``"norm"`` (what ``None``, the default, means) or ``"value"``.
+        :raises MisconfigurationError: where ``gradient_clip_algorithm`` is neither "norm" nor "value" (and
+            ``gradient_clip_val`` is set).
         """
         if gradient_clip_val is None or gradient_clip_val == 0:
             return

@@ -27,6 +27,9 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     Example::
 
         framework.seed_everything(42, workers=True)
+
+    :raises MisconfigurationError: where ``seed`` (or the ``PL_GLOBAL_SEED`` it defaults to) is not an int in
+        [0, 2**32 - 1].
     """
     if seed is None:
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))

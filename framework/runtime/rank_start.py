@@ -40,6 +40,9 @@ class LaunchMethods:
 
         :param function: called as ``function(runtime, *args, **kwargs)`` on every rank; ``None`` (the default):
             the rest of the script runs on every rank instead.
+        :raises MisconfigurationError: where ``function`` is ``None`` and the ranks are to be started here, by a
+            strategy whose start method is neither "auto" nor "popen" or on several nodes.
+        :raises TypeError: where ``function`` is given but not callable.
         """
         if function is None:
             if self.needs_launch:
@@ -74,6 +77,7 @@ class LaunchMethods:
         gets its own.
 
         :param function: called as ``function(runtime, *args, **kwargs)`` on every rank.
+        :raises TypeError: where ``function`` is not callable.
         """
         if not callable(function):
             raise TypeError(f"launch(function={describe(function)}): the function must be callable.")

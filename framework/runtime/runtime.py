@@ -72,6 +72,11 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
         written to by global rank 0; ``None``: none.
     :param compile: ``True`` runs the set-up module's ``forward`` and ``training_step`` (and the methods marked
         with ``mark_forward_method``) under ``torch.compile``; a dict gives its keyword arguments; ``False``: eager.
+    :raises MisconfigurationError: where an argument is none of those accepted above (``num_nodes`` not a positive
+        int, ``plugins`` holding two of a kind or a precision plugin beside ``precision``, ...); where the
+        accelerator or the devices asked for are not on this machine; where several processes are asked of a
+        strategy that runs one; or where ``devices`` and ``num_nodes`` differ from what the launcher started (or
+        ``num_nodes`` is over 1 and no launcher started this process).
     """
 
     def __init__(
@@ -269,6 +274,7 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
             strategy and compiled if asked; ``False``: only converted (and wrapped on several processes).
         :param float_outputs: what forward computed in float16/bfloat16 under autocast comes back in float32, as
             Accelerate's prepared models return it; default ``False``.
+        :raises MisconfigurationError: where ``module`` was set up already.
         """
         if isinstance(module, RuntimeModule):
             raise MisconfigurationError("runtime.setup_module got a module that was set up already; pass the original.")
@@ -307,6 +313,7 @@ class Runtime(StepMethods, LaunchMethods, CollectiveMethods, LoggerMethods, File
             several; ``False``: every rank iterates the whole loader.
         :param move_to_device: ``True`` (the default): each batch arrives on the device; ``False``: as loaded.
         :param even_batches: see above; default ``True``.
+        :raises TypeError: where no loader is given.
         """
         if not dataloaders:
             raise TypeError("setup_dataloaders needs at least one dataloader.")

@@ -111,6 +111,7 @@ class FileMethods:
         :param obj: the module (set up or not) or optimizer to load it into.
         :param strict: for a module, every key must match (default ``True``).
         :param weights_only: ``None`` or ``True`` load tensors and plain data only; ``False`` unpickles anything.
+        :raises TypeError: where ``obj`` is neither a ``torch.nn.Module`` nor has a ``load_state_dict`` method.
         """
         if not isinstance(obj, nn.Module) and not callable(getattr(obj, "load_state_dict", None)):
             raise TypeError(f"load_raw(obj={describe(obj)}): obj must be a torch.nn.Module or an optimizer.")

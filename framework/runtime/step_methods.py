@@ -55,6 +55,7 @@ class StepMethods:
         :param max_norm: scale the gradients down to this total norm.
         :param norm_type: the p of the p-norm ``max_norm`` bounds; default 2.0.
         :param error_if_nonfinite: see above; default ``True``.
+        :raises MisconfigurationError: where both or neither of ``clip_val`` and ``max_norm`` are given.
         """
         if (clip_val is None) == (max_norm is None):
             raise MisconfigurationError("clip_gradients needs exactly one of clip_val= or max_norm=.")

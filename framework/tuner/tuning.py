@@ -29,7 +29,10 @@ class Tuner:
         """Train ``num_training`` steps with the learning rate growing from ``min_lr`` to ``max_lr`` (``mode``
         "exponential" or "linear"), stopping early once the loss exceeds ``early_stop_threshold`` times its best;
         with ``update_attr``, write the suggestion to the Module's ``lr``/``learning_rate`` (or ``attr_name``),
-        attribute or hyperparameter. The Module's weights are put back afterwards."""
+        attribute or hyperparameter. The Module's weights are put back afterwards.
+
+        :raises MisconfigurationError: where ``method`` is not "fit".
+        """
         if method != "fit":
             raise MisconfigurationError(f"lr_find(method={method!r}): only 'fit' is supported.")
         return lr_find(self._trainer, model, train_dataloaders if train_dataloaders is not None else dataloaders,
@@ -44,7 +47,11 @@ class Tuner:
         hyperparameter), from ``init_val``, doubling (``mode="power"``) until a trial of ``steps_per_trial`` steps
         runs out of memory or the training dataset is used whole, then with ``mode="binsearch"`` narrowing
         between the last size that fit and the first that did not; set and return the size found. The loaders
-        must come from ``train_dataloader()`` reading that value, not be passed in. Weights are put back."""
+        must come from ``train_dataloader()`` reading that value, not be passed in. Weights are put back.
+
+        :raises MisconfigurationError: where loaders are passed (``train_dataloaders``, ``val_dataloaders`` or
+            ``dataloaders``), or ``method`` is not "fit".
+        """
         if any(loaders is not None for loaders in (train_dataloaders, val_dataloaders, dataloaders)):
             raise MisconfigurationError("The batch scaling feature cannot be used with dataloaders passed directly: "
                                         "build them in the Module's or DataModule's train_dataloader() from "
