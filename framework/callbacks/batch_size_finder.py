@@ -128,7 +128,10 @@ class BatchSizeFinder(Callback):
         self.optimal_batch_size: int | None = init_val
 
     def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
-        """Refuse what the search cannot work with."""
+        """Refuse what the search cannot work with.
+
+        :raises MisconfigurationError: where a fit runs on several processes, or with loaders passed to ``fit``.
+        """
         if stage != "fit":
             return
         if trainer.world_size > 1:

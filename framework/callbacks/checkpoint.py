@@ -32,6 +32,7 @@ class OnExceptionCheckpoint(Checkpoint):
 
     :param dirpath: the directory to save in (``~`` is expanded).
     :param filename: the file's name without ``.ckpt``; ``"on_exception"`` by default.
+    :raises MisconfigurationError: where ``filename`` is not a non-empty string.
 
     Example::
 

@@ -29,7 +29,10 @@ class DeviceStatsMonitor(Callback):
         self._cpu_stats = cpu_stats
 
     def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
-        """Refuse a run without a logger, or CPU statistics without psutil."""
+        """Refuse a run without a logger, or CPU statistics without psutil.
+
+        :raises MisconfigurationError: where a fit runs with no logger.
+        """
         if stage != "fit":
             return
         if not trainer.loggers:

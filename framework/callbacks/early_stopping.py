@@ -58,6 +58,8 @@ class EarlyStopping(Callback):
     :param check_on_train_epoch_end: True checks at each training epoch's end, False after each validation;
         ``None`` (default): at the epoch's end when validation runs exactly once an epoch.
     :param log_rank_zero_only: with several ranks, only rank 0 logs these messages (default False: every rank).
+    :raises MisconfigurationError: where ``monitor`` is not a non-empty string, ``mode`` is neither "min" nor "max",
+        ``patience`` is not an int >= 0, or ``min_delta`` is not a number.
 
     Example::
 

@@ -238,7 +238,10 @@ class BackboneFinetuning(BaseFinetuning):
         super().load_state_dict(state_dict)
 
     def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
-        """Check there is a backbone, then freeze it."""
+        """Check there is a backbone, then freeze it.
+
+        :raises MisconfigurationError: where the Module has no ``backbone`` attribute that is an ``nn.Module``.
+        """
         if not isinstance(getattr(pl_module, "backbone", None), nn.Module):
             raise MisconfigurationError(f"BackboneFinetuning needs {type(pl_module).__name__}.backbone, an nn.Module "
                                         "(the part trained later); set self.backbone in __init__.")

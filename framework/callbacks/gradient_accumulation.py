@@ -13,6 +13,8 @@ class GradientAccumulationScheduler(Callback):
     first key given, 1). It needs automatic optimization, and a Trainer whose ``accumulate_grad_batches`` is 1.
 
     :param scheduling: ``{epoch: batches}``, a non-empty dict of ints: epochs >= 0, batches >= 1.
+    :raises MisconfigurationError: where ``scheduling`` is not a non-empty dict, a key is not an int >= 0, or a value
+        is not an int >= 1.
 
     Example::
 
@@ -43,7 +45,11 @@ class GradientAccumulationScheduler(Callback):
         return next(factor for start, factor in reversed(self.scheduling.items()) if start <= epoch)
 
     def on_train_start(self, trainer: TrainerLike, pl_module: Any) -> None:
-        """Refuse what cannot work with a schedule: manual optimization, or the Trainer's own setting."""
+        """Refuse what cannot work with a schedule: manual optimization, or the Trainer's own setting.
+
+        :raises MisconfigurationError: where the Module optimizes manually, or the Trainer was given
+            ``accumulate_grad_batches`` other than 1.
+        """
         if not pl_module.automatic_optimization:
             raise MisconfigurationError("GradientAccumulationScheduler needs automatic optimization: under manual "
                                         "optimization training_step decides when to step. Remove the callback, or "

@@ -15,6 +15,7 @@ class LambdaCallback(Callback):
 
     :param hooks: ``hook_name=function``: any hook of :class:`~framework.callbacks.Callback`, or ``state_dict``
         and ``load_state_dict``; another name, or a value that is not callable, raises.
+    :raises MisconfigurationError: where a keyword is not a callback hook's name, or its value is not callable.
 
     Example::
 

@@ -149,7 +149,10 @@ class LearningRateFinder(Callback):
         self.optimal_lr: Any = None
 
     def lr_find(self, trainer: TrainerLike, pl_module: Any) -> None:
-        """Search, and apply the suggestion to the running optimizer."""
+        """Search, and apply the suggestion to the running optimizer.
+
+        :raises MisconfigurationError: where the run has several processes.
+        """
         if trainer.world_size > 1:
             raise MisconfigurationError("LearningRateFinder runs in one process only: with several, call "
                                         "Tuner(trainer).lr_find(model) before fit.")

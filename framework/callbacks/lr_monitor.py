@@ -23,6 +23,7 @@ class LearningRateMonitor(Callback):
         ``None`` (default): each scheduler's own interval, and both for optimizers without a scheduler.
     :param log_momentum: also log ``<name>-momentum`` (``betas[0]`` for Adam-like optimizers; 0 without one).
     :param log_weight_decay: also log ``<name>-weight_decay``, for the groups that have one.
+    :raises MisconfigurationError: where ``logging_interval`` is none of "step", "epoch" and ``None``.
 
     Example::
 
@@ -43,7 +44,10 @@ class LearningRateMonitor(Callback):
         self.last_weight_decay_values: dict[str, float] = {}
 
     def on_train_start(self, trainer: TrainerLike, pl_module: Any) -> None:
-        """Check there is a logger to write to, and warn where a momentum asked for does not exist."""
+        """Check there is a logger to write to, and warn where a momentum asked for does not exist.
+
+        :raises MisconfigurationError: where the Trainer has no logger.
+        """
         if not trainer.loggers:
             raise MisconfigurationError(
                 "LearningRateMonitor needs a logger to write to, and the Trainer has none (logger=False). "

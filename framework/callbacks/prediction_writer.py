@@ -34,6 +34,7 @@ class BasePredictionWriter(Callback):
     can be matched to their inputs. Epoch writers get the predictions even with ``return_predictions=False``.
 
     :param write_interval: when to write: ``"batch"`` (default), ``"epoch"`` or ``"batch_and_epoch"``.
+    :raises MisconfigurationError: where ``write_interval`` is none of "batch", "epoch" and "batch_and_epoch".
 
     Example::
 

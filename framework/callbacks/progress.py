@@ -25,7 +25,10 @@ class ProgressBar(Callback):
 
     @property
     def trainer(self) -> Any:
-        """The Trainer this bar reports on (known from ``setup`` on)."""
+        """The Trainer this bar reports on (known from ``setup`` on).
+
+        :raises TypeError: where read before ``setup`` has run (no Trainer is attached).
+        """
         if self._trainer is None:
             raise TypeError(f"The `trainer` reference of {type(self).__name__} is set in setup(), which has not run "
                             "yet: the bar is not attached to a running Trainer.")

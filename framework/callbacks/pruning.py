@@ -51,6 +51,9 @@ class ModelPruning(Callback):
     :param pruning_norm: the norm of ``"ln_structured"`` (``1``, ``2``...); required by it (default ``None``).
     :param verbose: non-zero logs how many of the pruned parameters' values are zero after each pruning.
     :param prune_on_train_epoch_end: True (default) prunes at each training epoch's end, False after validation.
+    :raises MisconfigurationError: where ``pruning_fn`` is an unknown name or neither a name nor callable; where a
+        structured method lacks ``pruning_dim`` (or, for "ln_structured", ``pruning_norm``); or where
+        ``use_global_unstructured`` is set with a method that cannot prune globally.
 
     Example::
 

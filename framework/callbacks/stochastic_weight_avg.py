@@ -28,6 +28,9 @@ class StochasticWeightAveraging(Callback):
     :param annealing_strategy: ``"cos"`` (default) or ``"linear"``.
     :param avg_fn: ``AveragedModel``'s ``avg_fn(averaged, current, num_averaged)``; ``None`` (default): the mean.
     :param device: where the average is kept (default ``"cpu"``); ``None``: on the Module's device.
+    :raises MisconfigurationError: where ``swa_epoch_start`` is neither an int >= 1 nor a float in [0, 1],
+        ``swa_lrs`` is not a positive float or a non-empty list of them, or ``annealing_strategy`` is neither "cos" nor
+        "linear".
 
     Example::
 
@@ -59,7 +62,10 @@ class StochasticWeightAveraging(Callback):
         self.swa_start = 0
 
     def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
-        """Work out the first SWA epoch and make the averaged copy."""
+        """Work out the first SWA epoch and make the averaged copy.
+
+        :raises MisconfigurationError: where ``swa_epoch_start`` is a fraction and the fit has no epoch limit.
+        """
         if stage != "fit":
             return
         epochs = trainer.epoch_limit

@@ -24,6 +24,8 @@ class Timer(Callback):
     :param interval: check after every training batch (``"step"``, the default) or at each epoch's end
         (``"epoch"``).
     :param verbose: True (default) logs when the time is up, on global rank 0.
+    :raises MisconfigurationError: where ``interval`` is neither "step" nor "epoch", or ``duration`` is not a
+        duration of zero or more in one of the forms above.
 
     Example::
 

@@ -50,7 +50,10 @@ class WeightAveraging(Callback):
 
     # -- hooks ---
     def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
-        """Make the averaged copy when fit starts."""
+        """Make the averaged copy when fit starts.
+
+        :raises MisconfigurationError: where the strategy shards the parameters (FSDP).
+        """
         if stage != "fit":
             return
         if getattr(trainer.runtime.strategy, "replaces_parameters", False):
@@ -143,6 +146,7 @@ class EMAWeightAveraging(WeightAveraging):
     :param update_starting_at_step: the first step (from 0) updating the average; ``None`` (default): the first.
     :param update_starting_at_epoch: also update at the end of each epoch from this one; ``None`` (default): never.
     :param kwargs: other keyword arguments, for ``AveragedModel``.
+    :raises MisconfigurationError: where ``decay`` is not in [0, 1].
 
     Example::
 
