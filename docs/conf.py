@@ -89,6 +89,7 @@ nitpick_ignore = [
     ("py:class", "Optimizer"),  # a string annotation of torch's class, which autodoc cannot qualify
     ("py:class", "timedelta"),  # the same, of datetime's
     ("py:class", "_OurMixedPrecision"),  # framework.plugins.precision's name for framework.precision.MixedPrecision
+    ("py:exc", "NotProvidedError"),  # framework.errors: what a Lightning name framework does not provide raises
 ]
 
 

@@ -114,6 +114,9 @@ def run(ModelClass: type[Module] | None = None, DataModuleClass: type[DataModule
 
         if __name__ == "__main__":
             run(Net, Digits)
+
+    :raises SystemExit: with status 2, where ``args`` is ``None`` and the command line (or a config it names) is
+        wrong, or a checkpoint cannot be used; the message is printed first.
     """
     if args is None:  # a script's own command line: errors end the script as argparse's do
         try:

@@ -51,6 +51,8 @@ class AsyncCheckpointIO(CheckpointIO):
     much memory as one checkpoint). Sharded checkpoints (zero2/zero3) are written by every rank
     through ``torch.distributed.checkpoint`` on a process group of their own. ``trainer.save_checkpoint``
     called by you stays synchronous (Lightning's returns before the file is written).
+
+    :raises TypeError: where ``checkpoint_io`` is neither ``None`` nor a ``CheckpointIO``.
     """
 
     def __init__(self, checkpoint_io: CheckpointIO | None = None) -> None:
@@ -66,7 +68,10 @@ class AsyncCheckpointIO(CheckpointIO):
     # -- save points ---
     @contextlib.contextmanager
     def save_point(self) -> Iterator[AsyncCheckpointIO]:
-        """Collect the writes made inside; they start in the background when the block ends (see the module)."""
+        """Collect the writes made inside; they start in the background when the block ends (see the module).
+
+        :raises RuntimeError: where a save point of this object is open already (they do not nest).
+        """
         if self._collected is not None:
             raise RuntimeError("AsyncCheckpointIO.save_point() is already open; save points do not nest.")
         self.wait()

@@ -62,6 +62,11 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = None, weights_o
     (None and True load tensors and plain data only). A sharded checkpoint (a directory) is read whole, on
     this process alone, unless ``leave_split_unread``: then its split tensors are left for the strategy to
     read in its own layout (``checkpoint_dir.load_sharded``).
+
+    :raises CheckpointError: where the file is damaged or written by a newer framework, or holds pickled objects
+        beyond tensors and plain data (an ``UnsafeCheckpointError``; not with ``weights_only=False``), or where
+        ``path`` is a directory but not a sharded checkpoint (DeepSpeed's included).
+    :raises FileNotFoundError: where ``path`` does not exist.
     """
     fs, inner = filesystem(path)
     if fs.isdir(inner):

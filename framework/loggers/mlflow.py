@@ -57,6 +57,8 @@ class MLFlowLogger(CheckpointUploading, Logger):
     :param run_id: an existing run to log to (its experiment is used); ``None`` (default): a new run.
     :param synchronous: passed to MLflow's ``log_batch`` (False: without waiting); ``None`` (default): MLflow's
         default.
+    :raises MisconfigurationError: where mlflow is not installed (a ``MissingPackageError``), ``log_model`` is none
+        of False, True and "all", or ``save_dir`` is ``None`` without a ``tracking_uri`` (nor ``MLFLOW_TRACKING_URI``).
 
     Example::
 

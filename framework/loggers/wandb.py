@@ -47,6 +47,8 @@ class WandbLogger(CheckpointUploading, Logger):
     :param add_file_policy: the ``policy`` of ``wandb.Artifact.add_file`` for checkpoints: ``"mutable"``
         (default: copied first) or ``"immutable"``.
     :param kwargs: other keyword arguments, for ``wandb.init`` (``entity``, ``group``, ``tags``, ``mode``...).
+    :raises MisconfigurationError: where wandb is not installed (a ``MissingPackageError``), ``log_model`` is none
+        of False, True and "all", or ``log_model`` is set with ``offline=True``.
 
     Example::
 

@@ -172,6 +172,11 @@ class TorchElasticEnvironment(_SetByLauncher):
         return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"))
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        """Refuse a process that torchrun (or ``framework launch``) did not start.
+
+        :raises MisconfigurationError: where one of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
+            ``MASTER_PORT`` is not set.
+        """
         if not self.detect():
             raise MisconfigurationError(
                 "plugins=[TorchElasticEnvironment()]: this process was not started by torchrun or `framework "
@@ -187,7 +192,10 @@ _WATCHED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGUSR2"
 class SLURMEnvironment(_SetByLauncher):
     """``srun`` started the ranks. ``auto_requeue``: whether a preempted run asks SLURM to requeue the job once
     its checkpoint is saved; ``requeue_signal``: the signal the job is sent before its time is up (``sbatch
-    --signal``); SIGUSR1, SIGUSR2 and SIGTERM are answered, whichever you choose."""
+    --signal``); SIGUSR1, SIGUSR2 and SIGTERM are answered, whichever you choose.
+
+    :raises MisconfigurationError: where ``requeue_signal`` is not one of SIGUSR1, SIGUSR2 and SIGTERM.
+    """
 
     _WORLD_SIZE = "SLURM_NTASKS"
     _GLOBAL_RANK = "SLURM_PROCID"
@@ -234,6 +242,10 @@ class SLURMEnvironment(_SetByLauncher):
         return os.environ.get("SLURM_JOB_NAME")
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        """Refuse a process that srun did not start.
+
+        :raises MisconfigurationError: where ``SLURM_NTASKS`` or ``SLURM_PROCID`` is not set.
+        """
         if "SLURM_NTASKS" not in os.environ or "SLURM_PROCID" not in os.environ:
             raise MisconfigurationError(
                 "plugins=[SLURMEnvironment()]: this process was not started by srun (SLURM_NTASKS and "

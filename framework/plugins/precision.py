@@ -90,7 +90,10 @@ class DoublePrecision(metaclass=_BuildsFrameworkPrecision):
 
 
 class BitsandbytesPrecision:
-    """Not provided: layers quantised through bitsandbytes have no counterpart in framework."""
+    """Not provided: layers quantised through bitsandbytes have no counterpart in framework.
+
+    :raises NotProvidedError: always: framework does not quantise layers with bitsandbytes.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise NotProvidedError(

@@ -118,6 +118,9 @@ class Float16Mixed(MixedPrecision):
         optimizers of an iteration have stepped (``update_scale``, also run before the next
         backward), so two optimizers sharing one backward see the same scale, and
         gradient-accumulation micro-batches do not move it.
+
+        :raises MisconfigurationError: where ``optimizer`` is a ``torch.optim.LBFGS``, whose closure runs several
+            times a step.
         """
         if isinstance(optimizer, torch.optim.LBFGS):
             raise MisconfigurationError(

@@ -40,7 +40,10 @@ class Precision:
         self.device = torch.device("cpu")
 
     def connect(self, device: torch.device) -> None:
-        """Called by the Runtime with the device it runs on; raises when the device cannot do this mode."""
+        """Called by the Runtime with the device it runs on; raises when the device cannot do this mode.
+
+        :raises MisconfigurationError: where ``device`` cannot run this mode (``unsupported_reason`` says why).
+        """
         problem = self.unsupported_reason(device)
         if problem is not None:
             raise MisconfigurationError(f"precision={self.name!r} cannot run on {device}: {problem}")

@@ -39,6 +39,7 @@ def register_precision(name: str, builder: Callable[[], Precision], aliases: tup
     :param name: the name users pass; the builder's precision should report it as its ``name``.
     :param builder: makes a new ``Precision`` for each run.
     :param aliases: other spellings of ``name``.
+    :raises MisconfigurationError: where ``name`` or an alias is not a non-empty string.
     """
     for spelling in (name, *aliases):
         if not isinstance(spelling, str) or not spelling:
@@ -58,7 +59,11 @@ _BUILT_IN = frozenset(_BUILDERS)
 
 
 def resolve_precision(precision: object) -> Precision:
-    """A Precision instance for ``precision`` (an instance, or any accepted spelling)."""
+    """A Precision instance for ``precision`` (an instance, or any accepted spelling).
+
+    :raises MisconfigurationError: where ``precision`` is neither a ``Precision`` nor an accepted spelling, or names a
+        mode this version does not have.
+    """
     if isinstance(precision, Precision):
         return precision
     key = precision.lower() if isinstance(precision, str) else precision

@@ -22,7 +22,10 @@ _BY_NAME = {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "pytorch": P
 
 
 def resolve_profiler(profiler: Any) -> Profiler | None:
-    """``Trainer(profiler=...)``: None, a name ("simple", "advanced", "pytorch", "passthrough") or a Profiler."""
+    """``Trainer(profiler=...)``: None, a name ("simple", "advanced", "pytorch", "passthrough") or a Profiler.
+
+    :raises MisconfigurationError: where ``profiler`` is neither ``None``, a ``Profiler`` nor one of those names.
+    """
     if profiler is None or isinstance(profiler, Profiler):
         return profiler
     if isinstance(profiler, str) and profiler.lower() in _BY_NAME:

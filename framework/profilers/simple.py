@@ -32,13 +32,19 @@ class SimpleProfiler(Profiler):
         self.start_time = time.monotonic()
 
     def start(self, action_name: str) -> None:
-        """Start timing ``action_name`` (an error if it already runs)."""
+        """Start timing ``action_name`` (an error if it already runs).
+
+        :raises ValueError: where ``action_name`` is running already.
+        """
         if action_name in self.current_actions:
             raise ValueError(f"Attempted to start {action_name} which has already started.")
         self.current_actions[action_name] = time.monotonic()
 
     def stop(self, action_name: str) -> None:
-        """Stop timing ``action_name`` (an error if it was not started)."""
+        """Stop timing ``action_name`` (an error if it was not started).
+
+        :raises ValueError: where ``action_name`` is not running.
+        """
         end = time.monotonic()
         started = self.current_actions.pop(action_name, None)
         if started is None:

@@ -42,6 +42,7 @@ class Strategy:
 
     :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
         (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
+    :raises MisconfigurationError: where ``checkpoint_io`` is neither ``None`` nor a ``CheckpointIO``.
     """
 
     #: What messages call the strategy (each subclass sets its own: ``"ddp"``, ``"fsdp"``, ...).

@@ -41,6 +41,8 @@ class DDPStrategy(ParallelStrategy):
         (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
     :param ddp_kwargs: other keyword arguments go to ``torch.nn.parallel.DistributedDataParallel``
         (``find_unused_parameters=True``...).
+    :raises MisconfigurationError: where ``max_restarts`` is not an int >= 0, or as
+        :class:`~framework.strategies.ParallelStrategy` says.
 
     Example::
 

@@ -47,6 +47,8 @@ class ModelParallelStrategy(FSDPStrategy):
     :param parallelize_fn: ``fn(module, device_mesh) -> module``, for the bare Runtime (Fabric's form; it may
         also come first, in place of ``data_parallel_size``): applied by ``runtime.setup(module)``. With the
         Trainer, ``configure_model`` does this. ``None`` (default): nothing is applied.
+    :raises MisconfigurationError: where ``data_parallel_size`` or ``tensor_parallel_size`` is neither "auto" nor a
+        positive int, or ``save_distributed_checkpoint`` is not a bool.
 
     Example::
 

@@ -121,6 +121,8 @@ class ParallelStrategy(Strategy):
         (default): ``"nccl"`` on CUDA, ``"gloo"`` elsewhere.
     :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
         (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
+    :raises MisconfigurationError: where ``start_method`` is not one of those above, ``timeout`` is neither a
+        ``timedelta`` nor a number of seconds above 0, or ``checkpoint_io`` is not a ``CheckpointIO``.
     """
 
     name = "parallel"
@@ -153,7 +155,11 @@ class ParallelStrategy(Strategy):
 
     # -- set-up ---
     def setup_environment(self) -> None:
-        """Start the default process group (once per process; later runs reuse it)."""
+        """Start the default process group (once per process; later runs reuse it).
+
+        :raises MisconfigurationError: where several processes are to join and no launcher set ``MASTER_ADDR`` and
+            ``MASTER_PORT``.
+        """
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         if self.world_size == 1 or dist.is_initialized():

@@ -81,7 +81,10 @@ def register_strategy(name: str, builder: Callable[[], Strategy], aliases: tuple
 
 
 def resolve_strategy(strategy: object) -> Strategy:
-    """A Strategy instance for ``strategy`` (an instance, or a registered name)."""
+    """A Strategy instance for ``strategy`` (an instance, or a registered name).
+
+    :raises MisconfigurationError: where ``strategy`` is neither a ``Strategy`` nor a registered name.
+    """
     if isinstance(strategy, Strategy):
         return strategy
     if isinstance(strategy, str) and strategy.lower() == "auto":

@@ -18,6 +18,8 @@ class SingleDeviceStrategy(Strategy):
     :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
         (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
     :param precision_plugin: only ``None``: the Trainer's ``precision=`` or ``plugins=`` chooses.
+    :raises MisconfigurationError: where ``accelerator`` or ``precision_plugin`` is given, or ``checkpoint_io`` is not
+        a ``CheckpointIO``.
 
     Example::
 

@@ -29,7 +29,11 @@ class ShardedStrategy(DDPStrategy):
     name = "sharded"
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
-        """``optimizer`` rebuilt as a ZeroRedundancyOptimizer holding this rank's share of the state."""
+        """``optimizer`` rebuilt as a ZeroRedundancyOptimizer holding this rank's share of the state.
+
+        :raises MisconfigurationError: where ``optimizer`` has stepped already (holds state) and there are several
+            processes.
+        """
         if self.world_size == 1:
             return optimizer
         from torch.distributed.optim import ZeroRedundancyOptimizer

@@ -30,7 +30,10 @@ _LENGTH_OF_MODE: dict[str, Callable[[list[int]], int]] = {
 
 class CombinedLoader(Iterable):
     """Iterate ``iterables`` (a loader, or a dict, list or tuple of them, nested as you like) together in ``mode``
-    (see the module). ``len()`` is the number of steps (when every loader has a length)."""
+    (see the module). ``len()`` is the number of steps (when every loader has a length).
+
+    :raises ValueError: where ``mode`` is not one of those above.
+    """
 
     def __init__(self, iterables: Any, mode: str = "min_size") -> None:
         if mode not in _LENGTH_OF_MODE:

@@ -17,6 +17,8 @@ def grad_norm(module: nn.Module, norm_type: float | int | str, group_separator: 
 
         def on_before_optimizer_step(self, optimizer):
             self.log_dict(grad_norm(self, norm_type=2))
+
+    :raises MisconfigurationError: where ``norm_type`` is neither a positive number nor "inf".
     """
     try:
         order = float(norm_type)
