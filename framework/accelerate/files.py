@@ -36,6 +36,7 @@ class FileMethods:
 
         :param objects: objects with ``state_dict()`` and ``load_state_dict()`` (anything else raises
             ``TypeError``); saved as ``custom_checkpoint_<i>.pkl`` in the order registered, the main process's copy.
+        :raises TypeError: where an object lacks a callable ``state_dict`` or ``load_state_dict``.
         """
         for obj in objects:
             if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):

@@ -29,6 +29,8 @@ def notebook_launcher(function: Callable[..., Any], args: tuple = (), num_proces
     Example::
 
         notebook_launcher(training_function, (config,), num_processes=2)
+
+    :raises MisconfigurationError: where ``num_nodes`` is not 1.
     """
     if num_nodes != 1:
         raise MisconfigurationError(f"notebook_launcher(num_nodes={num_nodes}): one machine only; start several "

@@ -120,6 +120,7 @@ class PrepareMethods:
         """``scheduler`` stepping after each optimizer step that happened (``num_processes`` times).
 
         :param scheduler: a torch LR scheduler over a prepared optimizer.
+        :raises MisconfigurationError: where ``scheduler`` is a ``DummyScheduler`` (``prepare`` it with its model).
         """
         if isinstance(scheduler, AcceleratedScheduler):
             return scheduler

@@ -73,6 +73,8 @@ class AcceleratorState(PartialState):
     Example::
 
         if AcceleratorState().mixed_precision == "bf16": ...
+
+    :raises MisconfigurationError: where no Accelerator has been created.
     """
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any) -> None:
@@ -121,7 +123,10 @@ class AcceleratorState(PartialState):
     use_ipex = False
 
     def get_deepspeed_plugin(self, name: str) -> Any:
-        """The DeepSpeed plugin named ``name`` (the one plugin is ``"default"``)."""
+        """The DeepSpeed plugin named ``name`` (the one plugin is ``"default"``).
+
+        :raises MisconfigurationError: where ``name`` is not "default", or the Accelerator has no DeepSpeed plugin.
+        """
         plugins = self.deepspeed_plugins or {}
         if name not in plugins:
             raise MisconfigurationError(f"AcceleratorState.get_deepspeed_plugin({name!r}): "

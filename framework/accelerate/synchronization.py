@@ -90,6 +90,7 @@ class GradientSync:
             DDP model, else the block runs as it is.
         :param even_batches: ``None`` (the default) or the ``even_batches`` the loaders were prepared with;
             another value raises ``MisconfigurationError`` (Accelerate changes the loaders' setting for the block).
+        :raises MisconfigurationError: where ``even_batches`` is given and differs from the loaders'.
         """
         if even_batches is not None and even_batches != self.even_batches:
             raise MisconfigurationError(

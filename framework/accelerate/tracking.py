@@ -261,6 +261,7 @@ class TrackerMethods:
             also on processes other than the main, which start no tracker (Accelerate returns an empty one there).
         :param unwrap: ``True``: the tracker's ``tracker`` (TensorBoard's ``SummaryWriter``, the W&B run, a
             logger's ``experiment``); default ``False``: the tracker itself.
+        :raises ValueError: where no started tracker has that ``name``.
         """
         for tracker in self.trackers:
             if tracker.name == name:

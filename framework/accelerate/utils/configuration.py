@@ -196,7 +196,10 @@ class FullyShardedDataParallelPlugin:
         self.state_dict_config = None
 
     def set_auto_wrap_policy(self, model: Any) -> None:
-        """Check that the layer classes to wrap exist in ``model`` (a typo is said now, as Accelerate does)."""
+        """Check that the layer classes to wrap exist in ``model`` (a typo is said now, as Accelerate does).
+
+        :raises MisconfigurationError: where a class named in ``transformer_cls_names_to_wrap`` is not in ``model``.
+        """
         names = self.transformer_cls_names_to_wrap
         if isinstance(names, str):
             names = names.split(",")
@@ -211,7 +214,10 @@ class FullyShardedDataParallelPlugin:
         """Accepted for Accelerate's sake: FSDP's dtypes follow ``Accelerator(mixed_precision=...)``."""
 
     def validate_mixed_precision_policy(self) -> None:
-        """Refuse a mixed-precision policy of the plugin's own (the Accelerator's ``mixed_precision`` decides)."""
+        """Refuse a mixed-precision policy of the plugin's own (the Accelerator's ``mixed_precision`` decides).
+
+        :raises MisconfigurationError: where ``mixed_precision_policy`` is set.
+        """
         if self.mixed_precision_policy is not None:
             raise MisconfigurationError(
                 f"FullyShardedDataParallelPlugin(mixed_precision_policy={describe(self.mixed_precision_policy)}) is "

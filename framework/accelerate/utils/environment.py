@@ -19,7 +19,10 @@ _FALSE = ("0", "false", "no", "n", "off", "f")
 
 def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
     """``1`` for a true word (``"yes"``, ``"true"``, ``"1"`` ...), ``0`` for a false one (booleans with
-    ``to_bool``), as Accelerate reads its flags."""
+    ``to_bool``), as Accelerate reads its flags.
+
+    :raises ValueError: where ``value`` is neither a true nor a false word.
+    """
     word = value.strip().lower()
     if word in _TRUE:
         return True if to_bool else 1
@@ -103,7 +106,8 @@ def _numa_refused(name: str) -> Callable[..., None]:
                                     "nodes; leave enable_cpu_affinity off.")
 
     refuse.__name__ = refuse.__qualname__ = name
-    refuse.__doc__ = "Refused when called: the framework does not pin processes to NUMA nodes."
+    refuse.__doc__ = ("Refused when called: the framework does not pin processes to NUMA nodes.\n\n"
+                      ":raises MisconfigurationError: always: the framework does not pin processes to NUMA nodes.")
     return refuse
 
 
@@ -125,6 +129,8 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | os.Path
     Example::
 
         write_basic_config(mixed_precision="bf16")
+
+    :raises MisconfigurationError: where ``mixed_precision`` is not one of "no", "fp16" and "bf16".
     """
     import torch
     import yaml

@@ -28,7 +28,11 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def compare_versions(version: str, operation: str, requirement: str) -> bool:
-    """Whether ``version`` compares to ``requirement`` as ``operation`` (``">="``, ``"<"`` ...) says."""
+    """Whether ``version`` compares to ``requirement`` as ``operation`` (``">="``, ``"<"`` ...) says.
+
+    :raises ValueError: where ``operation`` is not a comparison (``"<"``, ``"<="``, ``"=="``, ``"!="``, ``">="``,
+        ``">"``).
+    """
     if operation not in _COMPARISONS:
         raise ValueError(f"compare_versions(operation={operation!r}): accepted {', '.join(_COMPARISONS)}.")
     return _COMPARISONS[operation](_version_tuple(version), _version_tuple(requirement))

@@ -80,7 +80,10 @@ def calculate_maximum_sizes(model: nn.Module) -> tuple[int, tuple[int, list[str]
 
 
 def load_state_dict(checkpoint_file: str | os.PathLike, device_map: Any = None) -> dict[str, torch.Tensor]:
-    """The state dict in one weights file (safetensors, or read with ``weights_only=True``), on the CPU."""
+    """The state dict in one weights file (safetensors, or read with ``weights_only=True``), on the CPU.
+
+    :raises MisconfigurationError: where ``device_map`` is given.
+    """
     if device_map is not None:
         raise MisconfigurationError(f"load_state_dict(device_map={describe(device_map)}): device maps are not "
                                     "supported; load on the CPU and move the model.")
@@ -95,7 +98,10 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | os.PathLike, de
                              ) -> None:
     """Load the weights in ``checkpoint`` (a weights file, a shards' ``.index.json``, or a folder holding either)
     into ``model`` (one built with ``init_empty_weights`` too), cast to ``dtype`` when given (submodules named in
-    ``keep_in_fp32_modules`` stay float32)."""
+    ``keep_in_fp32_modules`` stay float32).
+
+    :raises MisconfigurationError: where ``device_map`` or ``offload_folder`` is given.
+    """
     if device_map is not None or offload_folder is not None:
         raise MisconfigurationError("load_checkpoint_in_model(device_map=..., offload_folder=...): placing a model on "
                                     "several devices or on disk is not supported; load it whole and move it.")
@@ -115,7 +121,10 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: int
                                 fp16_statistics: Any = None, tied_params_map: Any = None, non_blocking: bool = False,
                                 clear_cache: bool = True) -> None:
     """Put the parameter or buffer ``tensor_name`` (dotted) of ``module`` on ``device``, replacing its values with
-    ``value`` when given (a meta tensor gets real memory this way), cast to ``dtype`` when given."""
+    ``value`` when given (a meta tensor gets real memory this way), cast to ``dtype`` when given.
+
+    :raises ValueError: where ``tensor_name`` names no parameter or buffer of ``module``.
+    """
     *path, name = tensor_name.split(".")
     owner = module.get_submodule(".".join(path)) if path else module
     if name not in owner._parameters and name not in owner._buffers:

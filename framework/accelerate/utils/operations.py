@@ -29,7 +29,11 @@ def recursively_apply(func: Callable[..., Any], data: Any, *args: Any,
                       test_type: Callable[[Any], bool] = is_torch_tensor, error_on_other_type: bool = False,
                       **kwargs: Any) -> Any:
     """``data`` rebuilt with ``func(item, *args, **kwargs)`` for each item ``test_type`` accepts; other items stay
-    as they are, or raise ``TypeError`` with ``error_on_other_type``."""
+    as they are, or raise ``TypeError`` with ``error_on_other_type``.
+
+    :raises TypeError: with ``error_on_other_type``, where an item is not a list, tuple or dict and ``test_type``
+        refuses it.
+    """
     if isinstance(data, (list, tuple)):
         items = [recursively_apply(func, item, *args, test_type=test_type, error_on_other_type=error_on_other_type,
                                    **kwargs) for item in data]
@@ -68,7 +72,10 @@ def slice_tensors(data: Any, tensor_slice: slice, process_index: int | None = No
 
 
 def concatenate(data: list[Any], dim: int = 0) -> Any:
-    """A list of nested structures of equal layout joined into one, each tensor concatenated along ``dim``."""
+    """A list of nested structures of equal layout joined into one, each tensor concatenated along ``dim``.
+
+    :raises TypeError: where the items hold something other than lists, tuples, dicts and tensors.
+    """
     first = data[0]
     if isinstance(first, (list, tuple)):
         joined = [concatenate([item[index] for item in data], dim=dim) for index in range(len(first))]
@@ -164,7 +171,10 @@ def save(obj: Any, f: str | os.PathLike, save_on_each_node: bool = False, safe_s
 
 
 def load(f: str | os.PathLike, map_location: Any = None, **kwargs: Any) -> Any:
-    """What ``save`` wrote (read with ``weights_only=True`` unless ``weights_only=False`` is passed)."""
+    """What ``save`` wrote (read with ``weights_only=True`` unless ``weights_only=False`` is passed).
+
+    :raises MisconfigurationError: where a keyword other than ``map_location`` and ``weights_only`` is given.
+    """
     weights_only = kwargs.pop("weights_only", True)
     if kwargs:
         raise MisconfigurationError(f"load({os.fspath(f)!r}): unknown arguments {sorted(kwargs)}; accepted "

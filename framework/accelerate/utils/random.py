@@ -29,7 +29,11 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
 
 def synchronize_rng_state(rng_type: RNGType | str | None = None, generator: torch.Generator | None = None) -> None:
     """Give every process the main process's state of one generator: ``"torch"`` (torch's CPU generator),
-    ``"cuda"``, or ``"generator"`` (``generator``)."""
+    ``"cuda"``, or ``"generator"`` (``generator``).
+
+    :raises MisconfigurationError: where ``rng_type`` is "generator" without a ``generator``, or an
+        ``RNGType`` other than "torch", "cuda" and "generator".
+    """
     kind = RNGType(rng_type) if rng_type is not None else RNGType.TORCH
     runtime = current_runtime()
     if kind == RNGType.TORCH:

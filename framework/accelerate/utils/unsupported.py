@@ -29,7 +29,7 @@ def refused_function(name: str, reason: str) -> Callable[..., NoReturn]:
         raise _refusal(f"{name}()", reason)
 
     refuse.__name__ = refuse.__qualname__ = name
-    refuse.__doc__ = f"Refused when called: {reason}."
+    refuse.__doc__ = f"Refused when called: {reason}.\n\n:raises MisconfigurationError: always: {reason}."
     return refuse
 
 
@@ -40,8 +40,8 @@ def refused_class(name: str, reason: str) -> type:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         raise _refusal(name, reason)
 
-    return type(name, (), {"__init__": __init__, "__doc__": f"Refused when created: {reason}.",
-                           "__module__": __name__})
+    doc = f"Refused when created: {reason}.\n\n:raises MisconfigurationError: always: {reason}."
+    return type(name, (), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
 
 
 MegatronLMPlugin = refused_class("MegatronLMPlugin", _MEGATRON)
