@@ -157,7 +157,10 @@ class ModelCheckpoint(CheckpointNames, TopKState, Checkpoint):
     # -- when to save ---
     def setup(self, trainer: TrainerLike, pl_module: Any, stage: str) -> None:
         """Decide the directory (rank 0's choice for every rank), refuse ``save_last="link"`` outside this machine's
-        file system, pick this run's background writer, and when fitting check the directory can be written to."""
+        file system, pick this run's background writer, and when fitting check the directory can be written to.
+
+        :raises MisconfigurationError: where a fit is to save checkpoints and rank 0 cannot write to ``dirpath``.
+        """
         dirpath = self.dirpath if self.dirpath is not None else default_dirpath(trainer)
         self.dirpath = trainer.runtime.broadcast(dirpath)
         check_link_target(self.save_last, self.dirpath)
