@@ -99,6 +99,8 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
     :param deepspeed_plugins: one ``DeepSpeedPlugin``, or a dict holding one (several, one per model, are not
         supported); instead of ``deepspeed_plugin``.
     :param parallelism_config: only ``None`` is accepted.
+    :raises MisconfigurationError: where an argument is refused above or not one accepted, or two that exclude
+        each other are given (``deepspeed_plugin`` and ``fsdp_plugin``, two handlers of one kind ...).
     """
 
     def __init__(self, device_placement: bool = True, split_batches: bool = False, mixed_precision: str | None = None,
@@ -307,6 +309,7 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
         :param parameters: a tensor or an iterable of them (``model.parameters()``).
         :param clip_value: the largest absolute value a gradient keeps.
+        :raises MisconfigurationError: under DeepSpeed, whose engine clips by norm only.
         """
         if self.deepspeed_plugin is not None:
             raise MisconfigurationError("accelerator.clip_grad_value_() under DeepSpeed: its engine clips by norm "
@@ -370,6 +373,7 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
         :param loss: not used.
         :param learning_rate: not used.
+        :raises MisconfigurationError: always: the framework does not wrap the LOMO optimizers.
         """
         raise MisconfigurationError("Accelerator.lomo_backward() is not supported: the framework does not wrap the "
                                     "LOMO optimizers; use accelerator.backward(loss) with a torch optimizer.")
@@ -379,6 +383,7 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
 
         :param dl: not used.
         :param model: not used.
+        :raises MisconfigurationError: always: the framework does not run DeepSpeed's Ulysses sequence parallelism.
         """
         raise MisconfigurationError("Accelerator.deepspeed_ulysses_dl_adapter() is not supported: the framework does "
                                     "not run DeepSpeed.")

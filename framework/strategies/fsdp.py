@@ -89,6 +89,8 @@ class FSDPStrategy(ParallelStrategy):
     :param checkpoint_io: what saves, loads and removes checkpoint files (``framework.plugins``); ``None``
         (default): ``TorchCheckpointIO``. ``Trainer(plugins=[...])`` replaces it.
     :param fully_shard_kwargs: other keyword arguments, for ``fully_shard`` (a name it does not take is refused).
+    :raises MisconfigurationError: where an argument is none of the forms above (``"NO_SHARD"`` included), or
+        ``fully_shard`` does not take a keyword of ``fully_shard_kwargs``.
 
     Example::
 
@@ -156,7 +158,11 @@ class FSDPStrategy(ParallelStrategy):
     @property
     def mesh(self) -> Any:
         """The device mesh ``fully_shard`` splits the parameters over: all ranks in one dimension, or for hybrid
-        sharding two, ``("replicate", "shard")``."""
+        sharding two, ``("replicate", "shard")``.
+
+        :raises MisconfigurationError: where the hybrid ``device_mesh``'s replicas times shard size is not the number
+            of ranks.
+        """
         if self._mesh is None:
             from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
@@ -212,7 +218,10 @@ class FSDPStrategy(ParallelStrategy):
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
         """``optimizer`` as it is, once checked to hold the sharded parameters (an optimizer made from the module
-        before it was sharded would step copies nobody uses)."""
+        before it was sharded would step copies nobody uses).
+
+        :raises MisconfigurationError: where ``optimizer`` holds parameters that are not sharded.
+        """
         from torch.distributed.tensor import DTensor
 
         unsharded = sum(not isinstance(p, DTensor) for p in _parameters_of(optimizer))
@@ -289,7 +298,10 @@ class FSDPStrategy(ParallelStrategy):
 
     def clip_gradients_norm(self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0,
                             error_if_nonfinite: bool = False) -> torch.Tensor:
-        """Clip to a total norm taken over every rank's part of the gradients (the whole model's norm)."""
+        """Clip to a total norm taken over every rank's part of the gradients (the whole model's norm).
+
+        :raises RuntimeError: with ``error_if_nonfinite``, where the total norm is inf or nan.
+        """
         self.precision.unscale(optimizer)
         parameters = [p for p in _parameters_of(optimizer) if p.grad is not None]
         total = total_norm([p.grad for p in parameters], norm_type)
@@ -362,7 +374,10 @@ class FSDPStrategy(ParallelStrategy):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str,
                         storage_options: dict[str, Any] | None = None) -> None:
-        """A directory each rank writes its parts to (``"sharded"``), or one file from rank 0 (``"full"``)."""
+        """A directory each rank writes its parts to (``"sharded"``), or one file from rank 0 (``"full"``).
+
+        :raises MisconfigurationError: where ``storage_options`` are given for a sharded checkpoint.
+        """
         if self.state_dict_type == "full":
             super().save_checkpoint(checkpoint, path, storage_options)
             return

@@ -132,6 +132,9 @@ class Trainer(TrainerProperties):
     :param compile: ``True`` runs the Module's ``forward`` and step methods under ``torch.compile``; a dict gives
         ``torch.compile``'s keyword arguments (``{"mode": "max-autotune"}``); ``False`` (the default): eager.
     :param auto_resume: ``True`` (the default): resume by itself as described above; ``False``: never.
+    :raises MisconfigurationError: where an argument (or its environment variable) is none of the values accepted
+        above, or two of them disagree (``barebones`` beside a feature it turns off, ``min_steps`` over
+        ``max_steps`` ...), or the accelerator or devices asked for are not on this machine.
     """
 
     @check.with_environment_defaults
@@ -229,6 +232,9 @@ class Trainer(TrainerProperties):
         :param ckpt_path: ``"last"``, ``"best"``, ``"hpc"`` (the newest preemption checkpoint) or a path to
             resume from; ``None`` (the default): start afresh, unless ``auto_resume`` finds a checkpoint.
         :param weights_only: ``None`` or ``True`` load tensors and plain data only; ``False`` unpickles anything.
+        :raises TypeError: where ``model`` is not a ``Module`` (nor ``torch.compile`` of one), or ``datamodule`` is not
+            a ``DataModule``.
+        :raises MisconfigurationError: where loaders and a ``datamodule`` are both given.
         """
         datamodule, train_dataloaders = datamodule_or_loaders("fit", datamodule, train_dataloaders, val_dataloaders)
         self._run(TrainerFn.FITTING, model, datamodule, {"train": train_dataloaders, "val": val_dataloaders},
@@ -246,6 +252,8 @@ class Trainer(TrainerProperties):
         :param verbose: print the results on global rank 0 (default ``True``).
         :param datamodule: a ``DataModule`` providing the loaders.
         :param weights_only: as in ``fit``.
+        :raises TypeError: as in ``fit``; and without ``model``, where no run came before.
+        :raises MisconfigurationError: where ``dataloaders`` and a ``datamodule`` are both given.
         """
         return self._evaluate(TrainerFn.VALIDATING, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
@@ -260,6 +268,8 @@ class Trainer(TrainerProperties):
         :param verbose: print the results on global rank 0 (default ``True``).
         :param datamodule: a ``DataModule`` providing the loaders.
         :param weights_only: as in ``fit``.
+        :raises TypeError: as in ``fit``; and without ``model``, where no run came before.
+        :raises MisconfigurationError: where ``dataloaders`` and a ``datamodule`` are both given.
         """
         return self._evaluate(TrainerFn.TESTING, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
@@ -281,6 +291,8 @@ class Trainer(TrainerProperties):
         :param return_predictions: ``False`` keeps nothing and returns ``None``; ``None`` (the default): return them.
         :param ckpt_path: as in ``validate``.
         :param weights_only: as in ``fit``.
+        :raises TypeError: as in ``fit``; and without ``model``, where no run came before.
+        :raises MisconfigurationError: where ``dataloaders`` and a ``datamodule`` are both given.
         """
         datamodule, dataloaders = datamodule_or_loaders("predict", datamodule, dataloaders)
         return self._run(TrainerFn.PREDICTING, model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only,
@@ -390,6 +402,7 @@ class Trainer(TrainerProperties):
         :param weights_only: ``True`` leaves out the optimizer, scheduler, precision, callback and DataModule
             states (the file then cannot resume a fit); ``None`` or ``False`` (the default): everything.
         :param storage_options: keyword arguments for the fsspec filesystem (credentials for ``s3://`` ...).
+        :raises MisconfigurationError: where no fit, validate, test or predict has run yet.
         """
         if self.model is None or self._current_run is None:
             raise MisconfigurationError("save_checkpoint needs a model: call fit, validate, test or predict first.")
