@@ -28,6 +28,31 @@ HERE = Path(__file__).parent
 API = HERE / "api"
 MODULES = ("framework.protocols", "framework.testing")  # public modules that are not packages
 
+# The large classes are built from private mixins, one concept each: their pages list the members under a heading
+# per mixin, keyed by the module that defines the members, in this order.
+SECTIONS = {
+    "framework.module_steps": "Steps",
+    "framework.module_optimization": "Optimization",
+    "framework.module_logging": "Logging",
+    "framework.module_hook_defaults": "Hooks, in the order they run",
+    "framework.datamodule": "Hooks, state and loading",
+    "framework.loader_hooks": "Data loaders",
+    "framework.hparams": "Hyperparameters",
+    "framework.module": "Where it runs, loading and export",
+    "framework.runtime.runtime": "Setting up",
+    "framework.runtime.step_methods": "Inside a step",
+    "framework.runtime.rank_start": "Starting the processes",
+    "framework.runtime.collectives": "Across the processes",
+    "framework.runtime.reporting": "Callbacks and loggers",
+    "framework.runtime.saving": "Saving and loading",
+    "framework.accelerate.accelerator": "The Accelerator",
+    "framework.accelerate.preparation": "Preparing",
+    "framework.accelerate.processes": "The processes",
+    "framework.accelerate.synchronization": "Gradient synchronization and accumulation",
+    "framework.accelerate.tracking": "Trackers",
+    "framework.accelerate.files": "Saving and loading",
+}
+
 
 def public_packages() -> list[str]:
     """Every package (and public module) of ``framework`` with an ``__all__``, in reading order."""
@@ -161,10 +186,40 @@ def render(pkg: str, names: dict[str, object], home_of: dict[int, str]) -> str:
 
 
 def render_class(pkg: str, name: str, obj: object) -> str:
-    """The page of one class: its description, its constructor's parameters, then every member."""
+    """The page of one class: its description, its constructor's parameters, then every member (under a heading
+    per mixin where ``SECTIONS`` names them all)."""
     title = f"``{name}``"
-    return "\n".join([title, "=" * len(title), "", f"``{pkg}.{name}``", "", f".. currentmodule:: {pkg}", "",
-                      *_directive(pkg, name, obj)])
+    head = [title, "=" * len(title), "", f"``{pkg}.{name}``", "", f".. currentmodule:: {pkg}", ""]
+    sections = _sections(obj)
+    if len(sections) < 2:
+        return "\n".join(head + _directive(pkg, name, obj))
+    lines = head + [f".. autoclass:: {name}", "   :show-inheritance:", ""]
+    for heading in sorted(sections, key=list(SECTIONS.values()).index):
+        lines += [f"   .. rubric:: {heading}", ""]
+        for member_name, member in sections[heading]:
+            lines += [f"   .. {_member_directive(member)}:: {member_name}", ""]
+    return "\n".join(lines)
+
+
+def _sections(cls: type) -> dict[str, list[tuple[str, object]]]:
+    """A class's members by ``SECTIONS`` heading, each with the object its class body holds; ``{}`` where a
+    member's module has no heading."""
+    found: dict[str, list[tuple[str, object]]] = {}
+    for name in _members(cls):
+        owner = next(klass for klass in cls.__mro__ if name in vars(klass))
+        heading = SECTIONS.get(owner.__module__)
+        if heading is None:
+            return {}
+        found.setdefault(heading, []).append((name, vars(owner)[name]))
+    return found
+
+
+def _member_directive(member: object) -> str:
+    if isinstance(member, property) or type(member).__name__ == "cached_property":
+        return "autoproperty"
+    if inspect.isfunction(member) or isinstance(member, (classmethod, staticmethod)):
+        return "automethod"
+    return "autoattribute"
 
 
 def summary(pkg: str) -> str:
