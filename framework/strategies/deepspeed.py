@@ -117,6 +117,8 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
     :param exclude_frozen_parameters: leave parameters that do not train out of checkpoints.
     :param checkpoint_io: reads one-file checkpoints (whole weights) and removes old checkpoints; DeepSpeed
         writes and reads its directories itself.
+    :raises MisconfigurationError: where DeepSpeed is not installed, ``accelerator``, ``parallel_devices``,
+        ``cluster_environment`` or ``precision_plugin`` is given, or ``config`` cannot be read or is not a valid config.
     """
 
     name = "deepspeed"
@@ -187,7 +189,10 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
 
     # -- what the run decides ---
     def precision_for(self, precision: Precision) -> Precision:
-        """DeepSpeed's own mode for the precision asked for (``DeepSpeedPrecision``)."""
+        """DeepSpeed's own mode for the precision asked for (``DeepSpeedPrecision``).
+
+        :raises MisconfigurationError: where ``precision`` is not one DeepSpeed runs (such as "64-true").
+        """
         if isinstance(precision, DeepSpeedPrecision):
             return precision
         if precision.name not in PRECISION_BLOCKS:
@@ -198,7 +203,10 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
 
     def set_training_options(self, accumulate_grad_batches: int = 1, gradient_clip_val: float | None = None,
                              gradient_clip_algorithm: str | None = None, micro_batch_size: int | None = None) -> None:
-        """The loop's accumulation and clipping, which go into DeepSpeed's config (DeepSpeed clips by norm only)."""
+        """The loop's accumulation and clipping, which go into DeepSpeed's config (DeepSpeed clips by norm only).
+
+        :raises MisconfigurationError: where clipping is asked by another algorithm than "norm".
+        """
         if gradient_clip_val and gradient_clip_algorithm not in (None, "norm"):
             raise MisconfigurationError(
                 f"gradient_clip_algorithm={gradient_clip_algorithm!r}: DeepSpeed clips gradients by norm only. Use "
@@ -226,7 +234,10 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
         return self._router
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
-        """Make DeepSpeed's engine from the module and ``optimizer``; its ZeRO optimizer comes back."""
+        """Make DeepSpeed's engine from the module and ``optimizer``; its ZeRO optimizer comes back.
+
+        :raises MisconfigurationError: where an optimizer was set up already (one per model).
+        """
         if self._trains:
             raise MisconfigurationError("DeepSpeed trains one optimizer per model; configure_optimizers returned more "
                                         "than one. Put the parameter groups in one optimizer.")
@@ -243,7 +254,10 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
                      lr_scheduler: Any = None) -> Any:
         """Make DeepSpeed's engine around the set-up module: with ``optimizer``, or with ``model_parameters`` for
         the optimizer the config's ``optimizer`` block names (DeepSpeed builds it), or neither (evaluation only).
-        ``lr_scheduler`` (a scheduler, or a callable taking the optimizer) is stepped by the engine's step."""
+        ``lr_scheduler`` (a scheduler, or a callable taking the optimizer) is stepped by the engine's step.
+
+        :raises MisconfigurationError: where the module is not set up yet.
+        """
         import deepspeed
 
         router = self._router
@@ -333,7 +347,10 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
     def clip_gradients_norm(self, module: nn.Module, optimizer: Optimizer, max_norm: float, norm_type: float = 2.0,
                             error_if_nonfinite: bool = False) -> torch.Tensor:
         """Nothing here: the engine clips inside its step, to the config's ``gradient_clipping`` (which the
-        Trainer's ``gradient_clip_val`` sets). Another norm than that one is an error."""
+        Trainer's ``gradient_clip_val`` sets). Another norm than that one is an error.
+
+        :raises MisconfigurationError: where ``max_norm`` is not the configured one, or ``norm_type`` is not 2.
+        """
         configured = float(self.engine.gradient_clipping() or 0.0)
         if float(max_norm) != configured or norm_type != 2.0:
             raise MisconfigurationError(
@@ -343,7 +360,10 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
         return torch.tensor(float("nan"))
 
     def clip_gradients_value(self, module: nn.Module, optimizer: Optimizer, clip_value: float) -> None:
-        """Refused: DeepSpeed clips by norm only."""
+        """Refused: DeepSpeed clips by norm only.
+
+        :raises MisconfigurationError: always: DeepSpeed clips by norm only.
+        """
         raise MisconfigurationError("DeepSpeed clips gradients by norm only; use gradient_clip_algorithm='norm'.")
 
     def teardown(self) -> None:

@@ -59,7 +59,10 @@ class DeepSpeedSaving:
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str,
                         storage_options: dict[str, Any] | None = None) -> None:
         """DeepSpeed's checkpoint directory at ``path`` (every rank writes its part), the rest of ``checkpoint``
-        beside it; whole or not at all (``framework.io.deepspeed_dir``)."""
+        beside it; whole or not at all (``framework.io.deepspeed_dir``).
+
+        :raises MisconfigurationError: where ``storage_options`` are given.
+        """
         from framework.io.deepspeed_dir import save_deepspeed
 
         if storage_options:
@@ -78,7 +81,11 @@ class DeepSpeedSaving:
 
     def load_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
         """The run's state saved beside DeepSpeed's files; the weights and optimizer state are read by the engine
-        (``load_module_state``). A one-file checkpoint loads as whole weights."""
+        (``load_module_state``). A one-file checkpoint loads as whole weights.
+
+        :raises CheckpointError: where ``path`` is a zero2/zero3 (FSDP2) checkpoint, or a DeepSpeed one that is
+            incomplete or damaged.
+        """
         from framework.io.checkpoint_dir import is_sharded_checkpoint
         from framework.io.deepspeed_dir import is_complete_deepspeed, is_deepspeed_checkpoint, read_deepspeed_state
         from framework.strategies.deepspeed_checkpoint import check_files
@@ -116,7 +123,10 @@ class DeepSpeedSaving:
 
     def load_optimizer_state(self, optimizer: Optimizer, state: dict[str, Any]) -> None:
         """Nothing: the engine read it with the weights. A torch optimizer's state (another strategy's
-        checkpoint) is refused."""
+        checkpoint) is refused.
+
+        :raises CheckpointError: where ``state`` is not empty (a torch optimizer's, from another strategy).
+        """
         if state:
             raise CheckpointError(
                 "The checkpoint holds a torch optimizer's state, written by another strategy; DeepSpeed's ZeRO "

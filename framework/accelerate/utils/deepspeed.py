@@ -138,6 +138,8 @@ class DeepSpeedPlugin:
     :param msamp_opt_level: not used.
     :param deepspeed_config: not an argument: the plugin sets it to the DeepSpeed config the engine runs, a dict
         (``hf_ds_config``'s, whose ``"auto"`` values the fields, the Accelerator and ``prepare`` fill in).
+    :raises MisconfigurationError: where ``enable_msamp`` is set, an offload device is none of "none", "cpu" and
+        "nvme", the config has no ``zero_optimization`` block, or a field and the config set one value differently.
     """
 
     hf_ds_config: Any = None
@@ -243,7 +245,10 @@ class DeepSpeedPlugin:
     def fill_match(self, ds_key_long: str, mismatches: list[str] | None = None, must_match: bool = True,
                    **kwargs: Any) -> None:
         """Fill the ``"auto"`` value at ``ds_key_long`` from ``kwargs[ds_key_long]``; with ``must_match`` a set
-        value that differs is added to ``mismatches`` (raised at once when that is None)."""
+        value that differs is added to ``mismatches`` (raised at once when that is None).
+
+        :raises MisconfigurationError: with ``must_match`` and no ``mismatches`` list, where the config's value differs.
+        """
         node, key = self.hf_ds_config.find_config_node(ds_key_long)
         if node is None or ds_key_long not in kwargs:
             return
@@ -261,7 +266,10 @@ class DeepSpeedPlugin:
                                  config: dict[str, Any] | None = None, must_match: bool = True,
                                  **kwargs: Any) -> None:
         """Fill every ``"auto"`` value of the config that ``kwargs`` (by dotted path) gives; with ``must_match``,
-        values set in both that differ are an error listing all of them."""
+        values set in both that differ are an error listing all of them.
+
+        :raises MisconfigurationError: with ``must_match`` and no ``mismatches`` list, where values differ.
+        """
         found: list[str] = [] if mismatches is None else mismatches
         node = self.deepspeed_config if config is None else config
         for key, value in node.items():
@@ -275,7 +283,10 @@ class DeepSpeedPlugin:
 
     def set_mixed_precision(self, mixed_precision: str) -> None:
         """The config's ``fp16``/``bf16`` blocks for the Accelerator's ``mixed_precision``: added where missing,
-        their ``"auto"`` filled; one enabled for the other precision is an error."""
+        their ``"auto"`` filled; one enabled for the other precision is an error.
+
+        :raises MisconfigurationError: where the config enables the other of ``fp16`` and ``bf16``.
+        """
         config = self.deepspeed_config
         if mixed_precision in ("fp16", "bf16"):
             other = "bf16" if mixed_precision == "fp16" else "fp16"
@@ -356,6 +367,7 @@ def get_active_deepspeed_plugin(state: Any) -> DeepSpeedPlugin:
     """The DeepSpeed plugin of ``state`` (an ``AcceleratorState``); an error where there is none.
 
     :param state: the ``AcceleratorState`` (``accelerator.state``).
+    :raises MisconfigurationError: where the Accelerator has no DeepSpeed plugin.
     """
     plugin = getattr(state, "deepspeed_plugin", None)
     if plugin is None:
