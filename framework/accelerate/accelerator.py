@@ -99,8 +99,7 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
     :param deepspeed_plugins: one ``DeepSpeedPlugin``, or a dict holding one (several, one per model, are not
         supported); instead of ``deepspeed_plugin``.
     :param parallelism_config: only ``None`` is accepted.
-    :raises MisconfigurationError: where an argument is refused above or not one accepted, or two that exclude
-        each other are given (``deepspeed_plugin`` and ``fsdp_plugin``, two handlers of one kind ...).
+    :raises MisconfigurationError: where an argument is not one accepted above, or two exclude each other.
     """
 
     def __init__(self, device_placement: bool = True, split_batches: bool = False, mixed_precision: str | None = None,
@@ -114,8 +113,7 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
                  gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
                  step_scheduler_with_optimizer: bool = True, kwargs_handlers: list[Any] | None = None,
                  dynamo_backend: Any = None, dynamo_plugin: TorchDynamoPlugin | None = None,
-                 deepspeed_plugins: Any = None,
-                 parallelism_config: Any = None) -> None:
+                 deepspeed_plugins: Any = None, parallelism_config: Any = None) -> None:
         settings.refuse_plugins(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
                                 parallelism_config=parallelism_config)
         self.deepspeed_plugin = deepspeed.plugin_asked(settings.one_deepspeed_plugin(deepspeed_plugin,
@@ -386,7 +384,7 @@ class Accelerator(PrepareMethods, ProcessControl, GradientSync, TrackerMethods, 
         :raises MisconfigurationError: always: the framework does not run DeepSpeed's Ulysses sequence parallelism.
         """
         raise MisconfigurationError("Accelerator.deepspeed_ulysses_dl_adapter() is not supported: the framework does "
-                                    "not run DeepSpeed.")
+                                    "not run DeepSpeed's Ulysses sequence parallelism; prepare() the loader alone.")
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """An iterable over ``dataloader``'s current pass from batch ``num_batches`` (resuming inside an epoch);

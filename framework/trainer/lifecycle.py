@@ -27,7 +27,7 @@ from framework.runtime.reporting import agree_on_runs, finalize, logs_on_every_r
 from framework.trainer.eval_loop import run_predict, run_validate_or_test
 from framework.trainer.fit_loop import FitLoop
 from framework.trainer.hook_runner import lend_logging, merge_module_callbacks
-from framework.trainer.launched_ranks import predictions_of_every_rank
+from framework.trainer.launched_ranks import adopt_rank_zero, predictions_of_every_rank, run_launched
 from framework.trainer.metrics import log_hyperparams
 from framework.trainer.preemption import requeue_when_done
 from framework.trainer.run import Run
@@ -189,6 +189,21 @@ _FIRST_STAGE = {
     TrainerFn.TESTING: RunningStage.TESTING,
     TrainerFn.PREDICTING: RunningStage.PREDICTING,
 }
+
+
+def run_on_started_ranks(run: Run, rank_entry: Callable[..., tuple[Run, Any]], *arguments: Any) -> Any:
+    """Start the ranks, run ``rank_entry(*arguments)`` on each, and take rank 0's outcome into this process's
+    objects (its Trainer's state, metrics, callbacks and weights)."""
+    run.state.fn, run.state.status = run.fn, TrainerStatus.RUNNING
+    try:
+        report, outcome = run_launched(run, rank_entry, *arguments)
+    except BaseException as error:
+        run.state.status = TrainerStatus.INTERRUPTED
+        if isinstance(error, KeyboardInterrupt):
+            say_interrupted()
+        raise
+    adopt_rank_zero(run, report)
+    return outcome
 
 
 def say_interrupted() -> None:

@@ -24,8 +24,8 @@ from framework.trainer.checkpoint_contents import save_checkpoint
 from framework.trainer.checkpoint_paths import evaluation_ckpt_path
 from framework.trainer.compiled import unwrap_compiled
 from framework.trainer.defaults import resolve_loggers, with_default_callbacks
-from framework.trainer.launched_ranks import adopt_rank_zero, run_launched, take_trained_module, trains_a_copy
-from framework.trainer.lifecycle import run_here, say_interrupted
+from framework.trainer.launched_ranks import take_trained_module, trains_a_copy
+from framework.trainer.lifecycle import run_here, run_on_started_ranks
 from framework.trainer.metrics import MetricStore
 from framework.trainer.properties import TrainerProperties
 from framework.trainer.report import print_results
@@ -33,7 +33,7 @@ from framework.trainer.results import Results
 from framework.trainer.run import Run
 from framework.trainer.run_context import RunContext
 from framework.trainer.settings import apply_torch_flags, build_settings
-from framework.trainer.state import TrainerFn, TrainerState, TrainerStatus
+from framework.trainer.state import TrainerFn, TrainerState
 
 
 class Trainer(TrainerProperties):
@@ -319,7 +319,8 @@ class Trainer(TrainerProperties):
             ckpt_path = evaluation_ckpt_path(run, fn, ckpt_path)
         if self.runtime.needs_launch:
             if self.runtime.start_method() != "popen":
-                return self._run_launched(run, given, loaders, ckpt_path)
+                return run_on_started_ranks(run, self._run_on_this_rank, run.fn, given, run.datamodule,
+                                            loaders, ckpt_path, run.weights_only, run.keep_predictions)
             self.runtime.become_rank_zero()  # the other ranks run the script again; this one goes on as rank 0
         if not trains_a_copy(run):
             return run_here(run, ckpt_path)
@@ -344,20 +345,6 @@ class Trainer(TrainerProperties):
         """What each rank the Trainer starts runs: the entry point, as an attached rank does."""
         outcome = self._run(*arguments)
         return self._current_run, outcome
-
-    def _run_launched(self, run: Run, model: Any, loaders: dict[str, Any], ckpt_path: Any) -> Any:
-        """Start the ranks, run the entry point on each, and take rank 0's outcome into this process's objects."""
-        self.state.fn, self.state.status = run.fn, TrainerStatus.RUNNING
-        try:
-            report, outcome = run_launched(run, self._run_on_this_rank, run.fn, model, run.datamodule, loaders,
-                                           ckpt_path, run.weights_only, run.keep_predictions)
-        except BaseException as error:
-            self.state.status = TrainerStatus.INTERRUPTED
-            if isinstance(error, KeyboardInterrupt):
-                say_interrupted()
-            raise
-        adopt_rank_zero(run, report)
-        return outcome
 
     def _attach(self, fn: TrainerFn, model: Module | None, datamodule: DataModule | None) -> Module:
         """Make ``model`` (else the last run's Module) and ``datamodule`` this Trainer's; a new Module drops the
