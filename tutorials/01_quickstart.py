@@ -29,7 +29,8 @@ class Digits(L.DataModule):
     def setup(self, stage: str) -> None:
         images, labels = load_digits(return_X_y=True)
         dataset = TensorDataset(torch.tensor(images / 16.0, dtype=torch.float32), torch.tensor(labels))
-        self.train_set, self.val_set = random_split(dataset, [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+        split = torch.Generator().manual_seed(0)
+        self.train_set, self.val_set = random_split(dataset, [0.8, 0.2], generator=split)
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)

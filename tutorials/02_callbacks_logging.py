@@ -67,14 +67,15 @@ def main() -> None:
     # Distinct names: two loggers of one name would count versions in one folder (version_0, version_1).
     loggers = [CSVLogger(args.logs, name="csv"), TensorBoardLogger(args.logs, name="tensorboard")]
     # The checkpoints go to the first logger's folder: logs/csv/version_0/checkpoints.
-    trainer = L.Trainer(accelerator="cpu", max_epochs=args.max_epochs, callbacks=[best, stopping], logger=loggers,
-                        log_every_n_steps=5, enable_progress_bar=False)
+    trainer = L.Trainer(accelerator="cpu", max_epochs=args.max_epochs, callbacks=[best, stopping],
+                        logger=loggers, log_every_n_steps=5, enable_progress_bar=False)
     trainer.fit(quickstart.DigitClassifier(), datamodule=quickstart.Digits())
 
     print(f"best checkpoint: {Path(best.best_model_path).name} (val_loss {best.best_model_score:.4f})")
     print(f"checkpoints kept in {best.dirpath}: {sorted(path.name for path in Path(best.dirpath).iterdir())}")
     if stopping.stopped_epoch:
-        print(f"early stopping ended the run after epoch {stopping.stopped_epoch}: {stopping.stopping_reason_message}")
+        print(f"early stopping ended the run after epoch {stopping.stopped_epoch}: "
+              f"{stopping.stopping_reason_message}")
     else:
         print(f"no early stop: the loss still improved at epoch {trainer.current_epoch - 1}")
     metrics_csv = Path(loggers[0].log_dir) / "metrics.csv"

@@ -1,8 +1,8 @@
 """The quickstart on two processes with DDP, in bf16 mixed precision: one Trainer argument each.
 
 ``devices=2, strategy="ddp"`` runs two processes, each on its own half of the training set in batches of the
-same size, with gradients averaged between them in backward; ``precision="bf16-mixed"`` runs the matrix multiplies in
-bfloat16 while the weights stay fp32. Nothing else in the model or the data changes. The Trainer
+same size, with gradients averaged between them in backward; ``precision="bf16-mixed"`` runs the matrix
+multiplies in bfloat16 while the weights stay fp32. Nothing else in the model or the data changes. The Trainer
 starts the two processes itself (here on the CPU, with gloo; with ``accelerator="cuda"`` on a GPU
 machine, one GPU per process and nccl), and when ``fit`` returns, this process holds the trained model and
 the synced validation metrics. Run it from the repository root:
@@ -40,9 +40,9 @@ def main() -> None:
 
     L.seed_everything(0, verbose=False)
     model = quickstart.DigitClassifier()
-    trainer = L.Trainer(accelerator="cpu", devices=args.devices, strategy=args.strategy, precision=args.precision,
-                        max_epochs=args.max_epochs, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(accelerator="cpu", devices=args.devices, strategy=args.strategy,
+                        precision=args.precision, max_epochs=args.max_epochs, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     started = time.perf_counter()
     trainer.fit(model, datamodule=quickstart.Digits())
     took = time.perf_counter() - started

@@ -6,7 +6,7 @@ Accelerate line, and ``tutorials/README.md`` sets them side by side.
 
     python tutorials/04_runtime_loop.py                      # one process
     python tutorials/04_runtime_loop.py --devices 2          # two processes on this machine
-    framework launch --nproc-per-node 2 tutorials/04_runtime_loop.py --devices 2   # the same, started by torchrun
+    framework launch --nproc-per-node 2 tutorials/04_runtime_loop.py --devices 2   # the same, by torchrun
 
 It prints the validation accuracy after each epoch.
 """
@@ -28,7 +28,7 @@ NEUTRAL = ["the", "film", "plot", "actors", "was", "and", "story", "music", "a",
 
 
 class Reviews(Dataset):
-    """Short generated reviews: neutral words, two words of the review's sentiment, sometimes one of the other."""
+    """Short generated reviews: neutral words, two of the review's sentiment, sometimes one of the other."""
 
     def __init__(self, count: int, seed: int) -> None:
         rng = random.Random(seed)

@@ -81,8 +81,8 @@ def main() -> None:
         resuming.fit(resumed, quickstart.Digits(), ckpt_path="last")
         print(f"resumed from {Path(resuming.ckpt_path).name} and trained to step {resuming.global_step}")
 
-    difference = max((a - b).abs().max().item()
-                     for a, b in zip(uninterrupted.state_dict().values(), resumed.state_dict().values(), strict=True))
+    pairs = zip(uninterrupted.state_dict().values(), resumed.state_dict().values(), strict=True)
+    difference = max((a - b).abs().max().item() for a, b in pairs)
     print(f"largest weight difference, uninterrupted vs resumed: {difference}")
     sys.exit(0 if difference == 0.0 else 1)
 

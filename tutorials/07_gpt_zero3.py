@@ -166,7 +166,8 @@ class GPT(L.Module):
 @torch.no_grad()
 def held_out_loss(model: GPT) -> float:
     """Mean loss over every window of the held-out paragraph (in this process, on the whole model)."""
-    windows = encode(HELD_OUT_TEXT).unfold(0, model.hparams.context + 1, 1)  # one row per window, plus its target
+    # one row per window, plus its target
+    windows = encode(HELD_OUT_TEXT).unfold(0, model.hparams.context + 1, 1)
     model.eval()
     loss = model.loss(windows[:, :-1], windows[:, 1:]).item()
     model.train()

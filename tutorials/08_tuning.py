@@ -77,7 +77,8 @@ class ClassWriter(BasePredictionWriter):
         super().__init__(write_interval="batch")
         self.directory = directory
 
-    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
+                           dataloader_idx):
         torch.save({"classes": prediction, "indices": batch_indices},
                    os.path.join(self.directory, f"predictions-{batch_idx:03d}.pt"))
 
@@ -90,8 +91,9 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     L.seed_everything(0)
     model = DigitClassifier()
+    profiler = SimpleProfiler(dirpath=args.out, filename="profile")
     trainer = L.Trainer(accelerator="cpu", max_epochs=args.max_epochs, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, profiler=SimpleProfiler(dirpath=args.out, filename="profile"))
+                        enable_progress_bar=False, profiler=profiler)
     tuner = Tuner(trainer)
 
     finder = tuner.lr_find(model, min_lr=1e-5, max_lr=1.0, num_training=60)
@@ -110,7 +112,8 @@ def main() -> None:
 
     predictions = os.path.join(args.out, "predictions")
     os.makedirs(predictions, exist_ok=True)
-    writer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, callbacks=[ClassWriter(predictions)])
+    writer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                       callbacks=[ClassWriter(predictions)])
     writer.predict(model, DataLoader(model.test_set, batch_size=64), return_predictions=False)
     written = [torch.load(os.path.join(predictions, name)) for name in sorted(os.listdir(predictions))]
     labels = torch.stack([model.test_set[i][1] for part in written for i in part["indices"]])

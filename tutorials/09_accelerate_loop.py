@@ -8,7 +8,7 @@ and ``save_state``/``load_state``: a run cut off part-way and resumed ends with 
 weights of a run that never stopped.
 
     framework launch --num_processes 2 --cpu tutorials/09_accelerate_loop.py     # two CPU processes
-    torchrun --nproc-per-node 2 tutorials/09_accelerate_loop.py                   # the same, started by torchrun
+    torchrun --nproc-per-node 2 tutorials/09_accelerate_loop.py                   # the same, by torchrun
     python tutorials/09_accelerate_loop.py                                        # one process
     framework launch --num_processes 2 --cpu tutorials/09_accelerate_loop.py --stop-after 25   # cut off
     framework launch --num_processes 2 --cpu tutorials/09_accelerate_loop.py --resume          # and resumed
@@ -55,7 +55,8 @@ def digits() -> tuple[TensorDataset, TensorDataset]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--stop-after", type=int, default=0, help="save the state after this many batches and stop")
+    parser.add_argument("--stop-after", type=int, default=0,
+                        help="save the state after this many batches and stop")
     parser.add_argument("--resume", action="store_true", help="go on from the newest saved state")
     parser.add_argument("--project-dir", default="tutorial_logs/accelerate")
     args = parser.parse_args()
@@ -74,8 +75,8 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     # Counted in batches of one process, as Accelerate users write it: the prepared scheduler steps once per
     # process for each optimizer step, so the schedule ends with the training whatever the number of processes.
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-2, total_steps=len(train_loader) * args.epochs
-                                                    // accelerator.gradient_accumulation_steps + 1)
+    total_steps = len(train_loader) * args.epochs // accelerator.gradient_accumulation_steps + 1
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-2, total_steps=total_steps)
     model, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, val_loader, scheduler)
     progress = Progress()
@@ -120,7 +121,8 @@ def main() -> None:
                           f"{len(references)} images")
 
     weights = accelerator.get_state_dict(model)
-    accelerator.print(f"weights checksum: {sum(value.double().abs().sum().item() for value in weights.values()):.6f}")
+    checksum = sum(value.double().abs().sum().item() for value in weights.values())
+    accelerator.print(f"weights checksum: {checksum:.6f}")
     accelerator.save_model(model, f"{args.project_dir}/model")
     accelerator.end_training()
 

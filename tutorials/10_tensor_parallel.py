@@ -67,7 +67,7 @@ class Attention(nn.Module):
     def __init__(self, width: int, heads: int) -> None:
         super().__init__()
         self.head_width = width // heads
-        self.query, self.key, self.value = nn.Linear(width, width), nn.Linear(width, width), nn.Linear(width, width)
+        self.query, self.key, self.value = (nn.Linear(width, width) for _ in range(3))
         self.out = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -199,7 +199,8 @@ def main() -> None:
     model = GPT(vocabulary=len(CHARACTERS), sequence_parallel=args.sequence_parallel)
     data = Windows(model.hparams.context)
     before = mean_loss(model, data)
-    strategy = ModelParallelStrategy(data_parallel_size=args.data_parallel, tensor_parallel_size=args.tensor_parallel)
+    strategy = ModelParallelStrategy(data_parallel_size=args.data_parallel,
+                                     tensor_parallel_size=args.tensor_parallel)
     trainer = L.Trainer(accelerator="cpu", devices=args.data_parallel * args.tensor_parallel, strategy=strategy,
                         max_steps=args.max_steps, logger=False, enable_checkpointing=False)
     trainer.fit(model, DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True))
