@@ -51,7 +51,9 @@ class MixedPrecision(metaclass=_BuildsFrameworkPrecision):
 
     _builds = _OurMixedPrecision
 
-    def __new__(cls, precision: Any, device: str = "cuda", scaler: Any = None) -> _OurMixedPrecision:  # type: ignore[misc]
+    def __new__(  # type: ignore[misc]
+        cls, precision: Any, device: str = "cuda", scaler: Any = None
+    ) -> _OurMixedPrecision:
         if precision in ("16-mixed", "16", 16):
             return Float16Mixed(scaler)
         if precision in ("bf16-mixed", "bf16"):
