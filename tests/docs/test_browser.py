@@ -1,4 +1,5 @@
-"""The built site in a real headless Chromium, served locally: the pages render and the search finds a class.
+"""The built site in a real headless Chromium, served locally: the pages render, the search finds a class, and
+no code line is cut at the default window size.
 
 Screenshots and the rendered search page are kept in ``docs/_build/test-artifacts/`` (not committed).
 """
@@ -6,9 +7,11 @@ Screenshots and the rendered search page are kept in ``docs/_build/test-artifact
 from __future__ import annotations
 
 import functools
+import html
 import html.parser
 import http.server
 import os
+import re
 import shutil
 import signal
 import struct
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.conftest import ARTIFACTS
+from tests.docs.devtools import Browser
 
 PAGES = {  # screenshot name: (path, what its rendered DOM must hold)
     "front": ("index.html", "<h1>framework"),
@@ -28,6 +32,9 @@ PAGES = {  # screenshot name: (path, what its rendered DOM must hold)
     "callback-api": ("api/framework.Callback.html", 'id="framework.Callback.on_train_batch_end"'),
     "api-index": ("api/index.html", "What it holds"),
     "tutorial": ("tutorials/01-quickstart.html", 'class="highlight-python'),
+    # code blocks at 120 columns beside prose at Furo's measure (docs/_static/custom.css): its first block's
+    # second line is 111 columns long
+    "wide-code": ("guide/accelerate.html", "# was: from accelerate.utils import"),
 }
 WINDOW = (1280, 900)
 
@@ -57,11 +64,15 @@ def served(site):
     server.server_close()
 
 
+def _command(binary: str, profile: Path) -> list[str]:
+    # --no-sandbox: Chromium refuses to start as root without it (CI runs as root)
+    return [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+            f"--user-data-dir={profile}"]
+
+
 def _chromium(binary: str, profile: Path, *args: str, timeout: float = 60) -> str:
-    # --no-sandbox: Chromium refuses to start as root without it (CI runs as root); the whole process group is
-    # killed on a timeout, since a stuck renderer would otherwise outlive the test.
-    command = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-               "--hide-scrollbars", f"--user-data-dir={profile}", *args]
+    # the whole process group is killed on a timeout, since a stuck renderer would otherwise outlive the test
+    command = [*_command(binary, profile), *args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = process.communicate(timeout=timeout)
@@ -136,3 +147,113 @@ def test_the_search_page_finds_modelcheckpoint(chromium, served, tmp_path):
     assert results.summary.startswith("Search finished"), f"the search did not finish: {results.summary!r}"
     assert any(link.endswith("#framework.callbacks.ModelCheckpoint") for link in results.links), results.links
     _screenshot(chromium, tmp_path, url, "search-ModelCheckpoint")
+
+
+# The code blocks of a page that the reader cannot read whole at this window size, each with its first line cut.
+# A <pre> is a scroll container (Furo's overflow: auto), so its text is cut where it scrolls sideways (scrollWidth
+# past clientWidth), or where a box around it that clips, or the window, ends before its text does. Each line is
+# measured as a Range over the text nodes it spans, so the line named is the first one cut, not the longest.
+_CUT_LINES = r"""(() => {
+  const viewport = document.documentElement.clientWidth, blocks = document.querySelectorAll("pre"), cut = [];
+  blocks.forEach((pre, index) => {
+    const box = pre.getBoundingClientRect();
+    if (!box.width) return;  // not shown (a closed <details>)
+    let outer = viewport;
+    for (let around = pre.parentElement; around; around = around.parentElement) {
+      if (getComputedStyle(around).overflowX !== "visible") {
+        outer = Math.min(outer, around.getBoundingClientRect().left + around.clientLeft + around.clientWidth);
+      }
+    }
+    const own = box.left + pre.clientLeft + pre.clientWidth - parseFloat(getComputedStyle(pre).paddingRight);
+    const lines = [];  // [right edge, text]
+    let range = document.createRange();
+    range.setStart(pre, 0);
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    for (let node; (node = walker.nextNode());) {
+      for (let at = node.data.indexOf("\n"); at !== -1; at = node.data.indexOf("\n", at + 1)) {
+        range.setEnd(node, at);
+        lines.push([range.getBoundingClientRect().right, range.toString()]);
+        range = document.createRange();
+        range.setStart(node, at + 1);
+      }
+    }
+    range.setEnd(pre, pre.childNodes.length);
+    lines.push([range.getBoundingClientRect().right, range.toString()]);
+    if (pre.scrollWidth <= pre.clientWidth && lines.every(([right]) => right <= outer + 0.5)) return;
+    const edge = Math.min(own, outer), first = lines.findIndex(([right]) => right > edge + 0.5);
+    if (first === -1) {
+      cut.push({block: index + 1, number: 0, text: "(no one line)", over: pre.scrollWidth - pre.clientWidth});
+    } else {
+      cut.push({block: index + 1, number: first + 1, text: lines[first][1], over: Math.round(lines[first][0] - edge)});
+    }
+  });
+  const sideways = document.documentElement.scrollWidth - viewport;
+  return {width: innerWidth, blocks: blocks.length, cut, sideways};
+})()"""
+_BOXES = re.compile(r"<(/?)(dl|dd|li|blockquote|table|aside|div|pre)\b([^>]*)>")
+_TAG = re.compile(r"<[^>]+>")
+_GENERATED = ("api/", "_modules/")  # the same few templates over and over: autodoc's entries, viewcode's listings
+
+
+def _places_of_code(text: str) -> dict[tuple[str, ...], int]:
+    """The longest line of a page's <pre> blocks in each place one sits: the boxes around it that indent or clip it
+    (an entry's or a field list's dl and dd, li, blockquote, table, aside, an admonition), and its own attributes."""
+    places, around = {}, []  # around: the open boxes, "" for a div that neither indents nor clips
+    for match in _BOXES.finditer(text):
+        closing, tag, attributes = match.groups()
+        if tag == "pre":
+            if not closing:
+                code = html.unescape(_TAG.sub("", text[match.end():text.find("</pre>", match.end())]))
+                place = (*[box for _, box in around if box], attributes)
+                places[place] = max(places.get(place, 0), *map(len, code.splitlines()), 0)
+        elif closing:
+            while around and around.pop()[0] != tag:
+                pass
+        else:
+            box = tag + attributes if tag == "dl" else "admonition" if "admonition" in attributes else tag
+            around.append((tag, "" if box == "div" else box))
+    return places
+
+
+def _pages_with_code(root: Path) -> list[str]:
+    """Every written page with a <pre>, and of the generated ones, for each place a block sits in there, the page
+    with the longest line in that place, the first a narrower box would cut: a handful of pages instead of all
+    160-odd, which takes the test from 16 s to 4 on 2 cores (with the fix of issue 47, loading all of them found
+    no cut either)."""
+    pages, longest = [], {}  # longest: place -> (columns, page)
+    for path in sorted(root.rglob("*.html")):
+        page, text = path.relative_to(root).as_posix(), path.read_text()
+        if "<pre" not in text or page.startswith("_static/"):
+            continue
+        if not page.startswith(_GENERATED):
+            pages.append(page)
+            continue
+        for place, columns in _places_of_code(text).items():
+            key = (page.startswith("api/"), place)
+            longest[key] = max(longest.get(key, (0, "")), (columns, page))
+    return pages + sorted({page for _, page in longest.values()})
+
+
+def test_no_code_line_is_cut(chromium, site, served, tmp_path):
+    """At the default window size every line of every code block shows whole: none ends behind its block's
+    scrollbar, under a box that clips it or past the window's edge, and no page scrolls sideways (issue 47; how
+    the site makes the room: docs/_static/custom.css)."""
+    pages = _pages_with_code(site.html)
+    command = [*_command(chromium, tmp_path / "profile"), f"--window-size={WINDOW[0]},{WINDOW[1]}"]
+    with Browser(command, tmp_path / "chromium.log", timeout=180) as browser:
+        seen = browser.evaluate_on_pages([f"{served}/{page}" for page in pages], _CUT_LINES)
+    results = {page: seen[f"{served}/{page}"] for page in pages}
+    assert {result["width"] for result in results.values()} == {WINDOW[0]}, "the pages were not seen at the window size"
+    assert sum(result["blocks"] for result in results.values()) > 100, "the pages checked hold hardly any code"
+    problems = []
+    for page, result in results.items():
+        if result["cut"]:
+            first = result["cut"][0]
+            problems.append(f"{page}: code block {first['block']} of {result['blocks']}, its line {first['number']} "
+                            f"ends {first['over']} px past what shows ({len(result['cut'])} block(s) cut on the "
+                            f"page): {first['text'][:160]!r}")
+        if result["sideways"] > 0:
+            problems.append(f"{page}: the page is {result['sideways']} px wider than the window")
+    window = f"{WINDOW[0]}x{WINDOW[1]}"
+    assert not problems, f"{len(problems)} of the {len(pages)} pages with code cut a line at {window}:\n" + "\n".join(
+        problems)
