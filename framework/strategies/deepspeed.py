@@ -41,6 +41,7 @@ from framework.strategies.deepspeed_config import (
     lightning_config,
     read_config,
 )
+from framework.strategies.deepspeed_groups import LetsGoOfGroups
 from framework.strategies.deepspeed_saving import DeepSpeedSaving
 from framework.strategies.parallel import ParallelStrategy, StepRouter, start_process_group
 
@@ -57,7 +58,7 @@ def deepspeed_available() -> bool:
         return False
 
 
-class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
+class DeepSpeedStrategy(DeepSpeedSaving, LetsGoOfGroups, ParallelStrategy):
     """DeepSpeed's ZeRO engine, with Lightning's ``DeepSpeedStrategy`` arguments (same names and defaults).
 
     The ZeRO and offload arguments build DeepSpeed's ``zero_optimization`` block; DeepSpeed's configuration
@@ -219,12 +220,12 @@ class DeepSpeedStrategy(DeepSpeedSaving, ParallelStrategy):
     def setup_environment(self) -> None:
         """The process group (one of its own on one process: DeepSpeed needs one), then DeepSpeed's view of it."""
         os.environ.setdefault("DS_ACCELERATOR", "cuda" if self.device.type == "cuda" else "cpu")
+        import deepspeed  # before the group starts: imported after, its barrier's default argument held the group
+
         super().setup_environment()
         if not dist.is_initialized():
             start_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
             self._started_group = True
-        import deepspeed
-
         deepspeed.utils.logging.logger.setLevel(self.logging_level)
 
     def setup_module(self, module: nn.Module) -> nn.Module:

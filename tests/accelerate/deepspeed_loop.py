@@ -1,5 +1,6 @@
 """An Accelerate loop on DeepSpeed, for ``framework launch --use_deepspeed`` (or a DeepSpeed config) tests. Each
-rank saves what it saw to OUT/<mode>_rank<rank>.pt.
+rank saves what it saw to OUT/<mode>_rank<rank>.pt, and the names of its threads still running at its last exit
+handler to OUT/<mode>_rank<rank>.threads.
 
     framework launch --cpu --num_processes 2 --use_deepspeed ... tests/accelerate/deepspeed_loop.py OUT MODE
 
@@ -10,6 +11,7 @@ but ``load_state(OUT/state)`` instead of the first epoch.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from pathlib import Path
@@ -41,6 +43,7 @@ def epoch(accelerator: Accelerator, model, optimizer, scheduler, loader, seen: d
 
 
 def main(out: Path, mode: str) -> None:
+    atexit.register(_write_threads, out / f"{mode}_rank{os.environ.get('RANK', '0')}.threads")  # first: runs last
     model, torch_optimizer = model_and_optimizer(dropout=0.0, adamw=True)
     accelerator = Accelerator(cpu=True)
     loader = DataLoader(data(64), batch_size=4, shuffle=True)
@@ -68,6 +71,16 @@ def main(out: Path, mode: str) -> None:
               "scheduler": [type(scheduler).__name__, scheduler.state_dict().get(
                   "last_epoch", scheduler.state_dict().get("last_batch_iteration"))]}
     torch.save(result, out / f"{mode}_rank{os.environ.get('RANK', '0')}.pt")
+
+
+def _write_threads(path: Path) -> None:
+    """The names of this process's native threads, once Python's own exit work is done (Linux)."""
+    if os.path.isdir("/proc/self/task"):
+        names = []
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        path.write_text("\n".join(sorted(names)))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,12 @@ use_cpu: false
 
 
 def _ranks(folder, mode: str) -> list[dict]:
+    """What each rank saw; and each rank ended its gloo threads before the interpreter's end, where one that lets
+    go of a finished collective aborts a rank whose work was done (SIGABRT, a failed launch, under load)."""
+    for rank in (0, 1):
+        threads = folder / f"{mode}_rank{rank}.threads"
+        if os.path.isdir("/proc/self/task"):
+            assert "gloo" not in threads.read_text(), threads.read_text()
     return [torch.load(folder / f"{mode}_rank{rank}.pt", weights_only=False) for rank in (0, 1)]
 
 
