@@ -15,6 +15,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -95,38 +96,69 @@ class Browser:
             raise self._fail(f"{method}: {message['error']}")
         return message["result"]
 
-    def evaluate_on_pages(self, urls: list[str], script: str, tabs: int = 4) -> dict[str, object]:
-        """Load every URL (``tabs`` at a time) and, once its load event fired, evaluate ``script`` in it: the
-        script's JSON value of each URL."""
+    def evaluate_on_pages(self, urls: list[str], script: str, tabs: int = 4,
+                          sizes: Sequence[tuple[int, int]] = ()) -> dict[str, list]:
+        """Load every URL (``tabs`` at a time) and, once its load event fired, evaluate ``script`` in it at each
+        viewport size of ``sizes`` (width, height; none: the window's size): the script's JSON values of each URL,
+        one per size. A page is loaded once and laid out again at each other size (``Emulation.
+        setDeviceMetricsOverride``, whose reply comes once the tab has the size); it is seen first at the size the
+        tab has, the last one of the page before, so the sizes go back and forth: one layout fewer a page."""
+        sizes = list(sizes) or [None]
         sessions = []
         for _ in range(min(tabs, len(urls))):
             target = self.call("Target.createTarget", url="about:blank")["targetId"]
             session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
             self.call("Page.enable", session)
+            if sizes[0] is not None:
+                self.resize(session, *sizes[0])
             sessions.append(session)
-        waiting, loading, navigating, evaluating, values = list(urls), {}, {}, {}, {}
+        waiting, loading, navigating, resizing, evaluating = list(urls), {}, {}, {}, {}
+        size_of, steps_of, values = dict.fromkeys(sessions, sizes[0]), {}, {}
 
         def load_next(session: str) -> None:
             if waiting:
                 loading[session] = waiting.pop(0)
                 navigating[self.send("Page.navigate", session, url=loading[session])] = session
 
+        def next_step(session: str) -> None:  # the page at its next size, or the next page
+            if not steps_of[session]:
+                load_next(session)
+            elif size_of[session] != (size := sizes[steps_of[session][0]]):
+                size_of[session] = size
+                resizing[self.resize(session, *size, wait=False)] = session
+            else:
+                evaluating[self.send("Runtime.evaluate", session, expression=script, returnByValue=True)] = session
+
         for session in sessions:
             load_next(session)
-        while len(values) < len(urls):
+        while len(values) < len(urls) or any(None in seen for seen in values.values()):
             message = self.receive()
             if message.get("method") == "Page.loadEventFired":
                 session = message["sessionId"]
-                evaluating[self.send("Runtime.evaluate", session, expression=script, returnByValue=True)] = session
+                steps_of[session] = list(range(len(sizes)))[::1 if size_of[session] == sizes[0] else -1]
+                values[loading[session]] = [None] * len(sizes)
+                next_step(session)
             elif message.get("id") in navigating:  # a page that cannot load fires no load event
                 session = navigating.pop(message["id"])
                 if "error" in message or message["result"].get("errorText"):
                     raise self._fail(f"chromium could not load {loading[session]}: {message}")
+            elif message.get("id") in resizing:
+                session = resizing.pop(message["id"])
+                if "error" in message:
+                    raise self._fail(f"chromium could not resize {loading[session]}: {message['error']}")
+                next_step(session)
             elif message.get("id") in evaluating:
                 session = evaluating.pop(message["id"])
                 result = message.get("result", {})
                 if "error" in message or "exceptionDetails" in result:
                     raise self._fail(f"the script failed on {loading[session]}: {message.get('error') or result}")
-                values[loading[session]] = result["result"].get("value")
-                load_next(session)
+                values[loading[session]][steps_of[session].pop(0)] = result["result"].get("value")
+                next_step(session)
         return values
+
+    def resize(self, session: str, width: int, height: int, wait: bool = True) -> int | dict:
+        """Give a tab a viewport of ``width`` x ``height`` CSS pixels, at one device pixel each, as a desktop
+        window has; the call's id if not ``wait``."""
+        send = self.call if wait else self.send
+        return send("Emulation.setDeviceMetricsOverride", session, width=width, height=height, deviceScaleFactor=1,
+                    mobile=False)
