@@ -119,7 +119,21 @@ def _members(cls: type) -> list[str]:
             if (not name.startswith("_") and name not in names and not private and name not in in_parameter_list
                     and not _sets_a_documented_attribute(cls, name, member)):
                 names.append(name)
+        names += [name for name in _documented_instance_attributes(klass) if name not in names]
     return names
+
+
+def _documented_instance_attributes(cls: type) -> list[str]:
+    """The public attributes a class's methods set on ``self`` under a ``#:`` comment (a callback's results, such
+    as ``ModelCheckpoint.best_model_path``): autodoc documents them as it does class attributes."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    try:
+        found = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
+    except Exception:  # a module without source (compiled): nothing to read the comments from
+        return []
+    return [name for (owner, name) in found if owner == cls.__qualname__ and not name.startswith("_")
+            and name not in vars(cls)]
 
 
 def _sets_a_documented_attribute(cls: type, name: str, member: object) -> bool:
@@ -206,11 +220,13 @@ def _sections(cls: type) -> dict[str, list[tuple[str, object]]]:
     member's module has no heading."""
     found: dict[str, list[tuple[str, object]]] = {}
     for name in _members(cls):
-        owner = next(klass for klass in cls.__mro__ if name in vars(klass))
+        owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+        if owner is None:  # an attribute set on self under a #: comment
+            owner = next(klass for klass in cls.__mro__ if name in _documented_instance_attributes(klass))
         heading = SECTIONS.get(owner.__module__)
         if heading is None:
             return {}
-        found.setdefault(heading, []).append((name, vars(owner)[name]))
+        found.setdefault(heading, []).append((name, vars(owner).get(name)))
     return found
 
 

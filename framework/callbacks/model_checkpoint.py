@@ -133,12 +133,20 @@ class ModelCheckpoint(CheckpointNames, TopKState, Checkpoint):
         self._last_global_step_saved = -1
         self._last_checkpoint_saved = ""
         self._warned_missing = False
+        #: The top-k checkpoints kept so far: each file's path and its ``monitor`` score.
         self.best_k_models: dict[str, torch.Tensor] = {}
+        #: The path of the worst of the kept top-k checkpoints (the next to go when a better one comes).
         self.kth_best_model_path = ""
+        #: The score of ``kth_best_model_path``; a new checkpoint must beat it to be kept.
         self.kth_value = torch.tensor(float("inf") if mode == "min" else float("-inf"))
+        #: The ``monitor`` score of ``best_model_path``; ``None`` before a checkpoint is kept or without ``monitor``.
         self.best_model_score: torch.Tensor | None = None
+        #: The path of the best checkpoint so far (without ``monitor``: the latest); ``""`` before the first save.
+        #: ``trainer.test(ckpt_path="best")`` loads it.
         self.best_model_path = ""
+        #: The path of the last ``last.ckpt`` written (``save_last``); ``""`` if none.
         self.last_model_path = ""
+        #: The ``monitor`` score at the latest check, whether or not it was kept.
         self.current_score: torch.Tensor | None = None
 
     @property

@@ -31,6 +31,12 @@ PAGES = {  # screenshot name: (path, what its rendered DOM must hold[, window si
     "module-api": ("api/framework.Module.html#framework.Module.training_step", 'id="framework.Module.training_step"'),
     "callback-api": ("api/framework.Callback.html", 'id="framework.Callback.on_train_batch_end"'),
     "api-index": ("api/index.html", "What it holds"),
+    "runtime-api": ("api/framework.Runtime.html", 'id="framework.Runtime.setup"'),
+    "accelerator-api": ("api/framework.accelerate.Accelerator.html", 'id="framework.accelerate.Accelerator.prepare"'),
+    "checkpoint-api": ("api/framework.callbacks.ModelCheckpoint.html",
+                       'id="framework.callbacks.ModelCheckpoint.best_model_path"'),
+    "trainer-guide": ("guide/trainer.html", 'class="continues-above"'),
+    "module-guide": ("guide/module.html#fit", "on_validation_model_zero_grad"),
     "tutorial": ("tutorials/01-quickstart.html", 'class="highlight-python'),
     # code blocks at 120 columns beside prose at Furo's measure (docs/_static/custom.css): its first block's
     # second line is 111 columns long

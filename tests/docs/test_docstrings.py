@@ -165,7 +165,7 @@ def _public_callables() -> Iterator[tuple[str, Callable, str]]:
                 if owner is obj or (id(owner) not in public and owner.__module__.startswith("framework")):
                     yield f"{label}.{constructor}", vars(owner)[constructor], inspect.getdoc(obj) or ""
             for member in gen_api._members(obj):
-                found = inspect.getattr_static(obj, member)
+                found = inspect.getattr_static(obj, member, None)  # None: an attribute set on instances only
                 function = found.fget if isinstance(found, property) else getattr(found, "__func__", found)
                 if callable(function) and inspect.isfunction(inspect.unwrap(function)):
                     yield f"{label}.{member}", function, inspect.getdoc(getattr(obj, member)) or ""
