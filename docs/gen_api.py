@@ -126,11 +126,12 @@ def _members(cls: type) -> list[str]:
 def _documented_instance_attributes(cls: type) -> list[str]:
     """The public attributes a class's methods set on ``self`` under a ``#:`` comment (a callback's results, such
     as ``ModelCheckpoint.best_model_path``): autodoc documents them as it does class attributes."""
+    from sphinx.errors import PycodeError
     from sphinx.pycode import ModuleAnalyzer
 
     try:
         found = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
-    except Exception:  # a module without source (compiled): nothing to read the comments from
+    except PycodeError:  # a module without source (compiled): nothing to read the comments from
         return []
     return [name for (owner, name) in found if owner == cls.__qualname__ and not name.startswith("_")
             and name not in vars(cls)]
