@@ -8,6 +8,7 @@ carries the ``id`` of its call, an event its ``method`` and the ``sessionId`` of
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
@@ -162,3 +163,36 @@ class Browser:
         send = self.call if wait else self.send
         return send("Emulation.setDeviceMetricsOverride", session, width=width, height=height, deviceScaleFactor=1,
                     mobile=False)
+
+    def open_tab(self, url: str, size: tuple[int, int]) -> str:
+        """A new tab of viewport ``size`` showing ``url`` once its load event fired and its fonts are laid out: the
+        tab's session, for `evaluate`, `screenshot` and `close_tab`."""
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable", session)
+        self.resize(session, *size)
+        navigating, loaded = self.send("Page.navigate", session, url=url), False
+        while navigating or not loaded:
+            message = self.receive()
+            if message.get("id") == navigating:  # a page that cannot load fires no load event
+                if "error" in message or message["result"].get("errorText"):
+                    raise self._fail(f"chromium could not load {url}: {message}")
+                navigating = 0
+            loaded |= message.get("method") == "Page.loadEventFired" and message.get("sessionId") == session
+        self.evaluate(session, "document.fonts.ready.then(() => new Promise(requestAnimationFrame))")
+        return session
+
+    def evaluate(self, session: str, expression: str) -> object:
+        """The JSON value of ``expression`` in the tab, a promise awaited."""
+        result = self.call("Runtime.evaluate", session, expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise self._fail(f"{expression[:80]!r} failed: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def screenshot(self, session: str) -> bytes:
+        """The tab's viewport as a PNG, one pixel a CSS pixel."""
+        return base64.b64decode(self.call("Page.captureScreenshot", session, format="png")["data"])
+
+    def close_tab(self, session: str) -> None:
+        target = self.call("Target.getTargetInfo", session)["targetInfo"]["targetId"]
+        self.call("Target.closeTarget", targetId=target)
