@@ -10,36 +10,37 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Loaded by each xdist worker: writes the ids it collected, then lets no test run (xdist has compared the workers'
+# lists by then, and refuses to go on where they differ).
+RUN_NOTHING = '''
+import os
+from pathlib import Path
 
-def _pytest(*arguments: str, hash_seed: str = "0") -> subprocess.Popen:
-    environment = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *arguments], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
-
-
-def _finish(process: subprocess.Popen) -> tuple[int, str, str]:
-    try:
-        stdout, stderr = process.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
-    return process.returncode, stdout, stderr
+import pytest
 
 
-def test_test_ids_are_the_same_in_every_process_and_xdist_workers_agree():
-    # the three runs are independent: started together, they overlap their imports and collection
-    collections = [_pytest("--collect-only", "-q", "tests", hash_seed=seed) for seed in ("1", "2")]
-    # -n 2 starts, and each worker collects the whole suite without an error (-k deselects every test before xdist
-    # compares the workers' lists, so the comparison of whole lists is the one across hash seeds below)
-    shared = _pytest("-n", "2", "-q", "-k", "no_test_is_named_like_this", "tests")
-    try:
-        ids, again = ([line for line in _finish(process)[1].splitlines() if "::" in line] for process in collections)
-        status, stdout, stderr = _finish(shared)
-    finally:
-        for process in (*collections, shared):
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+def pytest_collection_finish(session):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+    ids = "\\n".join(item.nodeid for item in session.items)
+    (Path(os.environ["COLLECTED_IDS"]) / f"{worker}.txt").write_text(ids)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    return True
+'''
+
+
+def test_test_ids_are_the_same_in_every_process_and_xdist_workers_agree(tmp_path):
+    # No PYTHONHASHSEED: each worker draws its own, so the two lists xdist compares come from two hash seeds, and
+    # a test id built from a set's order or an object's address would differ between them.
+    (tmp_path / "run_nothing.py").write_text(RUN_NOTHING)
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONHASHSEED"}
+    environment.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]), COLLECTED_IDS=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "run_nothing", "-n", "2",
+                           "-q", "tests"], cwd=ROOT, capture_output=True, text=True, env=environment, timeout=300)
+    # 0 and none run: every worker collected the same (xdist's "Different tests were collected" makes it 1)
+    assert done.returncode == 0 and "no tests ran" in done.stdout, done.stdout + done.stderr
+    ids, again = ((tmp_path / f"{worker}.txt").read_text().splitlines() for worker in ("gw0", "gw1"))
     assert len(ids) > 800 and ids == again
     assert not [test_id for test_id in ids if re.search(r"0x[0-9a-f]{6,}", test_id)]  # an address differs by process
-    assert status == 5, stdout + stderr  # 5: collected the same, ran none
