@@ -5,9 +5,11 @@ rows of the run never interrupted, to the bit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +27,25 @@ def _launch(work: Path, fault: str = "", restarts: int = 0) -> subprocess.Comple
     work.mkdir(exist_ok=True)
     command = [sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2", "--max-restarts", str(restarts),
                SCRIPT, str(work), *([fault] if fault else [])]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return _run(command, {**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def _run(command: list[str], environment: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
+    """``command`` run to its end; if it is still running after ``timeout``, every process it started is sent
+    SIGABRT, which faulthandler answers with each thread's Python stack, and the test fails showing them."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**environment, "PYTHONFAULTHANDLER": "1"}, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGABRT)
+        try:
+            stdout, stderr = process.communicate(timeout=20)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"still running after {timeout} s; where each process was:\n{stderr[-12000:]}\n{stdout[-2000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _outcome(work: Path) -> tuple[dict, str, dict]:
@@ -147,8 +166,7 @@ def test_the_trainers_own_launcher_restarts_its_ranks_too(tmp_path, uninterrupte
     where it would run the script again for them ("popen", a GPU machine), it becomes ``framework launch``."""
     environment = {**os.environ, "PYTHONWARNINGS": "ignore", "RESTART_RUN_RESTARTS": "2",
                    "RESTART_RUN_START": start_method}
-    done = subprocess.run([sys.executable, SCRIPT, str(tmp_path), "kill:1:4"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=180, env=environment)
+    done = _run([sys.executable, SCRIPT, str(tmp_path), "kill:1:4"], environment)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 2)" in done.stderr
     result, rows, scalars = _outcome(tmp_path)
