@@ -105,14 +105,7 @@ class Browser:
         setDeviceMetricsOverride``, whose reply comes once the tab has the size); it is seen first at the size the
         tab has, the last one of the page before, so the sizes go back and forth: one layout fewer a page."""
         sizes = list(sizes) or [None]
-        sessions = []
-        for _ in range(min(tabs, len(urls))):
-            target = self.call("Target.createTarget", url="about:blank")["targetId"]
-            session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-            self.call("Page.enable", session)
-            if sizes[0] is not None:
-                self.resize(session, *sizes[0])
-            sessions.append(session)
+        sessions = [self._new_tab(sizes[0]) for _ in range(min(tabs, len(urls)))]
         waiting, loading, navigating, resizing, evaluating = list(urls), {}, {}, {}, {}
         size_of, steps_of, values = dict.fromkeys(sessions, sizes[0]), {}, {}
 
@@ -164,13 +157,20 @@ class Browser:
         return send("Emulation.setDeviceMetricsOverride", session, width=width, height=height, deviceScaleFactor=1,
                     mobile=False)
 
-    def open_tab(self, url: str, size: tuple[int, int]) -> str:
-        """A new tab of viewport ``size`` showing ``url`` once its load event fired and its fonts are laid out: the
-        tab's session, for `evaluate`, `screenshot` and `close_tab`."""
+    def _new_tab(self, size: tuple[int, int] | None) -> str:
+        """A blank tab whose page events come to this Browser, of viewport ``size`` (None: the window's): its
+        session."""
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         self.call("Page.enable", session)
-        self.resize(session, *size)
+        if size is not None:
+            self.resize(session, *size)
+        return session
+
+    def open_tab(self, url: str, size: tuple[int, int]) -> str:
+        """A new tab of viewport ``size`` showing ``url`` once its load event fired and its fonts are laid out: the
+        tab's session, for `evaluate`, `screenshot` and `close_tab`."""
+        session = self._new_tab(size)
         navigating, loaded = self.send("Page.navigate", session, url=url), False
         while navigating or not loaded:
             message = self.receive()
