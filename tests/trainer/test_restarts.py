@@ -30,13 +30,17 @@ def _launch(work: Path, fault: str = "", restarts: int = 0) -> subprocess.Comple
     return _run(command, {**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
-def _run(command: list[str], environment: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
-    """``command`` run to its end; if it is still running after ``timeout``, every process it started is sent
-    SIGABRT, which faulthandler answers with each thread's Python stack, and the test fails showing them."""
+TIMEOUT_S = 180
+
+
+def _run(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
+    """``command`` run to its end; if it is still running after TIMEOUT_S, its process group (the script and the
+    ranks it forks; ranks `framework launch` starts are in sessions of their own, so only the launcher there) is
+    sent SIGABRT, which faulthandler answers with each thread's Python stack, and the test fails showing them."""
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**environment, "PYTHONFAULTHANDLER": "1"}, start_new_session=True)
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        stdout, stderr = process.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGABRT)
         try:
@@ -44,7 +48,7 @@ def _run(command: list[str], environment: dict[str, str], timeout: float = 180) 
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-        pytest.fail(f"still running after {timeout} s; where each process was:\n{stderr[-12000:]}\n{stdout[-2000:]}")
+        pytest.fail(f"still running after {TIMEOUT_S} s; where each process was:\n{stderr[-12000:]}\n{stdout[-2000:]}")
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
