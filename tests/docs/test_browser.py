@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.conftest import ARTIFACTS
 from tests.docs.devtools import Browser
+from tests.docs.site_build import ARTIFACTS
 
 PAGES = {  # screenshot name: (path, what its rendered DOM must hold[, window size, if not WINDOW])
     "front": ("index.html", "<h1>framework"),

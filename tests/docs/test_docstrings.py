@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.docs.conftest import DOCS
+from tests.docs.site_build import DOCS
 
 sys.path.insert(0, str(DOCS))
 import gen_api  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 
 import framework
 from tests.docs.blocks import blocks_of, names_not_shown, run_page
-from tests.docs.conftest import DOCS, ROOT
+from tests.docs.site_build import DOCS, ROOT
 
 MARKDOWN = [page for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))] if "_build" not in page.parts]
 PAGES = [page for page in MARKDOWN if blocks_of(page)]  # the tutorials include their scripts, tested on their own

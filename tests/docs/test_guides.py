@@ -13,7 +13,7 @@ import torch
 
 import framework
 from framework.hooks import Hook, Owner
-from tests.docs.conftest import DOCS
+from tests.docs.site_build import DOCS
 from tests.helpers import loader, quiet_trainer
 from tests.test_hooks import CALLS, RecordingCallback, RecordingModule
 

@@ -16,7 +16,7 @@ from sphinx.util.inventory import InventoryFile
 import framework
 from tests.docs.api_entries import entries, without_bases
 from tests.docs.blocks import blocks_of
-from tests.docs.conftest import ARTIFACTS, DOCS, ROOT
+from tests.docs.site_build import ARTIFACTS, DOCS, ROOT
 
 sys.path.insert(0, str(DOCS))
 import gen_api  # noqa: E402
