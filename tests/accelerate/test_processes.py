@@ -12,7 +12,7 @@ import torch
 from framework.accelerate import Accelerator, debug_launcher
 from framework.accelerate.local_sgd import LocalSGD
 from framework.accelerate.logging import get_logger
-from framework.accelerate.state import PartialState
+from framework.accelerate.state import AcceleratorState, PartialState
 from framework.accelerate.utils import (
     DDPCommunicationHookType,
     DistributedDataParallelKwargs,
@@ -26,6 +26,7 @@ from framework.accelerate.utils import (
     set_seed,
     synchronize_rng_states,
 )
+from framework.errors import MisconfigurationError
 from framework.testing import spawn
 
 
@@ -65,6 +66,28 @@ def test_the_free_collectives_and_partial_state_work_without_an_accelerator():
     assert first["reduced"] == [3.0] and (first["padded"], second["padded"]) == ([1.0, -1.0], [1.0, 1.0])
     assert first["draw"] == second["draw"]  # rank 0's generator state everywhere
     assert first["specific"] != second["specific"]  # seeded with 5 + the process index
+
+
+def _process_count(rank: int) -> tuple[int, int]:
+    return PartialState().num_processes, AcceleratorState().num_processes if _has_accelerator() else -1
+
+
+def _has_accelerator() -> bool:
+    try:
+        AcceleratorState()
+    except MisconfigurationError:
+        return False
+    return True
+
+
+def test_ranks_forked_from_a_process_that_had_its_own_state_join_their_own_ranks():
+    # A notebook or a test that made a PartialState and an Accelerator on its one process, then starts ranks:
+    # forked, they inherit that state, which must not stand for theirs.
+    parent = PartialState()
+    accelerator = Accelerator(cpu=True)
+    assert parent.num_processes == accelerator.num_processes == 1
+    assert spawn(2, _process_count) == [(2, -1), (2, -1)]  # no Accelerator made on the ranks
+    assert PartialState().num_processes == 1 and AcceleratorState().num_processes == 1  # the parent's, as before
 
 
 def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
