@@ -378,7 +378,7 @@ def _host_store(address: str, port: int) -> Any | None:
 
 def _exit_description(code: int) -> str:
     if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
+        return f"was killed by {signal.Signals(-code).name}"
     return f"exited with code {code}"
 
 

@@ -59,7 +59,9 @@ def _assert_no_rank_outlived_its_launcher(out: Path) -> None:
 def test_two_nodes_of_two_ranks_train_as_one_process_with_the_quadrupled_batch(tmp_path):
     nodes = _two_nodes(str(tmp_path), ",".join(STRATEGIES))
     outputs = _outputs(nodes)
-    assert [node.returncode for node in nodes] == [0, 0], outputs
+    # the whole of each node's output: pytest cuts a long list short, and a rank's crash at exit shows only there
+    assert [node.returncode for node in nodes] == [0, 0], "".join(f"\n--- node {node} ---\n{text}"
+                                                              for node, text in enumerate(outputs))
     torch.manual_seed(0)
     reference = plain_pytorch_weights(Regressor(), regression_data(), batch_size=8, epochs=1)  # 4 ranks x 2
     for strategy in STRATEGIES:
