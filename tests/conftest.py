@@ -6,8 +6,11 @@ filesystem."""
 
 from __future__ import annotations
 
+import compileall
 import os
+import sys
 import uuid
+from pathlib import Path
 
 import fsspec
 import pytest
@@ -15,6 +18,7 @@ import pytest
 from tests.docs.site_build import SiteBuild, shared_folder
 
 WORKERS = 2
+ROOT = Path(__file__).resolve().parents[1]
 _DOCS_SITE_BUILD = pytest.StashKey[SiteBuild]()
 
 
@@ -39,6 +43,19 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // config.workerinput["workercount"]))
+    else:
+        _compile_once()
+
+
+def _compile_once() -> None:
+    """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, set on CI's machines), each process the suite
+    starts (ranks, launchers, scripts: well over a thousand) compiled the package from source again, about a
+    quarter of a second of CPU each. The run compiles it once, into the ``__pycache__`` folders Python reads
+    anyway (git ignores them); installed packages have theirs from pip. Not PYTHONPYCACHEPREFIX: every process
+    would then look there for torch's bytecode too, and compile torch."""
+    if sys.dont_write_bytecode:
+        for folder in ("framework", "tests", "tutorials", "benchmarks"):
+            compileall.compile_dir(ROOT / folder, quiet=2)
 
 
 @pytest.hookimpl(optionalhook=True)
