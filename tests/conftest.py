@@ -33,9 +33,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _compile_once() -> None:
-    """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, set on CI's machines), each process the suite
-    starts (ranks, launchers, scripts: well over a thousand) compiled the package from source again, about a
-    quarter of a second of CPU each. The run compiles it once, into the ``__pycache__`` folders Python reads
+    """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, set on this project's machines), each process
+    the suite starts (ranks, launchers, scripts: well over a thousand) compiled the package from source again,
+    about a quarter of a second of CPU each. The run compiles it once, into the ``__pycache__`` folders Python reads
     anyway (git ignores them); installed packages have theirs from pip. Not PYTHONPYCACHEPREFIX: every process
     would then look there for torch's bytecode too, and compile torch."""
     if sys.dont_write_bytecode:
