@@ -10,20 +10,19 @@ import compileall
 import os
 import sys
 import uuid
-from pathlib import Path
 
 import fsspec
 import pytest
 
-from tests.docs.site_build import SiteBuild, shared_folder
+from tests.docs.site_build import ROOT, SiteBuild, shared_folder
 
-ROOT = Path(__file__).resolve().parents[1]
 _DOCS_SITE_BUILD = pytest.StashKey[SiteBuild]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """An xdist worker computes on one thread: two workers with a thread per core each, on as many cores, spend
-    their time waiting for each other's threads (the in-process tests took a tenth longer so, on 2 cores)."""
+    """An xdist worker computes on its share of the cores: two workers with a thread per core each, on as many
+    cores, spend their time waiting for each other's threads (the in-process tests took a tenth longer so, on 2
+    cores). The run itself (a plain one, or xdist's controller) compiles the repository's code once first."""
     if hasattr(config, "workerinput"):
         import torch
 
