@@ -17,6 +17,7 @@ from framework.errors import MisconfigurationError, describe
 from framework.io import pickling
 from framework.io.checkpoint_io import CheckpointIO
 from framework.strategies.base import Strategy
+from framework.strategies.destroyed_groups import let_go_of_destroyed_groups
 from framework.strategies.forked_children import end_forked_children_with_this_process
 from framework.strategies.group_exit import all_ranks_leaving, group_started
 
@@ -26,17 +27,8 @@ _REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 
 
 def start_process_group(backend: str, **options: Any) -> None:
-    """``torch.distributed.init_process_group(backend, **options)``, made safe to end.
-
-    ``torch.distributed.nn``'s functions take the default group as a default argument, evaluated
-    when that module is first imported (``DistributedDataParallel`` imports it, through
-    ``torch._dynamo``). Imported after the group started, they hold it past
-    ``destroy_process_group()`` until C++ tears down at exit, where gloo can abort a rank that
-    had finished ("terminate called without an active exception", SIGABRT). Imported before,
-    their default is None.
-    """
-    import torch.distributed.nn  # noqa: F401  (see the docstring)
-
+    """``torch.distributed.init_process_group(backend, **options)``, counted for the ranks' meeting at their end
+    (:mod:`~framework.strategies.group_exit`), and with forked workers ended with this rank where it has peers."""
     dist.init_process_group(backend, **options)
     group_started()
     if options.get("world_size", 1) > 1:
@@ -290,7 +282,8 @@ class ParallelStrategy(Strategy):
             try:
                 dist.destroy_process_group()
             except RuntimeError:  # another rank is gone already: nothing left to close in order
-                pass
+                return
+            let_go_of_destroyed_groups()  # so that gloo's threads end now, not in the interpreter's finalization
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device}, world_size={self.world_size}, rank={self.global_rank})"

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from framework.accelerate import Accelerator  # noqa: E402
 from framework.accelerate.utils import DummyOptim, DummyScheduler  # noqa: E402
 from tests.accelerate.loops import data, model_and_optimizer  # noqa: E402
+from tests.strategies.launched_run import write_threads  # noqa: E402
 
 
 def epoch(accelerator: Accelerator, model, optimizer, scheduler, loader, seen: dict) -> None:
@@ -43,7 +44,7 @@ def epoch(accelerator: Accelerator, model, optimizer, scheduler, loader, seen: d
 
 
 def main(out: Path, mode: str) -> None:
-    atexit.register(_write_threads, out / f"{mode}_rank{os.environ.get('RANK', '0')}.threads")  # first: runs last
+    atexit.register(write_threads, out / f"{mode}_rank{os.environ.get('RANK', '0')}.threads")  # first: runs last
     model, torch_optimizer = model_and_optimizer(dropout=0.0, adamw=True)
     accelerator = Accelerator(cpu=True)
     loader = DataLoader(data(64), batch_size=4, shuffle=True)
@@ -71,16 +72,6 @@ def main(out: Path, mode: str) -> None:
               "scheduler": [type(scheduler).__name__, scheduler.state_dict().get(
                   "last_epoch", scheduler.state_dict().get("last_batch_iteration"))]}
     torch.save(result, out / f"{mode}_rank{os.environ.get('RANK', '0')}.pt")
-
-
-def _write_threads(path: Path) -> None:
-    """The names of this process's native threads, once Python's own exit work is done (Linux)."""
-    if os.path.isdir("/proc/self/task"):
-        names = []
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/comm") as comm:
-                names.append(comm.read().strip())
-        path.write_text("\n".join(sorted(names)))
 
 
 if __name__ == "__main__":

@@ -4,10 +4,12 @@ Usage: multi_node_run.py OUT_DIR STRATEGIES [FAILING_RANK WHEN]
 
 Fits the Regressor of tests/strategies/test_ddp.py for one epoch (batch 2 per rank) with each strategy of the
 comma-separated STRATEGIES in turn; each rank writes OUT_DIR/<strategy>-rank<global rank>.pt with what it saw,
-and OUT_DIR/pid-rank<global rank> first. With FAILING_RANK, that rank raises ValueError("boom on rank N") at WHEN:
+OUT_DIR/pid-rank<global rank> first, and OUT_DIR/rank<global rank>.threads with the threads still running at its
+last exit handler. With FAILING_RANK, that rank raises ValueError("boom on rank N") at WHEN:
 "start" (after building the Trainer, before the ranks join the process group) or a batch index.
 """
 
+import atexit
 import os
 import sys
 
@@ -15,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import framework
+from tests.strategies.launched_run import write_threads
 from tests.strategies.test_ddp import Regressor, regression_data
 
 
@@ -53,6 +56,7 @@ def fit(out: str, strategy: str, failing_rank: int | None, when: str | None) -> 
 def main() -> None:
     out, strategies = sys.argv[1], sys.argv[2].split(",")
     failing_rank, when = (int(sys.argv[3]), sys.argv[4]) if len(sys.argv) > 4 else (None, None)
+    atexit.register(write_threads, os.path.join(out, f"rank{os.environ['RANK']}.threads"))  # first: runs last
     with open(os.path.join(out, f"pid-rank{os.environ['RANK']}"), "w") as pid:
         pid.write(str(os.getpid()))
     for strategy in strategies:

@@ -17,7 +17,7 @@ from tests.strategies.test_ddp import Regressor, regression_data
 
 def main() -> None:
     out, devices, num_nodes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    atexit.register(_write_threads, f"{out}/rank{os.environ.get('RANK', '0')}.threads")  # registered first: runs last
+    atexit.register(write_threads, f"{out}/rank{os.environ.get('RANK', '0')}.threads")  # registered first: runs last
     torch.manual_seed(0)
     model = Regressor()
     trainer = framework.Trainer(accelerator="cpu", devices=devices, num_nodes=num_nodes, max_epochs=2, logger=False,
@@ -28,7 +28,7 @@ def main() -> None:
                 "threads": torch.get_num_threads()}, f"{out}/rank{trainer.global_rank}.pt")
 
 
-def _write_threads(path: str) -> None:
+def write_threads(path: "str | os.PathLike[str]") -> None:
     """The names of this process's native threads, once Python's own exit work is done."""
     if os.path.isdir("/proc/self/task"):
         names = []
