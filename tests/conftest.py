@@ -1,5 +1,5 @@
-"""Run serially by ``pytest``, or shared out with ``pytest -n 2`` (pytest-xdist, a test file to a process, the
-docs site built once by the controller). Every test runs in its own empty working directory, so default log and
+"""The whole suite (``pytest`` with no paths, as the README and CI run it) is shared out to two processes with
+pytest-xdist, a test file to a process. Every test runs in its own empty working directory, so default log and
 checkpoint folders (``lightning_logs/``, ``checkpoints/``) never land in the repository or leak between tests, and
 leaves the variables MLflow sets as it found them; ``memory_root`` is a fresh folder on fsspec's in-memory
 filesystem."""
@@ -16,7 +16,22 @@ import pytest
 
 from tests.docs.site_build import ROOT, SiteBuild, shared_folder
 
+WORKERS = 2
 _DOCS_SITE_BUILD = pytest.StashKey[SiteBuild]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``pytest`` alone runs as ``pytest -n 2 --dist loadfile``: most tests spend their time in one process (a
+    launched rank, a script) and leave the second core idle. Named paths, ``-n``, ``--pdb``, ``-s`` or
+    ``--collect-only`` keep the one process a person debugging expects; ``-n 0`` asks for it outright."""
+    chosen = getattr(config.option, "numprocesses", "no xdist")  # -p no:xdist leaves no such option
+    if (chosen is None and config.args_source == pytest.Config.ArgsSource.TESTPATHS
+            and not hasattr(config, "workerinput") and len(os.sched_getaffinity(0)) >= WORKERS
+            and not (config.option.usepdb or config.option.collectonly or config.option.capture == "no")):
+        config.option.numprocesses = WORKERS
+        if config.option.dist == "no":
+            config.option.dist = "loadfile"  # a file's module-scoped fixtures (a browser, a launched run) made once
 
 
 def pytest_configure(config: pytest.Config) -> None:

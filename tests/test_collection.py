@@ -33,8 +33,8 @@ def pytest_runtest_protocol(item, nextitem):
 '''
 
 
-# A run shared out over xdist workers that drew their own hash seeds (`pytest -n 2`) has made this very check on the
-# whole suite before its first test: a second collection of everything would only repeat it.
+# A run shared out over xdist workers that drew their own hash seeds has made this very check on the whole suite
+# before its first test (`pytest` alone runs so): a second collection of everything would only repeat it.
 _CHECKED_BY_THIS_RUN = (int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) >= 2
                         and "PYTHONHASHSEED" not in os.environ)
 
