@@ -2,7 +2,7 @@
 
 Usage: multi_node_run.py OUT_DIR STRATEGIES [FAILING_RANK WHEN]
 
-Fits the Regressor of tests/strategies/test_ddp.py for one epoch (batch 2 per rank) with each strategy of the
+Fits the Regressor of tests/strategies/ddp_models.py for one epoch (batch 2 per rank) with each strategy of the
 comma-separated STRATEGIES in turn; each rank writes OUT_DIR/<strategy>-rank<global rank>.pt with what it saw,
 OUT_DIR/pid-rank<global rank> first, and OUT_DIR/rank<global rank>.threads with the threads still running at its
 last exit handler. With FAILING_RANK, that rank raises ValueError("boom on rank N") at WHEN:
@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import framework
+from tests.strategies.ddp_models import Regressor, regression_data
 from tests.strategies.launched_run import write_threads
-from tests.strategies.test_ddp import Regressor, regression_data
 
 
 class FailingRegressor(Regressor):

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from framework.runtime.worker_processes import free_port
-from tests.strategies.test_ddp import Regressor, plain_pytorch_weights, regression_data
+from tests.strategies.ddp_models import Regressor, plain_pytorch_weights, regression_data
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, "-m", "framework", "launch"]

@@ -13,7 +13,7 @@ import torch
 import framework
 from framework.runtime.worker_processes import free_port
 from tests.cli.test_launch import ROOT, RUN, _environment
-from tests.strategies.test_ddp import Regressor, plain_pytorch_weights, regression_data
+from tests.strategies.ddp_models import Regressor, plain_pytorch_weights, regression_data
 
 SCRIPT = str(ROOT / "tests" / "cli" / "multi_node_run.py")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import framework
-from tests.strategies.test_ddp import Regressor, regression_data
+from tests.strategies.ddp_models import Regressor, regression_data
 
 
 def main() -> None:

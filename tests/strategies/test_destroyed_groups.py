@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 import framework
 from framework.strategies.destroyed_groups import let_go_of_destroyed_groups
 from tests.helpers import quiet_trainer
-from tests.strategies.test_ddp import Regressor, regression_data
+from tests.strategies.ddp_models import Regressor, regression_data
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="lists threads in /proc (Linux)")
 
