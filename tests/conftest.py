@@ -44,6 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // config.workerinput["workercount"]))
     else:
         _compile_once()
+        if hasattr(config.option, "loadscopereorder"):
+            config.option.loadscopereorder = False  # xdist would hand out the files with most tests first instead
 
 
 def _compile_once() -> None:
@@ -72,7 +74,8 @@ LONGEST_FILES = (
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In an xdist worker, the longest files first (xdist hands files out in the order its workers collected them,
-    and every worker sorts alike); a run in one process keeps the order of the folders."""
+    every worker sorting alike, once ``pytest_configure`` has turned off its own reordering by number of tests); a
+    run in one process keeps the order of the folders."""
     if hasattr(config, "workerinput"):
         place = {path: index for index, path in enumerate(LONGEST_FILES)}
         items.sort(key=lambda item: place.get(item.nodeid.split("::")[0], len(place)))  # stable: the rest as found
