@@ -258,8 +258,9 @@ def _run_forked(spec: dict[str, Any]) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        with open(f"{spec['log']}.exit", "w") as exit_file:
+        with open(f"{spec['log']}.exit.partial", "w") as exit_file:
             exit_file.write(str(status))
+        os.replace(f"{spec['log']}.exit.partial", f"{spec['log']}.exit")  # the test reads it as soon as it exists
         os._exit(status)
 
 
