@@ -72,9 +72,8 @@ def _owned(module: Any) -> bool:
 
 
 def _drop_from_defaults(function: types.FunctionType, destroyed: Any) -> int:
-    dropped = 0
-    if function.__defaults__ and any(destroyed(value) for value in function.__defaults__):
-        dropped += sum(destroyed(value) for value in function.__defaults__)
+    dropped = sum(destroyed(value) for value in function.__defaults__ or ())
+    if dropped:
         function.__defaults__ = tuple(None if destroyed(value) else value for value in function.__defaults__)
     keywords = function.__kwdefaults__
     if keywords:

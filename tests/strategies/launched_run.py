@@ -28,15 +28,24 @@ def main() -> None:
                 "threads": torch.get_num_threads()}, f"{out}/rank{trainer.global_rank}.pt")
 
 
+def thread_names() -> list[str]:
+    """The names of this process's native threads (Linux; none elsewhere)."""
+    names = []
+    if os.path.isdir("/proc/self/task"):
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/comm") as comm:
+                    names.append(comm.read().strip())
+            except FileNotFoundError:  # a thread that ended while listed
+                pass
+    return sorted(names)
+
+
 def write_threads(path: "str | os.PathLike[str]") -> None:
     """The names of this process's native threads, once Python's own exit work is done."""
     if os.path.isdir("/proc/self/task"):
-        names = []
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/comm") as comm:
-                names.append(comm.read().strip())
         with open(path, "w") as out:
-            out.write("\n".join(sorted(names)))
+            out.write("\n".join(thread_names()))
 
 
 if __name__ == "__main__":

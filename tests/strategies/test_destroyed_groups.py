@@ -13,19 +13,13 @@ import framework
 from framework.strategies.destroyed_groups import let_go_of_destroyed_groups
 from tests.helpers import quiet_trainer
 from tests.strategies.ddp_models import Regressor, regression_data
+from tests.strategies.launched_run import thread_names
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="lists threads in /proc (Linux)")
 
 
 def gloo_threads() -> int:
-    count = 0
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/comm") as comm:
-                count += "gloo" in comm.read()
-        except FileNotFoundError:  # a thread that ended while listed
-            pass
-    return count
+    return sum("gloo" in name for name in thread_names())
 
 
 class _CountsThreads(framework.Callback):
