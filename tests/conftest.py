@@ -37,11 +37,17 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """An xdist worker computes on its share of the cores: two workers with a thread per core each, on as many
     cores, spend their time waiting for each other's threads (the in-process tests took a tenth longer so, on 2
-    cores). The run itself (a plain one, or xdist's controller) compiles the repository's code once first."""
+    cores). The processes its tests start (scripts, launchers and their ranks) inherit that share through
+    OMP_NUM_THREADS, as ``framework launch`` gives its ranks theirs: a script's idle OpenMP thread spins on a core the
+    other worker needs (the tutorials' tests used 8% more CPU without it, the GPU benchmark's twice as much). Tests of
+    the launchers' own share take the variable out. The run itself (a plain one, or xdist's controller) compiles the
+    repository's code once first."""
     if hasattr(config, "workerinput"):
         import torch
 
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // config.workerinput["workercount"]))
+        share = max(1, len(os.sched_getaffinity(0)) // config.workerinput["workercount"])
+        torch.set_num_threads(share)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
     else:
         _compile_once()
         if hasattr(config.option, "loadscopereorder"):
