@@ -3,7 +3,6 @@ do what ``PROBE_MODE`` says:
 
 - ``kill`` (the default): on each attempt before ``PROBE_KILLS``, rank 1 kills itself with SIGKILL (a lost rank),
   so the launcher must start both ranks again, each time through a new rendezvous;
-- ``raise``: rank 1 raises an exception (a bug in the script), which must not be retried;
 - ``signal``: each rank waits for SIGUSR1, SIGUSR2 or SIGTERM, writes which one came, and exits with 75 as a
   preempted rank does.
 
@@ -39,8 +38,6 @@ def main(out: str) -> None:
         torchruns = (os.environ.get(f"TORCHELASTIC_{name}", "-") for name in names)
         lines.write(f"{attempt} {dist.get_rank()} {int(total.item())} {' '.join(torchruns)}\n")
     dist.barrier()
-    if mode == "raise" and dist.get_rank() == 1:
-        raise ValueError("a bug in the script")
     if mode == "signal":
         print("waiting", flush=True)
         while not received:

@@ -1,19 +1,23 @@
-"""A Trainer script for ``framework launch --max-restarts 1`` in which rank 1 gets stuck at step 3 of the first
-attempt, so the other rank's collective times out (``DDPStrategy(timeout=5)``); the second attempt trains to the end
-and rank 0 prints ``done <global_step>``. ``stuck_rank.py stop`` stops rank 1 (SIGSTOP), ``stuck_rank.py loop`` sends
-it into an endless loop."""
+"""A Trainer script for ``framework launch --max-restarts N`` in which rank 1 gets stuck at step 3 of each of the
+first attempts, so the other rank's collective times out (``DDPStrategy(timeout=5)``); the attempt after them trains
+to the end and rank 0 prints ``done <global_step>``. ``stuck_rank.py stop loop``: in attempt 0 rank 1 stops
+(SIGSTOP), in attempt 1 it goes into an endless loop. Rank 1 prints ``stuck <attempt> <time>`` as it gets stuck and
+rank 0 ``started <attempt> <time>`` once torch and the framework are imported, so a test can time each restart."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import time
 
 import torch
 from torch import nn
 
 import framework
 from framework.strategies import DDPStrategy
+
+ATTEMPT = int(os.environ["FRAMEWORK_RESTART_COUNT"])
 
 
 class Stopping(framework.Module):
@@ -22,8 +26,9 @@ class Stopping(framework.Module):
         self.layer = nn.Linear(2, 1)
 
     def training_step(self, batch, batch_idx):
-        if self.global_rank == 1 and self.global_step == 3 and os.environ["FRAMEWORK_RESTART_COUNT"] == "0":
-            if sys.argv[1] == "stop":
+        if self.global_rank == 1 and self.global_step == 3 and ATTEMPT < len(sys.argv) - 1:
+            print(f"stuck {ATTEMPT} {time.time()}", flush=True)
+            if sys.argv[1 + ATTEMPT] == "stop":
                 os.kill(os.getpid(), signal.SIGSTOP)
             while True:
                 pass
@@ -34,6 +39,8 @@ class Stopping(framework.Module):
 
 
 if __name__ == "__main__":
+    if os.environ["RANK"] == "0":
+        print(f"started {ATTEMPT} {time.time()}", flush=True)
     trainer = framework.Trainer(max_epochs=1, accelerator="cpu", devices=2, strategy=DDPStrategy(timeout=5),
                                 logger=False, enable_progress_bar=False, enable_checkpointing=False,
                                 enable_model_summary=False)

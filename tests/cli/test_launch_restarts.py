@@ -1,5 +1,6 @@
-"""``framework launch --max-restarts``: every rank starts again when one is lost, through a new rendezvous each
-time; an exception in the script is not retried; preemption signals sent to the launcher reach the ranks."""
+"""``framework launch --max-restarts``: every rank starts again when one is lost or stuck, through a new rendezvous
+each time, until the restarts are spent; preemption signals sent to the launcher reach the ranks. (An exception in
+the script is not retried: tests/trainer/test_restarts.py.)"""
 
 from __future__ import annotations
 
@@ -30,20 +31,28 @@ def _lines(out: Path) -> list[str]:
     return out.read_text().splitlines() if out.exists() else []
 
 
-def test_a_rank_lost_eight_times_in_a_row_is_restarted_each_time_through_a_new_rendezvous(tmp_path):
+def test_a_rank_lost_again_and_again_is_restarted_each_time_through_a_new_rendezvous_until_restarts_are_spent(
+        tmp_path):
+    """Rank 1 is killed in every attempt: three restarts, each through a new rendezvous, then the launch ends.
+    Three, not more: torchrun's own restarts, which kept the first store, failed to connect about half of them
+    (see framework.cli.launch_restarts), so three in a row would pass with that bug back one time in eight, and the
+    suite's other launches restart through the same launcher five more times (the stuck-rank launch below, the
+    killed rank and the fault soak of tests/trainer/test_restarts.py), each time going on to end as the run
+    never interrupted. A launch that also spends its restarts shows where they end in the same attempts."""
     out = tmp_path / "attempts"
-    launcher = _launch(out, restarts=8, PROBE_KILLS="8")
-    _, errors = launcher.communicate(timeout=240)
-    assert launcher.returncode == 0, errors[-3000:]
+    launcher = _launch(out, restarts=3, PROBE_KILLS="4")
+    _, errors = launcher.communicate(timeout=180)
+    assert launcher.returncode == 1, errors[-3000:]
     # every attempt: both ranks joined and all-reduced (a failed rendezvous would end the launch or lose a line)
     seen = sorted(line.split() for line in _lines(out))
-    assert [fields[:3] for fields in seen] == sorted([str(attempt), str(rank), "2"] for attempt in range(9)
+    assert [fields[:3] for fields in seen] == sorted([str(attempt), str(rank), "2"] for attempt in range(4)
                                                      for rank in (0, 1))
     # torchrun's own variables as its restarts set them: the attempt, the limit, one run id for the whole job
-    assert all(fields[3:5] == [fields[0], "8"] for fields in seen)
+    assert all(fields[3:5] == [fields[0], "3"] for fields in seen)
     assert len({fields[5] for fields in seen}) == 1
-    for attempt in range(1, 9):
-        assert f"rank 1 was killed by SIGKILL; starting all ranks again (restart {attempt} of 8)" in errors
+    for attempt in range(1, 4):
+        assert f"rank 1 was killed by SIGKILL; starting all ranks again (restart {attempt} of 3)" in errors
+    assert "rank 1 was killed by SIGKILL; no restart left (--max-restarts 3)." in errors
 
 
 def test_the_launchers_options_are_checked_before_anything_starts(tmp_path):
@@ -53,23 +62,8 @@ def test_the_launchers_options_are_checked_before_anything_starts(tmp_path):
     assert not list(tmp_path.iterdir())  # the script never ran
 
 
-def test_restarts_end_when_they_are_spent(tmp_path):
-    out = tmp_path / "attempts"
-    launcher = _launch(out, restarts=1, PROBE_KILLS="5")
-    _, errors = launcher.communicate(timeout=120)
-    assert launcher.returncode == 1
-    assert {line.split()[0] for line in _lines(out)} == {"0", "1"}
-    assert "rank 1 was killed by SIGKILL; no restart left (--max-restarts 1)." in errors
-
-
-def test_an_exception_in_the_script_fails_the_job_once_with_its_traceback(tmp_path):
-    out = tmp_path / "attempts"
-    launcher = _launch(out, restarts=3, PROBE_MODE="raise")
-    _, errors = launcher.communicate(timeout=120)
-    assert launcher.returncode == 1
-    assert {line.split()[0] for line in _lines(out)} == {"0"}  # one attempt only
-    assert "ValueError: a bug in the script" in errors
-    assert "starting all ranks again" not in errors
+# An exception in the script, not retried and failing the job once with its traceback: in
+# tests/trainer/test_restarts.py, raised in a Trainer's rank.
 
 
 @pytest.mark.parametrize("name", ["SIGUSR1", "SIGTERM"])
@@ -101,44 +95,34 @@ def test_the_exit_codes_of_the_failed_ranks_decide_what_is_retried():
     assert describe_failure({1: 3}) == "rank 1 exited with status 3"
 
 
-STUCK = ("stop", "loop")
-
-
-@pytest.fixture(scope="module")
-def stuck_launches(tmp_path_factory):
-    """Both launches, started together: each spends most of its time waiting for its 5-s collective timeout, so
-    the two waits overlap instead of adding up. Their output goes to files: a pipe nobody reads while the test of
-    the other launch runs could fill and block a launcher."""
-    script = str(ROOT / "tests" / "cli" / "stuck_rank.py")
-    folder = tmp_path_factory.mktemp("stuck")
-    started = time.monotonic()
-    launchers = {}
-    for stuck in STUCK:
-        with open(folder / f"{stuck}.out", "w") as stdout, open(folder / f"{stuck}.err", "w") as stderr:
-            launchers[stuck] = subprocess.Popen([sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2",
-                                                 "--max-restarts", "1", "--shutdown-timeout", "2", script, stuck],
-                                                cwd=ROOT, stdout=stdout, stderr=stderr, text=True)
-    yield started, launchers, folder
-    for launcher in launchers.values():
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-
-
-@pytest.mark.parametrize("stuck", STUCK)
-def test_a_stuck_rank_ends_the_attempt_at_the_timeout_named_and_the_launcher_starts_every_rank_again(
-        stuck_launches, stuck):
-    started, launchers, folder = stuck_launches
-    launchers[stuck].wait(timeout=180)
-    done = subprocess.CompletedProcess(launchers[stuck].args, launchers[stuck].returncode,
-                                       (folder / f"{stuck}.out").read_text(), (folder / f"{stuck}.err").read_text())
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "done 5" in done.stdout
-    if stuck == "stop":  # its beat goes stale
-        assert "collective timed out waiting; not heard from since: rank 1" in done.stderr
-    else:  # it beats, from a thread that also says where its main thread is
-        assert re.search(r"collective timed out waiting; alive but not in a collective: rank 1 \(stuck_rank\.py:\d+ in "
-                         r"training_step\): an endless loop", done.stderr), done.stderr[-3000:]
-    assert "Killed rank(s) 1 on this machine" in done.stderr
-    assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 1)" in done.stderr
-    assert time.monotonic() - started < 60  # the 5 s timeout, not torch's 30 minutes, nor its agent's 30 s wait
+def test_a_stuck_rank_ends_the_attempt_at_the_timeout_named_and_the_launcher_starts_every_rank_again(tmp_path):
+    """Both ways of being stuck in one launch, one attempt each: stopped (its beat goes stale), then in an endless
+    loop (it beats, from a thread that also says where its main thread is); the third attempt trains to the end.
+    Each restart is timed from the moment rank 1 got stuck to the next attempt's rank 0 having started."""
+    out, err = tmp_path / "out", tmp_path / "err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:  # files: nothing has to read a pipe while it waits
+        launcher = subprocess.Popen([sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2",
+                                     "--max-restarts", "2", "--shutdown-timeout", "2",
+                                     str(ROOT / "tests" / "cli" / "stuck_rank.py"), "stop", "loop"],
+                                    cwd=ROOT, stdout=stdout, stderr=stderr, text=True)
+        try:
+            launcher.wait(timeout=180)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+    output, errors = out.read_text(), err.read_text()
+    assert launcher.returncode == 0, errors[-3000:]
+    assert "done 5" in output
+    stop = errors.index("collective timed out waiting; not heard from since: rank 1")
+    loop = re.search(r"collective timed out waiting; alive but not in a collective: rank 1 \(stuck_rank\.py:\d+ in "
+                     r"training_step\): an endless loop", errors)
+    assert loop and stop < loop.start(), errors[-3000:]
+    assert errors.count("Killed rank(s) 1 on this machine") == 2
+    assert errors.index("rank 1 was killed by SIGKILL; starting all ranks again (restart 1 of 2)") < loop.start()
+    assert "rank 1 was killed by SIGKILL; starting all ranks again (restart 2 of 2)" in errors[loop.start():]
+    times = {(word, int(attempt)): float(at) for word, attempt, at in re.findall(r"^(stuck|started) (\d) (\S+)$",
+                                                                                   output, re.MULTILINE)}
+    for attempt in (0, 1):
+        # the 5 s timeout, the 2 s shutdown and the new ranks' start: not torch's 30 minutes, nor its agent's 30 s
+        assert times["started", attempt + 1] - times["stuck", attempt] < 30, times
