@@ -1,6 +1,7 @@
-"""The script tests/cli/test_multi_node.py starts on each of two nodes: written for Trainer(devices=2, num_nodes=2).
+"""The script tests/cli/test_multi_node.py starts on each of two nodes: written for Trainer(devices=2, num_nodes=2),
+or Trainer(devices=DEVICES, num_nodes=2).
 
-Usage: multi_node_run.py OUT_DIR STRATEGIES [FAILING_RANK WHEN]
+Usage: multi_node_run.py OUT_DIR STRATEGIES [FAILING_RANK WHEN [DEVICES]]
 
 Fits the Regressor of tests/strategies/ddp_models.py for one epoch (batch 2 per rank) with each strategy of the
 comma-separated STRATEGIES in turn; each rank writes OUT_DIR/<strategy>-rank<global rank>.pt with what it saw,
@@ -37,10 +38,10 @@ def whole(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
-def fit(out: str, strategy: str, failing_rank: int | None, when: str | None) -> None:
+def fit(out: str, strategy: str, failing_rank: int | None, when: str | None, devices: int) -> None:
     torch.manual_seed(0)
     model = FailingRegressor(failing_rank, int(when) if when not in (None, "start") else None)
-    trainer = framework.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy=strategy, max_epochs=1,
+    trainer = framework.Trainer(accelerator="cpu", devices=devices, num_nodes=2, strategy=strategy, max_epochs=1,
                                 logger=False, enable_checkpointing=False, enable_progress_bar=False,
                                 enable_model_summary=False)
     if when == "start" and trainer.global_rank == failing_rank:
@@ -56,11 +57,12 @@ def fit(out: str, strategy: str, failing_rank: int | None, when: str | None) -> 
 def main() -> None:
     out, strategies = sys.argv[1], sys.argv[2].split(",")
     failing_rank, when = (int(sys.argv[3]), sys.argv[4]) if len(sys.argv) > 4 else (None, None)
+    devices = int(sys.argv[5]) if len(sys.argv) > 5 else 2
     atexit.register(write_threads, os.path.join(out, f"rank{os.environ['RANK']}.threads"))  # first: runs last
     with open(os.path.join(out, f"pid-rank{os.environ['RANK']}"), "w") as pid:
         pid.write(str(os.getpid()))
     for strategy in strategies:
-        fit(out, strategy, failing_rank, when)
+        fit(out, strategy, failing_rank, when, devices)
 
 
 if __name__ == "__main__":

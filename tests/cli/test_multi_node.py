@@ -21,14 +21,15 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 TIMEOUT_S = 150
 
 
-def _two_nodes(*script_arguments: str, outputs: list[IO[str]] | None = None, port: int | None = None
-               ) -> list[subprocess.Popen]:
-    """Node 0 and node 1 of one launch, 2 ranks each, as two `framework launch` processes on this machine, their
-    output (standard error too) piped, or written to ``outputs``."""
+def _two_nodes(*script_arguments: str, outputs: list[IO[str]] | None = None, port: int | None = None,
+               ranks_per_node: int = 2) -> list[subprocess.Popen]:
+    """Node 0 and node 1 of one launch, ``ranks_per_node`` ranks each, as two `framework launch` processes on this
+    machine, their output (standard error too) piped, or written to ``outputs``."""
     port = str(port or free_port())
     environment = {**_environment(), "OMP_NUM_THREADS": "1"}
     return [
-        subprocess.Popen([*RUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2", "--master-addr",
+        subprocess.Popen([*RUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", str(ranks_per_node),
+                          "--master-addr",
                           "127.0.0.1", "--master-port", port, SCRIPT, *script_arguments], cwd=ROOT, env=environment,
                          stdout=outputs[node] if outputs else subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for node in (0, 1)
@@ -79,8 +80,12 @@ def test_two_nodes_of_two_ranks_train_as_one_process_with_the_quadrupled_batch(t
     _assert_no_rank_outlived_its_launcher(tmp_path)
 
 
-FAILURES = {"in-a-ddp-step": ("2", "ddp"), "in-a-zero3-step": ("2", "zero3"),
-            "before-the-process-group": ("start", "ddp")}
+# (when, strategy, ranks per node). One job has two ranks a node: there the failing rank's sibling fails too, once
+# gloo loses its peer, and the launchers must still name the one that failed first. In the other two, one rank a node
+# shows as well that their failure ends the other node and is named there, with half the ranks to start; the 2 x 2
+# layout itself trains in the test above.
+FAILURES = {"in-a-ddp-step": ("2", "ddp", 2), "in-a-zero3-step": ("2", "zero3", 1),
+            "before-the-process-group": ("start", "ddp", 1)}
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +97,11 @@ def failed_jobs(tmp_path_factory):
     while len(ports) < len(FAILURES):  # free now, each job's own: two jobs at one address would join each other
         ports.add(free_port())
     jobs = {}
-    for (name, (when, strategy)), port in zip(FAILURES.items(), sorted(ports), strict=True):
+    for (name, (when, strategy, per_node)), port in zip(FAILURES.items(), sorted(ports), strict=True):
         folder = tmp_path_factory.mktemp(name)
         outputs = [open(folder / f"node{node}.out", "w") for node in (0, 1)]
-        jobs[name] = folder, _two_nodes(str(folder), strategy, "3", when, outputs=outputs, port=port)
+        jobs[name] = folder, _two_nodes(str(folder), strategy, str(2 * per_node - 1), when, str(per_node),
+                                        outputs=outputs, port=port, ranks_per_node=per_node)
         for output in outputs:
             output.close()
     yield jobs
@@ -108,14 +114,16 @@ def failed_jobs(tmp_path_factory):
 
 @pytest.mark.parametrize("failure", list(FAILURES))
 def test_a_rank_raising_on_one_node_ends_both_nodes_naming_it(failed_jobs, failure):
-    # Before the process group, the other node's ranks wait for rank 3 outside any collective: only the launchers'
-    # watch ends them. In a step, gloo tells them a peer is gone, and the store which one and why.
+    # Before the process group, the other node's ranks wait for the last rank outside any collective: only the
+    # launchers' watch ends them. In a step, gloo tells them a peer is gone, and the store which one and why.
     folder, nodes = failed_jobs[failure]
+    ranks = 2 * FAILURES[failure][2]
+    last = ranks - 1
     outputs = _outputs(nodes, [folder / f"node{node}.out" for node in (0, 1)])
     assert all(node.returncode not in (0, None) for node in nodes), outputs
-    first_failure = "Rank 3 of 4 (node 1) failed first, with ValueError: boom on rank 3"
+    first_failure = f"Rank {last} of {ranks} (node 1) failed first, with ValueError: boom on rank {last}"
     assert f"[framework launch] {first_failure}. Its traceback:" in outputs[0], outputs[0]
-    assert "\n    ValueError: boom on rank 3\n" in outputs[0]  # rank 3's traceback, indented under that line
+    assert f"\n    ValueError: boom on rank {last}\n" in outputs[0]  # its traceback, indented under that line
     assert f"[framework launch] {first_failure}." in outputs[1], outputs[1]
     _assert_no_rank_outlived_its_launcher(folder)
 

@@ -2,15 +2,18 @@
 then validates and predicts, and runs a hand-written loop on the Runtime; a backward pass in this process comes
 first. Rank 0 writes what came out to OUT/results.pt.
 
-Usage: every_strategy_run.py OUT [--touch-cuda] [--forked]. ``tests/runtime/test_start_method.py`` runs it as a
-script, from a function (``python -c``: no script to run again), and under ``framework launch``, with CUDA made to
-look present (``tests/fake_cuda``) and without. ``--touch-cuda`` adds a callback that calls into CUDA because it is
-available, what a CPU run must never do, to show that such a call is caught. ``--forked`` (on a machine without
-CUDA, where ``"ddp"`` forks) fits the ``ddp_spawn`` run with ``"ddp"``: every result then comes from forked ranks.
+Usage: every_strategy_run.py OUT [--touch-cuda] [--forked] [--then-one-device]. ``tests/runtime/test_start_method.py``
+runs it as a script, from a function (``python -c``: no script to run again), and under ``framework launch``, with
+CUDA made to look present (``tests/fake_cuda``) and without. ``--touch-cuda`` adds a callback that calls into CUDA
+because it is available, what a CPU run must never do, to show that such a call is caught. ``--forked`` (on a
+machine without CUDA, where ``"ddp"`` forks) fits the ``ddp_spawn`` run with ``"ddp"``: every result then comes
+from forked ranks.
+``--then-one-device`` builds, last, a Trainer(devices=1), and prints ``refused: <the error>`` where it is refused.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -82,7 +85,11 @@ def own_loop(runtime: framework.Runtime, out: str) -> dict:
             "is_global_zero": runtime.is_global_zero}
 
 
-def main(out: str, touch_cuda: bool = False, runs: list[tuple[str, str]] = RUNS, forked: bool = False) -> None:
+def main(out: str, touch_cuda: bool = False, runs: list[tuple[str, str]] = RUNS, forked: bool = False,
+         then_one_device: bool = False) -> None:
+    if forked:  # imported once here, not again in each of the ~50 forked ranks (only the reference run forks)
+        for name in ("torch._dynamo", "torch.distributed.fsdp", "torch.nn.parallel"):
+            importlib.import_module(name)
     torch.nn.Linear(4, 1)(torch.randn(2, 4)).sum().backward()  # where CUDA devices exist, autograd's threads start
     results = {f"{strategy} {precision}": fit_validate_predict(
         out, "ddp" if forked and strategy == "ddp_spawn" else strategy, precision, touch_cuda)
@@ -91,7 +98,14 @@ def main(out: str, touch_cuda: bool = False, runs: list[tuple[str, str]] = RUNS,
     results["own loop, zero3"] = runtime.launch(own_loop, out)
     if all(result["is_global_zero"] for result in results.values()):
         torch.save(results, os.path.join(out, "results.pt"))
+    if then_one_device:
+        try:
+            framework.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False)
+        except framework.MisconfigurationError as error:
+            sys.stdout.write(f"refused: {error}\n")  # one write: both ranks print into one pipe
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], touch_cuda="--touch-cuda" in sys.argv, forked="--forked" in sys.argv)
+    main(sys.argv[1], touch_cuda="--touch-cuda" in sys.argv, forked="--forked" in sys.argv,
+         then_one_device="--then-one-device" in sys.argv)

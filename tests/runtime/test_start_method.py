@@ -112,8 +112,17 @@ def forked_results(tmp_path_factory) -> dict:
 # and zero2 are the same code in a rank however it started; the script and launched runs cover them all.
 FUNCTION_RUNS = [("ddp", "32-true"), ("ddp_spawn", "16-mixed"), ("zero3", "bf16-mixed"), ("zero3_offload", "32-true")]
 
+
+@pytest.fixture(scope="module")
+def script_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """every_strategy_run.py run as a script where CUDA looks present: ranks 1.. run the script again. It ends with a
+    Trainer(devices=1), for the test of a later trainer on those ranks, which then needs no run of its own."""
+    out = tmp_path_factory.mktemp("script")
+    return _run([sys.executable, RUN, str(out), "--then-one-device"], cuda_present=True), out
+
+
 HOW = {
-    "script": lambda out: [sys.executable, RUN, out],  # ranks 1.. run the script again
+    "script": None,  # the script_run fixture
     "function": lambda out: [sys.executable, "-c", f"from tests.runtime.every_strategy_run import main; "
                              f"main({out!r}, runs={FUNCTION_RUNS!r})"],  # no script to run again: a forkserver
     "launched": lambda out: [sys.executable, "-m", "framework", "launch", "--nproc-per-node", "2", RUN, out],
@@ -121,10 +130,14 @@ HOW = {
 
 
 @pytest.mark.parametrize("how", list(HOW))
-def test_every_strategy_fits_two_cpu_ranks_where_cuda_looks_present_as_forked_ranks_do(how, tmp_path, forked_results):
-    done = _run(HOW[how](str(tmp_path)), cuda_present=True)
+def test_every_strategy_fits_two_cpu_ranks_where_cuda_looks_present_as_forked_ranks_do(how, tmp_path, forked_results,
+                                                                                        request):
+    if how == "script":
+        done, out = request.getfixturevalue("script_run")
+    else:
+        done, out = _run(HOW[how](str(tmp_path)), cuda_present=True), tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
-    results = torch.load(tmp_path / "results.pt", weights_only=True)
+    results = torch.load(out / "results.pt", weights_only=True)
     expected_runs = [*(f"{strategy} {precision}" for strategy, precision in FUNCTION_RUNS), "own loop, zero3"]
     assert list(results) == (expected_runs if how == "function" else list(forked_results))
     for run, result in results.items():
@@ -147,23 +160,8 @@ def test_a_cuda_call_in_a_cpu_run_is_caught_where_cuda_looks_present(tmp_path):
     assert REFUSAL in done.stderr
 
 
-SECOND_TRAINER = """
-import sys
-import framework
-from tests.helpers import Regressor, loader, quiet_trainer
-quiet_trainer(devices=2, max_epochs=1).fit(Regressor(), loader())
-try:
-    quiet_trainer(devices=1, max_epochs=1)
-except framework.MisconfigurationError as error:
-    sys.stdout.write(f"refused: {error}\\n")  # one write: both ranks print into one pipe
-    sys.stdout.flush()
-"""
-
-
-def test_a_later_trainer_in_a_script_run_again_is_told_it_runs_on_the_ranks_the_first_one_started(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(SECOND_TRAINER)
-    done = _run([sys.executable, str(script)], cuda_present=True)
+def test_a_later_trainer_in_a_script_run_again_is_told_it_runs_on_the_ranks_the_first_one_started(script_run):
+    done, _ = script_run
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("refused: This process is one of 2 ranks that an earlier fit") == 2  # on both ranks
     assert "give them the same devices and num_nodes" in done.stdout
