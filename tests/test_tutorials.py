@@ -52,7 +52,8 @@ def test_gpt_zero3_tutorial_learns_on_two_ranks_and_generates_from_the_returned_
 def test_tensor_parallel_tutorial_learns_on_2x2_ranks_with_and_without_sequence_parallel():
     losses = []
     for extra in ([], ["--sequence-parallel"]):
-        done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "10_tensor_parallel.py"), "--max-steps", "30",
+        # 15 steps take the loss from 3.66 to 2.35: past the bar below, with most of each run's time in starting it
+        done = subprocess.run([sys.executable, str(ROOT / "tutorials" / "10_tensor_parallel.py"), "--max-steps", "15",
                                *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert done.returncode == 0, done.stderr
         match = re.search(r"loss: ([0-9.]+) before training, ([0-9.]+) after", done.stdout)

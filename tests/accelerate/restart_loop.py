@@ -1,13 +1,14 @@
 """An Accelerate loop that resumes as Accelerate's examples/by_feature/checkpointing.py does, for the restart tests:
 
-    python -m framework launch --nproc-per-node 2 --max-restarts 2 tests/accelerate/restart_loop.py WORKDIR [FAULT]
+    python -m framework launch --nproc-per-node 2 --max-restarts 2 tests/accelerate/restart_loop.py WORKDIR [FAULT...]
 
 It trains with shuffling, dropout, a scheduler and gradient accumulation, saves its state after every optimizer step
 (automatic naming, ``total_limit=2``) and, when a state is there, loads the newest complete one and skips the
 batches already done. ``FAULT`` is ``step:N`` (rank 1 SIGKILLs itself after optimizer step N, before saving it) or
-``save:N`` (inside ``save_state`` of step N, while the main process writes); once: a marker file in WORKDIR
-remembers it. Each start of a rank appends ``<restart count> <rank>`` to ``WORKDIR/starts``; the main process
-writes the final weights to ``WORKDIR/weights.pt``.
+``save:N`` (inside ``save_state`` of step N, while the main process writes); each once: a marker file in WORKDIR
+remembers it, so with several faults each strikes in turn, in the run the restart after the one before started.
+Each start of a rank appends ``<restart count> <rank>`` to ``WORKDIR/starts``; the main process writes the final
+weights to ``WORKDIR/weights.pt``.
 """
 
 from __future__ import annotations
@@ -40,15 +41,14 @@ class Progress:
         self.batches = state["batches"]
 
 
-def main(work: Path, fault: str | None) -> None:
+def main(work: Path, faults: list[str]) -> None:
     rank, attempt = int(os.environ.get("RANK", "0")), os.environ.get("FRAMEWORK_RESTART_COUNT", "0")
     with open(work / "starts", "a") as starts:
         starts.write(f"{attempt} {rank}\n")
-    kind, fault_step = fault.split(":") if fault else (None, "-1")
-    marker = work / "fault-done"
 
     def die_if_due(where: str, step: int) -> None:
-        if kind == where and rank == 1 and step == int(fault_step) and not marker.exists():
+        marker = work / f"fault-done-{where}-{step}"
+        if f"{where}:{step}" in faults and rank == 1 and not marker.exists():
             marker.write_text(where)
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -97,4 +97,4 @@ def main(work: Path, fault: str | None) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
+    main(Path(sys.argv[1]), sys.argv[2:])
