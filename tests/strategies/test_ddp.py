@@ -347,6 +347,9 @@ def test_a_failing_rank_stops_the_others_and_its_error_reaches_the_caller(model_
 
 def _collective_loses_its_peer(rank: int, peer_dies: bool, error: type[BaseException]) -> None:
     """Rank 0 fails at once as a collective does whose peer is gone; rank 1 is killed a moment later (or lives)."""
+    # both past the group's start first: on a loaded machine rank 1 was once still joining when rank 0 ended, and
+    # failed there instead of being killed (a suite run under -n 2)
+    torch.distributed.barrier()
     if rank == 0:
         raise error("[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:48299")
     time.sleep(0.05)  # "a moment": on a loaded machine a longer wait can outlast the launcher's grace period
