@@ -66,15 +66,15 @@ def _compile_once() -> None:
 
 
 # The files that take longest, longest first (summed test durations of a `pytest -n 2` run on 2 cores, 2026-12-06:
-# 216 s down to 53 s). A worker starts them before the rest, so the run does not end with one worker still in one of
+# 183 s down to 38 s). A worker starts them before the rest, so the run does not end with one worker still in one of
 # them while the other has nothing left.
 LONGEST_FILES = (
-    "tests/trainer/test_restarts.py", "tests/runtime/test_start_method.py", "tests/test_tutorials.py",
-    "tests/strategies/test_ddp.py", "tests/cli/test_launch_restarts.py", "tests/strategies/test_sharded.py",
-    "tests/cli/test_multi_node.py", "tests/accelerate/test_examples.py", "tests/strategies/test_group_exit.py",
-    "tests/cli/test_launch.py", "tests/as_lightning/test_switch.py", "tests/accelerate/test_deepspeed.py",
-    "tests/test_benchmarks.py", "tests/slurm/test_preemption.py", "tests/strategies/test_deepspeed.py",
-    "tests/accelerate/test_launched.py",
+    "tests/runtime/test_start_method.py", "tests/trainer/test_restarts.py", "tests/strategies/test_sharded.py",
+    "tests/test_tutorials.py", "tests/strategies/test_ddp.py", "tests/test_benchmarks.py",
+    "tests/cli/test_launch_restarts.py", "tests/as_lightning/test_switch.py", "tests/strategies/test_deepspeed.py",
+    "tests/slurm/test_preemption.py", "tests/accelerate/test_examples.py", "tests/accelerate/test_deepspeed.py",
+    "tests/accelerate/test_launched.py", "tests/cli/test_launch.py", "tests/cli/test_multi_node.py",
+    "tests/strategies/test_model_parallel.py",
 )
 
 
